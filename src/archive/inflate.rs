@@ -1,0 +1,42 @@
+//! DEFLATE entries, inflated straight into a buffer of their declared size. The
+//! decoder can never write past that buffer, so a zip bomb ends in a clear error
+//! rather than in memory exhaustion.
+
+use miniz_oxide::inflate::{decompress_slice_iter_to_slice, TINFLStatus};
+
+use crate::error::{Error, Location};
+
+/// Inflate `compressed` into `out`, which must come out exactly full.
+pub fn inflate_exact(compressed: &[u8], out: &mut [u8], entry: &str) -> Result<(), Error> {
+    let fail = |reason: String| Error::archive(reason, Location::entry(entry));
+    match decompress_slice_iter_to_slice(out, std::iter::once(compressed), false, true) {
+        Ok(n) if n == out.len() => Ok(()),
+        Ok(n) => Err(fail(format!(
+            "inflated to {n} bytes, but the entry declares {}",
+            out.len()
+        ))),
+        Err(TINFLStatus::HasMoreOutput) => Err(fail(format!(
+            "inflates to more than the {} bytes the entry declares",
+            out.len()
+        ))),
+        Err(status) => Err(fail(format!("corrupt deflate stream ({status:?})"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // "hello hello hello" deflated by zlib (raw, no header).
+    const HELLO: &[u8] = &[203, 72, 205, 201, 201, 87, 200, 64, 144, 0];
+
+    #[test]
+    fn inflates_exactly_the_declared_size() {
+        let mut out = vec![0u8; 17];
+        inflate_exact(HELLO, &mut out, "e").unwrap();
+        assert_eq!(&out, b"hello hello hello");
+        assert!(inflate_exact(HELLO, &mut [0u8; 5], "e").is_err());
+        assert!(inflate_exact(HELLO, &mut [0u8; 40], "e").is_err());
+        assert!(inflate_exact(b"\xff\xff\xff", &mut [0u8; 4], "e").is_err());
+    }
+}

@@ -1,0 +1,203 @@
+//! The torch checkpoint layout inside a zip: one root folder holding `data.pkl`,
+//! `version`, `byteorder`, `data/<key>` and friends. Lookup is by exact name under
+//! the root: we refuse what torch's case-insensitive lookup would make ambiguous.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use crate::archive::inflate::inflate_exact;
+use crate::archive::zip::{Entry, Index};
+use crate::error::{Error, Location};
+
+/// Compression methods we know by name, for error messages.
+pub fn method_name(method: u16) -> &'static str {
+    match method {
+        0 => "stored",
+        8 => "deflate",
+        9 => "deflate64",
+        12 => "bzip2",
+        14 => "lzma",
+        93 => "zstd",
+        95 => "xz",
+        _ => "unknown",
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteOrder {
+    Little,
+    Big,
+}
+
+impl ByteOrder {
+    pub fn native() -> ByteOrder {
+        if cfg!(target_endian = "big") {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        }
+    }
+}
+
+/// A torch zip checkpoint's records, located and checked.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub root: String,
+    pub entries: Vec<Entry>,
+    by_record: HashMap<String, usize>,
+    pub version: u64,
+    pub byteorder: Option<ByteOrder>,
+    /// Every pickle in the archive (`data.pkl`, and TorchScript's `constants.pkl` etc.).
+    pub pickles: Vec<usize>,
+}
+
+impl Layout {
+    pub fn new(index: Index, data: &[u8]) -> Result<Layout, Error> {
+        let first = index
+            .entries
+            .first()
+            .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))?;
+        let first_name = std::str::from_utf8(&first.name).map_err(|_| {
+            Error::archive("entry name is not UTF-8", Location::at(first.header_offset))
+        })?;
+        let root = match first_name.split_once('/') {
+            Some((root, _)) => root.to_owned(),
+            None => {
+                return Err(Error::archive(
+                    format!("file in archive is not in a subdirectory: {first_name}"),
+                    Location::entry(first_name),
+                ))
+            }
+        };
+        let prefix = format!("{root}/");
+        let mut by_record = HashMap::with_capacity(index.entries.len());
+        let mut pickles = Vec::new();
+        for (i, entry) in index.entries.iter().enumerate() {
+            let name = std::str::from_utf8(&entry.name).map_err(|_| {
+                Error::archive("entry name is not UTF-8", Location::at(entry.header_offset))
+            })?;
+            let record = name.strip_prefix(&prefix).ok_or_else(|| {
+                Error::archive(
+                    format!("file in archive is not in a subdirectory {prefix}: {name}"),
+                    Location::entry(name),
+                )
+            })?;
+            if record.ends_with(".pkl") {
+                pickles.push(i);
+            }
+            by_record.insert(record.to_owned(), i);
+        }
+        let mut layout = Layout {
+            root,
+            entries: index.entries,
+            by_record,
+            version: 0,
+            byteorder: None,
+            pickles,
+        };
+        let version_record = if layout.entry(".data/version").is_some() {
+            ".data/version"
+        } else {
+            "version"
+        };
+        let version_entry = layout.entry(version_record).ok_or_else(|| {
+            Error::archive(
+                "the archive has no 'version' record",
+                Location::entry(&format!("{}/version", layout.root)),
+            )
+        })?;
+        layout.version = parse_version(
+            &layout.small_record(version_entry, data)?,
+            &layout.entry_name(version_entry),
+        )?;
+        if let Some(e) = layout.entry("byteorder") {
+            layout.byteorder = Some(match &*layout.small_record(e, data)? {
+                b"little" => ByteOrder::Little,
+                b"big" => ByteOrder::Big,
+                other => {
+                    return Err(Error::archive(
+                        format!(
+                            "Unknown endianness type: {}",
+                            String::from_utf8_lossy(other)
+                        ),
+                        Location::entry(&layout.entry_name(e)),
+                    ))
+                }
+            });
+        }
+        Ok(layout)
+    }
+
+    /// The entry of `record` (a name relative to the root folder).
+    pub fn entry(&self, record: &str) -> Option<&Entry> {
+        self.by_record
+            .get(record)
+            .and_then(|i| self.entries.get(*i))
+    }
+
+    pub fn entry_name(&self, entry: &Entry) -> String {
+        entry.name_lossy()
+    }
+
+    pub fn is_torchscript(&self) -> bool {
+        self.entry("constants.pkl").is_some()
+    }
+
+    /// The bytes of a small metadata record (`version`, `byteorder`), inflated if needed.
+    fn small_record<'d>(&self, entry: &Entry, data: &'d [u8]) -> Result<Cow<'d, [u8]>, Error> {
+        const MAX: u64 = 4096;
+        let name = entry.name_lossy();
+        if entry.uncompressed_size > MAX || entry.compressed_size > MAX {
+            return Err(Error::archive(
+                "metadata record is too large",
+                Location::entry(&name),
+            ));
+        }
+        match entry.method {
+            0 => stored_bytes(entry, data).map(Cow::Borrowed),
+            8 => {
+                let mut out = vec![0u8; entry.uncompressed_size as usize];
+                inflate_exact(stored_bytes(entry, data)?, &mut out, &name)?;
+                Ok(Cow::Owned(out))
+            }
+            m => Err(Error::unsupported(
+                format!("compression method {m} ({})", method_name(m)),
+                Location::entry(&name),
+            )),
+        }
+    }
+}
+
+/// The payload of a stored entry.
+pub fn stored_bytes<'d>(entry: &Entry, data: &'d [u8]) -> Result<&'d [u8], Error> {
+    let range = usize::try_from(entry.data_offset)
+        .ok()
+        .zip(usize::try_from(entry.data_end()).ok())
+        .and_then(|(start, end)| data.get(start..end));
+    range.ok_or_else(|| {
+        Error::archive(
+            "entry data lies outside the file",
+            Location::entry(&entry.name_lossy()),
+        )
+    })
+}
+
+/// torch parses `version` with C++'s `stoull`: leading blanks, digits, anything after.
+fn parse_version(bytes: &[u8], entry: &str) -> Result<u64, Error> {
+    let text = String::from_utf8_lossy(bytes);
+    let trimmed = text.trim_start();
+    let digits: String = trimmed.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let version = digits.parse::<u64>().map_err(|_| {
+        Error::archive(
+            format!("Couldn't parse the version {text:?} as an integer"),
+            Location::entry(entry),
+        )
+    })?;
+    if !(1..=10).contains(&version) {
+        return Err(Error::unsupported(
+            format!("checkpoint version {version}: versions 1 to 10 are supported"),
+            Location::entry(entry),
+        ));
+    }
+    Ok(version)
+}

@@ -1,0 +1,17 @@
+//! Finding a checkpoint's records in its bytes: the zip reader, the torch layout
+//! over it, DEFLATE, and the memory map.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
+pub mod inflate;
+pub mod layout;
+pub mod source;
+pub mod zip;

@@ -1,0 +1,402 @@
+//! A strict, zero-copy ZIP/ZIP64 reader over `&[u8]`: the central directory is
+//! the truth, every range is checked to lie inside the input, and entries may not
+//! overlap, repeat a name or be encrypted. Nothing is allocated from a declared
+//! count before that count is checked against the bytes that could hold it.
+//!
+//! We read the format ourselves rather than through a zip crate because the checks
+//! that matter here (encryption flags, local/central disagreements, overlapping
+//! ranges, exact payload offsets) need every header field, and the general-purpose
+//! readers keep some of them private.
+
+use crate::error::{Error, Location};
+use crate::limits;
+
+const EOCD_SIG: u32 = 0x0605_4b50;
+const EOCD_LEN: usize = 22;
+const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
+const ZIP64_LOCATOR_LEN: usize = 20;
+const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
+const ZIP64_EOCD_LEN: usize = 56;
+const CDH_SIG: u32 = 0x0201_4b50;
+const CDH_LEN: usize = 46;
+const LFH_SIG: u32 = 0x0403_4b50;
+const LFH_LEN: usize = 30;
+const ZIP64_EXTRA: u16 = 0x0001;
+const MAX_COMMENT: usize = 0xffff;
+
+/// General-purpose flag bits that mean the payload is encrypted.
+const FLAG_ENCRYPTED: u16 = 0x0001;
+const FLAG_STRONG_ENCRYPTION: u16 = 0x0040;
+
+/// One entry, as the central directory describes it, with its payload located
+/// through the local header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Box<[u8]>,
+    pub method: u16,
+    pub flags: u16,
+    pub crc32: u32,
+    pub compressed_size: u64,
+    pub uncompressed_size: u64,
+    pub header_offset: u64,
+    /// Where the (possibly compressed) payload starts.
+    pub data_offset: u64,
+    /// Whether the local header repeats the central directory's name.
+    pub local_name_matches: bool,
+}
+
+impl Entry {
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+
+    pub fn data_end(&self) -> u64 {
+        self.data_offset.saturating_add(self.compressed_size)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Index {
+    pub entries: Vec<Entry>,
+    /// Offset of the central directory.
+    pub directory_offset: u64,
+}
+
+fn le16(data: &[u8], at: usize) -> Option<u16> {
+    let b = data.get(at..at.checked_add(2)?)?;
+    Some(u16::from_le_bytes([*b.first()?, *b.get(1)?]))
+}
+
+fn le32(data: &[u8], at: usize) -> Option<u32> {
+    let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(u32::from_le_bytes(b))
+}
+
+fn le64(data: &[u8], at: usize) -> Option<u64> {
+    let b: [u8; 8] = data.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+fn bad(reason: impl Into<String>, offset: u64) -> Error {
+    Error::archive(reason, Location::at(offset))
+}
+
+struct Directory {
+    entries: u64,
+    size: u64,
+    offset: u64,
+}
+
+/// Find the end-of-central-directory record: the last signature whose record and
+/// comment fit. Trailing bytes after it are tolerated, as torch's reader does.
+fn find_eocd(data: &[u8]) -> Result<usize, Error> {
+    if data.len() < EOCD_LEN {
+        return Err(bad("file too short to be a zip archive", 0));
+    }
+    let lowest = data
+        .len()
+        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    let mut pos = data.len() - EOCD_LEN;
+    loop {
+        if le32(data, pos) == Some(EOCD_SIG) {
+            return Ok(pos);
+        }
+        if pos == lowest {
+            return Err(bad(
+                "no end of central directory record: not a zip archive or truncated",
+                data.len() as u64,
+            ));
+        }
+        pos -= 1;
+    }
+}
+
+fn read_directory(data: &[u8], eocd: usize) -> Result<Directory, Error> {
+    let field16 = |at: usize| {
+        le16(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
+    };
+    let field32 = |at: usize| {
+        le32(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
+    };
+    if field16(4)? != 0 || field16(6)? != 0 {
+        return Err(bad(
+            "multi-disk zip archives are not supported",
+            eocd as u64,
+        ));
+    }
+    let mut dir = Directory {
+        entries: u64::from(field16(10)?),
+        size: u64::from(field32(12)?),
+        offset: u64::from(field32(16)?),
+    };
+    // A ZIP64 locator sits right before the classic record; torch always writes one.
+    let Some(locator) = eocd.checked_sub(ZIP64_LOCATOR_LEN) else {
+        return Ok(dir);
+    };
+    if le32(data, locator) != Some(ZIP64_LOCATOR_SIG) {
+        let saturated =
+            dir.entries == 0xffff || dir.size == 0xffff_ffff || dir.offset == 0xffff_ffff;
+        if saturated {
+            return Err(bad(
+                "ZIP64 values are needed but the ZIP64 locator is missing",
+                eocd as u64,
+            ));
+        }
+        return Ok(dir);
+    }
+    let z64 =
+        le64(data, locator + 8).ok_or_else(|| bad("truncated ZIP64 locator", locator as u64))?;
+    let z64 = usize::try_from(z64).ok().filter(|z| {
+        z.checked_add(ZIP64_EOCD_LEN)
+            .is_some_and(|end| end <= locator)
+    });
+    let z64 = z64.ok_or_else(|| {
+        bad(
+            "ZIP64 end of central directory lies outside the file",
+            locator as u64,
+        )
+    })?;
+    if le32(data, z64) != Some(ZIP64_EOCD_SIG) {
+        return Err(bad(
+            "bad ZIP64 end of central directory signature",
+            z64 as u64,
+        ));
+    }
+    let field = |at: usize| {
+        le64(data, z64 + at)
+            .ok_or_else(|| bad("truncated ZIP64 end of central directory", z64 as u64))
+    };
+    if le32(data, z64 + 16) != Some(0) || le32(data, z64 + 20) != Some(0) {
+        return Err(bad("multi-disk zip archives are not supported", z64 as u64));
+    }
+    dir = Directory {
+        entries: field(32)?,
+        size: field(40)?,
+        offset: field(48)?,
+    };
+    Ok(dir)
+}
+
+/// Values a ZIP64 extra field overrides: each 0xffffffff field takes the next u64.
+fn apply_zip64(
+    extra: &[u8],
+    usize_: &mut u64,
+    csize: &mut u64,
+    offset: &mut u64,
+    at: u64,
+) -> Result<(), Error> {
+    let needs = [
+        *usize_ == 0xffff_ffff,
+        *csize == 0xffff_ffff,
+        *offset == 0xffff_ffff,
+    ];
+    if !needs.iter().any(|n| *n) {
+        return Ok(());
+    }
+    let mut pos = 0usize;
+    while pos + 4 <= extra.len() {
+        let id = le16(extra, pos).unwrap_or(0);
+        let len = usize::from(le16(extra, pos + 2).unwrap_or(0));
+        let body = extra
+            .get(pos + 4..pos + 4 + len)
+            .ok_or_else(|| bad("extra field runs past its header", at))?;
+        if id == ZIP64_EXTRA {
+            let mut values = body
+                .chunks_exact(8)
+                .map(|c| c.try_into().map(u64::from_le_bytes));
+            for (need, slot) in needs.iter().zip([usize_, csize, offset]) {
+                if *need {
+                    *slot = values
+                        .next()
+                        .and_then(Result::ok)
+                        .ok_or_else(|| bad("ZIP64 extra field too short", at))?;
+                }
+            }
+            return Ok(());
+        }
+        pos += 4 + len;
+    }
+    Err(bad(
+        "ZIP64 values are needed but the ZIP64 extra field is missing",
+        at,
+    ))
+}
+
+/// Read and validate the central directory of `data`.
+pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
+    let eocd = find_eocd(data)?;
+    let dir = read_directory(data, eocd)?;
+    limits::check("max_zip_entries", dir.entries, max_entries, || {
+        Location::at(eocd as u64)
+    })?;
+    let end = dir
+        .offset
+        .checked_add(dir.size)
+        .filter(|end| *end <= eocd as u64);
+    let end = end.ok_or_else(|| bad("central directory lies outside the file", dir.offset))?;
+    // Each record takes at least 46 bytes: a count the directory cannot hold is a lie.
+    if dir.entries.saturating_mul(CDH_LEN as u64) > dir.size {
+        return Err(bad(
+            format!(
+                "{} entries cannot fit in a central directory of {} bytes",
+                dir.entries, dir.size
+            ),
+            dir.offset,
+        ));
+    }
+    let mut entries = Vec::with_capacity(dir.entries as usize);
+    let mut pos = dir.offset as usize;
+    for _ in 0..dir.entries {
+        let at = pos as u64;
+        let head = data
+            .get(pos..pos + CDH_LEN)
+            .filter(|_| pos as u64 + CDH_LEN as u64 <= end);
+        let head = head.ok_or_else(|| bad("central directory truncated", at))?;
+        if le32(head, 0) != Some(CDH_SIG) {
+            return Err(bad("bad central directory header signature", at));
+        }
+        let h16 = |o: usize| le16(head, o).unwrap_or(0);
+        let h32 = |o: usize| le32(head, o).unwrap_or(0);
+        let (name_len, extra_len, comment_len) = (
+            usize::from(h16(28)),
+            usize::from(h16(30)),
+            usize::from(h16(32)),
+        );
+        let record_end = pos + CDH_LEN + name_len + extra_len + comment_len;
+        if record_end as u64 > end {
+            return Err(bad("central directory record runs past the directory", at));
+        }
+        let name = data
+            .get(pos + CDH_LEN..pos + CDH_LEN + name_len)
+            .unwrap_or_default();
+        let extra = data
+            .get(pos + CDH_LEN + name_len..pos + CDH_LEN + name_len + extra_len)
+            .unwrap_or_default();
+        let flags = h16(8);
+        if flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
+            return Err(Error::archive(
+                "encrypted entries are not supported",
+                Location {
+                    entry: Some(String::from_utf8_lossy(name).into_owned()),
+                    offset: Some(at),
+                    opcode: None,
+                },
+            ));
+        }
+        let (mut usize_, mut csize, mut offset) =
+            (u64::from(h32(24)), u64::from(h32(20)), u64::from(h32(42)));
+        apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
+        let entry = locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?;
+        entries.push(entry);
+        pos = record_end;
+    }
+    check_layout(&entries, dir.offset)?;
+    Ok(Index {
+        entries,
+        directory_offset: dir.offset,
+    })
+}
+
+/// Find the payload through the local header, whose name and extra lengths may
+/// differ from the central directory's.
+#[allow(clippy::too_many_arguments)]
+fn locate_payload(
+    data: &[u8],
+    name: &[u8],
+    flags: u16,
+    method: u16,
+    crc32: u32,
+    compressed_size: u64,
+    uncompressed_size: u64,
+    header_offset: u64,
+) -> Result<Entry, Error> {
+    let fail = |reason: &str| {
+        Error::archive(
+            reason,
+            Location {
+                entry: Some(String::from_utf8_lossy(name).into_owned()),
+                offset: Some(header_offset),
+                opcode: None,
+            },
+        )
+    };
+    let lfh = usize::try_from(header_offset)
+        .ok()
+        .and_then(|o| Some((o, data.get(o..o.checked_add(LFH_LEN)?)?)));
+    let (lfh_pos, lfh) = lfh.ok_or_else(|| fail("local header lies outside the file"))?;
+    if le32(lfh, 0) != Some(LFH_SIG) {
+        return Err(fail("bad local header signature"));
+    }
+    let (name_len, extra_len) = (
+        usize::from(le16(lfh, 26).unwrap_or(0)),
+        usize::from(le16(lfh, 28).unwrap_or(0)),
+    );
+    let local_name = data.get(lfh_pos + LFH_LEN..lfh_pos + LFH_LEN + name_len);
+    let data_offset = header_offset + (LFH_LEN + name_len + extra_len) as u64;
+    let fits = data_offset
+        .checked_add(compressed_size)
+        .is_some_and(|end| end <= data.len() as u64);
+    if !fits {
+        return Err(fail("entry data runs past the end of the file"));
+    }
+    Ok(Entry {
+        name: name.into(),
+        method,
+        flags,
+        crc32,
+        compressed_size,
+        uncompressed_size,
+        header_offset,
+        data_offset,
+        local_name_matches: local_name == Some(name),
+    })
+}
+
+/// No two entries may share a name or a byte, and none may reach into the directory.
+fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
+    let mut by_name: Vec<&Entry> = entries.iter().collect();
+    by_name.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    for pair in by_name.windows(2) {
+        if let [a, b] = pair {
+            if a.name == b.name {
+                return Err(Error::archive(
+                    "duplicate entry name",
+                    Location {
+                        entry: Some(b.name_lossy()),
+                        offset: Some(b.header_offset),
+                        opcode: None,
+                    },
+                ));
+            }
+        }
+    }
+    let mut by_offset: Vec<&Entry> = entries.iter().collect();
+    by_offset.sort_unstable_by_key(|e| e.header_offset);
+    for pair in by_offset.windows(2) {
+        if let [a, b] = pair {
+            if a.data_end() > b.header_offset {
+                return Err(Error::archive(
+                    format!("entry overlaps entry '{}'", a.name_lossy()),
+                    Location {
+                        entry: Some(b.name_lossy()),
+                        offset: Some(b.header_offset),
+                        opcode: None,
+                    },
+                ));
+            }
+        }
+    }
+    if let Some(last) = by_offset.last() {
+        if last.data_end() > directory_offset {
+            return Err(Error::archive(
+                "entry data overlaps the central directory",
+                Location {
+                    entry: Some(last.name_lossy()),
+                    offset: Some(last.header_offset),
+                    opcode: None,
+                },
+            ));
+        }
+    }
+    Ok(())
+}

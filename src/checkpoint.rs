@@ -1,0 +1,361 @@
+//! open → archive → VM → torch semantics → a validated [`Checkpoint`]: the value
+//! tree, and every storage bound to the bytes that hold it. Nothing here touches
+//! Python; the bindings turn a `Checkpoint` into objects.
+
+use std::sync::Arc;
+
+use crate::archive::inflate::inflate_exact;
+use crate::archive::layout::{method_name, stored_bytes, ByteOrder, Layout};
+use crate::archive::source::Source;
+use crate::archive::zip::{self, Entry};
+use crate::error::{Error, Location};
+use crate::limits::{self, Limits};
+use crate::pickle::globals::UserGlobals;
+use crate::pickle::machine::{self, StringEncoding};
+use crate::pickle::value::{Arena, NodeId};
+use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storages::IdFormat;
+use crate::torch::tensor::{StorageDecl, StorageId};
+
+/// torch's `LoadEndianness`: what to assume when a file has no `byteorder` record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Endianness {
+    /// No swapping at all.
+    Native,
+    #[default]
+    Little,
+    Big,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub limits: Limits,
+    pub user_globals: UserGlobals,
+    pub encoding: StringEncoding,
+    pub endianness: Endianness,
+}
+
+/// Where a storage's bytes live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageData {
+    /// Uncompressed, at `offset` of the source.
+    Stored { offset: u64 },
+    /// DEFLATE-compressed, `compressed` bytes at `offset`.
+    Deflated { offset: u64, compressed: u64 },
+    /// A slice of another storage (legacy sub-storages).
+    View { root: StorageId, offset: u64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pub decl: StorageDecl,
+    pub data: StorageData,
+    /// The archive entry, for error messages.
+    pub entry: String,
+    /// When the payload's byte order differs from this machine's: the swap unit.
+    pub swap: Option<u64>,
+}
+
+pub struct Checkpoint {
+    pub source: Arc<Source>,
+    pub arena: Arena,
+    pub root: NodeId,
+    pub storages: Vec<Storage>,
+    pub protocol: Option<u8>,
+    /// The pickle's entry name, for error messages.
+    pub pickle_entry: String,
+}
+
+/// The bytes of a (possibly compressed) entry, inflated when needed.
+fn entry_bytes<'d>(
+    entry: &Entry,
+    data: &'d [u8],
+    cap: u64,
+    limit: &'static str,
+) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
+    let name = entry.name_lossy();
+    match entry.method {
+        0 => {
+            limits::check(limit, entry.compressed_size, cap, || Location::entry(&name))?;
+            stored_bytes(entry, data).map(std::borrow::Cow::Borrowed)
+        }
+        8 => {
+            limits::check(limit, entry.uncompressed_size, cap, || {
+                Location::entry(&name)
+            })?;
+            let mut out = vec![0u8; entry.uncompressed_size as usize];
+            inflate_exact(stored_bytes(entry, data)?, &mut out, &name)?;
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        m => Err(Error::unsupported(
+            format!("compression method {m} ({})", method_name(m)),
+            Location::entry(&name),
+        )),
+    }
+}
+
+/// Open a checkpoint held in `source` and validate it completely.
+pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
+    let data = source.bytes();
+    if data.is_empty() {
+        return Err(Error::archive("the file is empty", Location::default()));
+    }
+    if !data.starts_with(b"PK\x03\x04") {
+        return Err(Error::unsupported(
+            "not a zip checkpoint (legacy torch files and raw pickles are not supported yet)",
+            Location::at(0),
+        ));
+    }
+    let index = zip::read_index(data, options.limits.max_zip_entries)?;
+    let layout = Layout::new(index, data)?;
+    if layout.is_torchscript() {
+        return Err(Error::unsupported(
+            "a TorchScript archive: weights-only loading cannot run TorchScript; use torch.jit.load on trusted files",
+            Location::entry(&format!("{}/constants.pkl", layout.root)),
+        ));
+    }
+    let pkl_entry = layout.entry("data.pkl").ok_or_else(|| {
+        Error::archive(
+            "the archive has no data.pkl record",
+            Location::entry(&format!("{}/data.pkl", layout.root)),
+        )
+    })?;
+    let pickle_entry = pkl_entry.name_lossy();
+    let mut arena = Arena::new(&options.limits);
+    let (parsed, hooks) = {
+        let pkl = entry_bytes(
+            pkl_entry,
+            data,
+            options.limits.max_pickle_bytes,
+            "max_pickle_bytes",
+        )?;
+        let mut hooks = TorchHooks::new(
+            Mode::Load,
+            &options.user_globals,
+            options.limits,
+            IdFormat::Zip,
+        );
+        let parsed = machine::run(
+            &pkl,
+            &mut hooks,
+            &mut arena,
+            &options.limits,
+            options.encoding,
+        )
+        .map_err(|e| e.in_entry(&pickle_entry))?;
+        (parsed, hooks.storages)
+    };
+    let file_order = layout.byteorder.unwrap_or(match options.endianness {
+        Endianness::Little => ByteOrder::Little,
+        Endianness::Big => ByteOrder::Big,
+        Endianness::Native => ByteOrder::native(),
+    });
+    let (decls, views) = hooks.into_parts();
+    let mut storages = Vec::with_capacity(decls.len());
+    let mut inflated = 0u64;
+    for (i, decl) in decls.into_iter().enumerate() {
+        let record = format!("data/{}", decl.key);
+        let entry_name = format!("{}/{record}", layout.root);
+        if let Some((_, root, offset)) = views.iter().find(|(v, _, _)| v.index() == i) {
+            storages.push(Storage {
+                decl,
+                data: StorageData::View {
+                    root: *root,
+                    offset: *offset,
+                },
+                entry: entry_name,
+                swap: None,
+            });
+            continue;
+        }
+        let entry = layout.entry(&record).ok_or_else(|| {
+            Error::archive(
+                format!("storage '{}' has no record {record}", decl.key),
+                Location::entry(&entry_name),
+            )
+        })?;
+        if entry.uncompressed_size != decl.nbytes {
+            return Err(Error::tensor(
+                format!(
+                    "record size ({} bytes) does not match the {} bytes the pickle declares ({} x {})",
+                    entry.uncompressed_size,
+                    decl.nbytes,
+                    decl.dtype.name(),
+                    decl.nbytes / decl.dtype.itemsize().max(1),
+                ),
+                Location::entry(&entry_name),
+            ));
+        }
+        let data = match entry.method {
+            0 if entry.compressed_size == entry.uncompressed_size => StorageData::Stored {
+                offset: entry.data_offset,
+            },
+            0 => {
+                return Err(Error::archive(
+                    "stored entry with differing sizes",
+                    Location::entry(&entry_name),
+                ))
+            }
+            8 => {
+                inflated = inflated.saturating_add(decl.nbytes);
+                limits::check(
+                    "max_inflated_bytes",
+                    inflated,
+                    options.limits.max_inflated_bytes,
+                    || Location::entry(&entry_name),
+                )?;
+                StorageData::Deflated {
+                    offset: entry.data_offset,
+                    compressed: entry.compressed_size,
+                }
+            }
+            m => {
+                return Err(Error::unsupported(
+                    format!("compression method {m} ({})", method_name(m)),
+                    Location::entry(&entry_name),
+                ))
+            }
+        };
+        let swap = match decl.view_itemsize {
+            _ if file_order == ByteOrder::native() => None,
+            Some(0) => {
+                return Err(Error::tensor(
+                    "tensors of different element sizes view one big-endian storage; it cannot be byte-swapped",
+                    Location::entry(&entry_name),
+                ))
+            }
+            Some(unit) => Some(unit),
+            None => Some(decl.dtype.swap_unit()),
+        }
+        .filter(|unit| *unit > 1);
+        storages.push(Storage {
+            decl,
+            data,
+            entry: entry_name,
+            swap,
+        });
+    }
+    Ok(Checkpoint {
+        source: source.clone(),
+        arena,
+        root: parsed.root,
+        storages,
+        protocol: parsed.protocol,
+        pickle_entry,
+    })
+}
+
+impl Checkpoint {
+    pub fn storage(&self, id: StorageId) -> Option<&Storage> {
+        self.storages.get(id.index())
+    }
+
+    /// The byte range of a storage that can be used in place: stored, in native byte
+    /// order, and aligned for its element size.
+    pub fn mapped_range(&self, id: StorageId) -> Option<(usize, usize)> {
+        let s = self.storage(id)?;
+        match s.data {
+            StorageData::Stored { offset } if s.swap.is_none() => {
+                let align = s
+                    .decl
+                    .view_itemsize
+                    .filter(|u| *u > 0)
+                    .unwrap_or(s.decl.dtype.itemsize())
+                    .min(16);
+                if offset % align.max(1) != 0 {
+                    return None;
+                }
+                let start = usize::try_from(offset).ok()?;
+                Some((start, usize::try_from(s.decl.nbytes).ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Copy (inflating and byte-swapping as needed) a whole storage into `dst`.
+    pub fn read_storage(&self, id: StorageId, dst: &mut [u8]) -> Result<(), Error> {
+        let s = self
+            .storage(id)
+            .ok_or_else(|| Error::tensor("unknown storage", Location::default()))?;
+        if dst.len() as u64 != s.decl.nbytes {
+            return Err(Error::tensor(
+                "destination size differs from the storage size",
+                Location::entry(&s.entry),
+            ));
+        }
+        let data = self.source.bytes();
+        let slice = |offset: u64, len: u64| {
+            let start = usize::try_from(offset).ok()?;
+            data.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+        };
+        let outside = || {
+            Error::archive(
+                "storage data lies outside the file",
+                Location::entry(&s.entry),
+            )
+        };
+        match s.data {
+            StorageData::Stored { offset } => {
+                dst.copy_from_slice(slice(offset, s.decl.nbytes).ok_or_else(outside)?)
+            }
+            StorageData::Deflated { offset, compressed } => inflate_exact(
+                slice(offset, compressed).ok_or_else(outside)?,
+                dst,
+                &s.entry,
+            )?,
+            StorageData::View { .. } => {
+                return Err(Error::tensor(
+                    "a view storage is read through its root",
+                    Location::entry(&s.entry),
+                ))
+            }
+        }
+        if let Some(unit) = s.swap {
+            byteswap(dst, unit as usize);
+        }
+        Ok(())
+    }
+
+    /// Read a chunk `[start, start+dst.len())` of a stored storage: lets big storages
+    /// be copied by several threads.
+    pub fn read_stored_chunk(
+        &self,
+        id: StorageId,
+        start: usize,
+        dst: &mut [u8],
+    ) -> Result<(), Error> {
+        let s = self
+            .storage(id)
+            .ok_or_else(|| Error::tensor("unknown storage", Location::default()))?;
+        let StorageData::Stored { offset } = s.data else {
+            return Err(Error::tensor(
+                "only stored storages can be read in chunks",
+                Location::entry(&s.entry),
+            ));
+        };
+        let begin = usize::try_from(offset)
+            .ok()
+            .and_then(|o| o.checked_add(start));
+        let src = begin.and_then(|b| self.source.bytes().get(b..b.checked_add(dst.len())?));
+        let src = src.ok_or_else(|| {
+            Error::archive(
+                "storage data lies outside the file",
+                Location::entry(&s.entry),
+            )
+        })?;
+        dst.copy_from_slice(src);
+        if let Some(unit) = s.swap {
+            byteswap(dst, unit as usize);
+        }
+        Ok(())
+    }
+}
+
+/// Reverse the bytes of every `unit`-sized element.
+pub fn byteswap(bytes: &mut [u8], unit: usize) {
+    if unit > 1 {
+        for chunk in bytes.chunks_exact_mut(unit) {
+            chunk.reverse();
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Copying storages out of the file into memory the caller owns, on several
+//! threads: page faults on fresh memory dominate an eager load, and they
+//! parallelise. Big stored storages are split into chunks so one huge tensor
+//! still uses every thread.
+
+use crate::checkpoint::{Checkpoint, StorageData};
+use crate::error::Error;
+use crate::torch::tensor::StorageId;
+
+/// Chunk size for splitting stored storages; a multiple of every swap unit.
+const CHUNK: usize = 8 << 20;
+
+/// One storage and the memory it is copied into (exactly its size).
+pub struct FillJob<'a> {
+    pub storage: StorageId,
+    pub dst: &'a mut [u8],
+}
+
+struct Piece<'a> {
+    storage: StorageId,
+    start: usize,
+    dst: &'a mut [u8],
+    whole: bool,
+}
+
+/// Fill every job's destination, using up to `threads` threads.
+pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> Result<(), Error> {
+    let mut pieces = Vec::new();
+    for job in jobs {
+        let stored = matches!(
+            checkpoint.storage(job.storage).map(|s| &s.data),
+            Some(StorageData::Stored { .. })
+        );
+        if !stored || job.dst.len() <= CHUNK {
+            pieces.push(Piece {
+                storage: job.storage,
+                start: 0,
+                whole: true,
+                dst: job.dst,
+            });
+            continue;
+        }
+        let mut start = 0;
+        for dst in job.dst.chunks_mut(CHUNK) {
+            let len = dst.len();
+            pieces.push(Piece {
+                storage: job.storage,
+                start,
+                whole: false,
+                dst,
+            });
+            start += len;
+        }
+    }
+    let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
+    let threads = threads.max(1);
+    if threads == 1 || total < (1 << 20) || pieces.len() < 2 {
+        return pieces
+            .into_iter()
+            .try_for_each(|p| copy_piece(checkpoint, p));
+    }
+    // Largest first into the least loaded bin: a near-even split without a work queue.
+    pieces.sort_unstable_by_key(|p| std::cmp::Reverse(p.dst.len()));
+    let mut bins: Vec<(usize, Vec<Piece>)> = (0..threads).map(|_| (0, Vec::new())).collect();
+    for piece in pieces {
+        if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
+            bin.0 += piece.dst.len();
+            bin.1.push(piece);
+        }
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = bins
+            .into_iter()
+            .map(|(_, bin)| {
+                scope.spawn(move || bin.into_iter().try_for_each(|p| copy_piece(checkpoint, p)))
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| match h.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    })
+}
+
+fn copy_piece(checkpoint: &Checkpoint, piece: Piece<'_>) -> Result<(), Error> {
+    if piece.whole {
+        checkpoint.read_storage(piece.storage, piece.dst)
+    } else {
+        checkpoint.read_stored_chunk(piece.storage, piece.start, piece.dst)
+    }
+}
+
+/// How many threads copying should use.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+}

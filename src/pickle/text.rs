@@ -1,0 +1,251 @@
+//! Decoding of the text forms pickle uses: UTF-8 with lone surrogates
+//! (`surrogatepass`), protocol 0's escaped strings and raw-unicode-escape, and
+//! Python int literals.
+
+/// Does `bytes` decode as UTF-8 under Python's `surrogatepass` error handler?
+/// That is UTF-8 where the encoded surrogates U+D800..U+DFFF are also accepted.
+pub fn is_utf8_surrogatepass(bytes: &[u8]) -> bool {
+    if std::str::from_utf8(bytes).is_ok() {
+        return true;
+    }
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let width = match b {
+            0x00..=0x7f => 1,
+            0xc2..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf4 => 4,
+            _ => return false,
+        };
+        let Some(seq) = bytes.get(i..i + width) else {
+            return false;
+        };
+        let surrogate =
+            width == 3 && b == 0xed && seq.get(1).is_some_and(|c| (0xa0..=0xbf).contains(c));
+        if surrogate {
+            if !seq.iter().skip(1).all(|c| (0x80..=0xbf).contains(c)) {
+                return false;
+            }
+        } else if std::str::from_utf8(seq).is_err() {
+            return false;
+        }
+        i += width;
+    }
+    true
+}
+
+/// Append a code point as UTF-8, surrogates included (as `surrogatepass` encodes them).
+fn push_code_point(out: &mut Vec<u8>, cp: u32) -> bool {
+    if let Some(c) = char::from_u32(cp) {
+        let mut buf = [0u8; 4];
+        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        true
+    } else if (0xd800..=0xdfff).contains(&cp) {
+        out.push(0xe0 | (cp >> 12) as u8);
+        out.push(0x80 | ((cp >> 6) & 0x3f) as u8);
+        out.push(0x80 | (cp & 0x3f) as u8);
+        true
+    } else {
+        false
+    }
+}
+
+/// Latin-1 bytes to UTF-8.
+pub fn latin1_to_utf8(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    for &b in bytes {
+        push_code_point(&mut out, u32::from(b));
+    }
+    out
+}
+
+/// Python's `raw_unicode_escape` decoding (protocol 0's UNICODE opcode): `\uXXXX` and
+/// `\UXXXXXXXX` are escapes, every other byte is a Latin-1 character.
+pub fn raw_unicode_escape(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let digits = match (b, bytes.get(i + 1)) {
+            (b'\\', Some(b'u')) => 4,
+            (b'\\', Some(b'U')) => 8,
+            _ => {
+                push_code_point(&mut out, u32::from(b));
+                i += 1;
+                continue;
+            }
+        };
+        // An odd run of backslashes before `u` escapes; Python counts them, and so do we.
+        let preceding = bytes
+            .get(..i)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .take_while(|c| **c == b'\\')
+            .count();
+        if preceding % 2 == 1 {
+            push_code_point(&mut out, u32::from(b));
+            i += 1;
+            continue;
+        }
+        let hex = bytes.get(i + 2..i + 2 + digits)?;
+        let text = std::str::from_utf8(hex).ok()?;
+        if !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        let cp = u32::from_str_radix(text, 16).ok()?;
+        if !push_code_point(&mut out, cp) {
+            return None;
+        }
+        i += 2 + digits;
+    }
+    Some(out)
+}
+
+/// Python's `escape_decode` of a quoted protocol 0 STRING body (`\n`, `\x41`, `\101`...).
+pub fn escape_decode(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        i += 1;
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        let &c = bytes.get(i)?;
+        i += 1;
+        match c {
+            b'\n' => {}
+            b'\\' => out.push(b'\\'),
+            b'\'' => out.push(b'\''),
+            b'"' => out.push(b'"'),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'x' => {
+                let hex = bytes.get(i..i + 2)?;
+                let text = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(text, 16).ok()?);
+                i += 2;
+            }
+            b'0'..=b'7' => {
+                let mut value = u32::from(c - b'0');
+                for _ in 0..2 {
+                    match bytes.get(i) {
+                        Some(d @ b'0'..=b'7') => {
+                            value = value * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push((value & 0xff) as u8);
+            }
+            other => {
+                out.push(b'\\');
+                out.push(other);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A Python int literal as `int(text, 0)` reads it, when it fits in i64. `Err(())`
+/// means the text is no int literal at all; `Ok(None)` a valid literal beyond i64.
+#[allow(clippy::result_unit_err)]
+pub fn parse_int_literal(text: &str) -> Result<Option<i64>, ()> {
+    let t = text.trim();
+    let (negative, body) = match (t.strip_prefix('-'), t.strip_prefix('+')) {
+        (Some(rest), _) => (true, rest),
+        (_, Some(rest)) => (false, rest),
+        _ => (false, t),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else {
+        (10, lower.as_str())
+    };
+    let digits = digits
+        .strip_prefix('_')
+        .filter(|_| radix != 10)
+        .unwrap_or(digits);
+    let valid = !digits.is_empty()
+        && !digits.starts_with('_')
+        && !digits.ends_with('_')
+        && !digits.contains("__")
+        && digits.chars().all(|c| c == '_' || c.is_digit(radix));
+    // Python refuses leading zeros in a non-zero decimal literal ("010").
+    let leading_zero = radix == 10
+        && digits.len() > 1
+        && digits.starts_with('0')
+        && digits.chars().any(|c| c != '0' && c != '_');
+    if !valid || leading_zero {
+        return Err(());
+    }
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    let magnitude = match i128::from_str_radix(&clean, radix) {
+        Ok(m) => m,
+        Err(_) => return Ok(None),
+    };
+    let value = if negative { -magnitude } else { magnitude };
+    Ok(i64::try_from(value).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn surrogatepass_accepts_lone_surrogates_only() {
+        assert!(is_utf8_surrogatepass("héllo ✓ 😀".as_bytes()));
+        assert!(is_utf8_surrogatepass(b"\xed\xa0\x80"));
+        assert!(!is_utf8_surrogatepass(b"\xff"));
+        assert!(!is_utf8_surrogatepass(b"\xc3"));
+        assert!(!is_utf8_surrogatepass(b"\xed\xa0"));
+    }
+
+    #[test]
+    fn raw_unicode_escape_matches_python() {
+        assert_eq!(
+            raw_unicode_escape(br"a\u00e9\U0001F600").unwrap(),
+            "aé😀".as_bytes()
+        );
+        assert_eq!(raw_unicode_escape(b"\xe9").unwrap(), "é".as_bytes());
+        assert_eq!(
+            raw_unicode_escape(br"\\u0041").unwrap(),
+            br"\\u0041".to_vec()
+        );
+        assert!(raw_unicode_escape(br"\u12").is_none());
+        assert!(raw_unicode_escape(br"\U00110000").is_none());
+    }
+
+    #[test]
+    fn escape_decode_matches_python() {
+        assert_eq!(
+            escape_decode(br"a\n\x41\101\\\'").unwrap(),
+            b"a\nAA\\'".to_vec()
+        );
+        assert!(escape_decode(br"\x4").is_none());
+        assert_eq!(escape_decode(br"\q").unwrap(), br"\q".to_vec());
+    }
+
+    #[test]
+    fn int_literals_follow_int_base_0() {
+        assert_eq!(parse_int_literal("42"), Ok(Some(42)));
+        assert_eq!(parse_int_literal(" -0x10 "), Ok(Some(-16)));
+        assert_eq!(parse_int_literal("1_000"), Ok(Some(1000)));
+        assert_eq!(parse_int_literal("0"), Ok(Some(0)));
+        assert_eq!(parse_int_literal("00"), Ok(Some(0)));
+        assert_eq!(parse_int_literal("010"), Err(()));
+        assert_eq!(parse_int_literal("abc"), Err(()));
+        assert_eq!(parse_int_literal("99999999999999999999999"), Ok(None));
+    }
+}

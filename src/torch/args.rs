@@ -1,0 +1,199 @@
+//! Typed access to the argument tuple of an allowlisted call, with an error that
+//! names the function and the argument whenever the file passes the wrong thing.
+
+use crate::error::{Error, Location};
+use crate::pickle::globals::{Builtin, Global};
+use crate::pickle::value::{Arena, Node, NodeId};
+use crate::torch::dtype::DType;
+use crate::torch::tensor::StorageId;
+
+pub struct Args<'a> {
+    pub arena: &'a Arena,
+    pub items: &'a [NodeId],
+    pub at: &'a Location,
+    pub func: &'a str,
+}
+
+impl<'a> Args<'a> {
+    /// The items of `args`, which must be a tuple (pickle calls `func(*args)`).
+    pub fn new(
+        arena: &'a Arena,
+        args: NodeId,
+        at: &'a Location,
+        func: &'a str,
+    ) -> Result<Self, Error> {
+        match arena.get(args) {
+            Node::Tuple(items) => Ok(Args {
+                arena,
+                items,
+                at,
+                func,
+            }),
+            other => Err(Error::pickle(
+                format!(
+                    "{func}: arguments must be a tuple, got {}",
+                    other.kind_name()
+                ),
+                at.clone(),
+            )),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn fail(&self, reason: impl std::fmt::Display) -> Error {
+        Error::tensor(format!("{}: {reason}", self.func), self.at.clone())
+    }
+
+    /// Require between `min` and `max` arguments.
+    pub fn arity(&self, min: usize, max: usize) -> Result<(), Error> {
+        if self.len() < min || self.len() > max {
+            let expected = if min == max {
+                min.to_string()
+            } else {
+                format!("{min} to {max}")
+            };
+            return Err(self.fail(format!("takes {expected} arguments, got {}", self.len())));
+        }
+        Ok(())
+    }
+
+    pub fn id(&self, i: usize) -> Result<NodeId, Error> {
+        self.items
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.fail(format!("missing argument {i}")))
+    }
+
+    pub fn node(&self, i: usize) -> Result<&'a Node, Error> {
+        Ok(self.arena.get(self.id(i)?))
+    }
+
+    pub fn int(&self, i: usize, what: &str) -> Result<i64, Error> {
+        match self.node(i)? {
+            Node::Int(v) => Ok(*v),
+            Node::Bool(b) => Ok(i64::from(*b)),
+            other => Err(self.fail(format!("{what} must be an int, got {}", other.kind_name()))),
+        }
+    }
+
+    pub fn uint(&self, i: usize, what: &str) -> Result<u64, Error> {
+        let v = self.int(i, what)?;
+        u64::try_from(v).map_err(|_| self.fail(format!("{what} must not be negative, got {v}")))
+    }
+
+    pub fn float(&self, i: usize, what: &str) -> Result<f64, Error> {
+        match self.node(i)? {
+            Node::Float(v) => Ok(*v),
+            Node::Int(v) => Ok(*v as f64),
+            other => Err(self.fail(format!("{what} must be a float, got {}", other.kind_name()))),
+        }
+    }
+
+    pub fn bool(&self, i: usize, what: &str) -> Result<bool, Error> {
+        match self.node(i)? {
+            Node::Bool(b) => Ok(*b),
+            Node::Int(v @ (0 | 1)) => Ok(*v == 1),
+            other => Err(self.fail(format!("{what} must be a bool, got {}", other.kind_name()))),
+        }
+    }
+
+    pub fn str(&self, i: usize, what: &str) -> Result<&'a str, Error> {
+        match self.node(i)? {
+            Node::Str(s) => {
+                std::str::from_utf8(s).map_err(|_| self.fail(format!("{what} is not valid text")))
+            }
+            // encoding='bytes' leaves py2 strings as bytes; torch ascii-decodes them.
+            Node::Bytes(b) if b.is_ascii() => {
+                std::str::from_utf8(b).map_err(|_| self.fail(format!("{what} is not ASCII")))
+            }
+            other => Err(self.fail(format!("{what} must be a str, got {}", other.kind_name()))),
+        }
+    }
+
+    /// A shape or stride: a tuple (or torch.Size) of non-negative ints, at most `max_ndim` long.
+    pub fn dims(&self, i: usize, what: &str, max_ndim: u64) -> Result<Box<[u64]>, Error> {
+        let check_len = |n: usize| {
+            if n as u64 > max_ndim {
+                Err(Error::Limit {
+                    limit: "max_ndim",
+                    max: max_ndim,
+                    location: self.at.clone(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let items: Option<&[NodeId]> = match self.node(i)? {
+            Node::Tuple(items) => Some(items),
+            Node::List(items) => Some(items),
+            _ => None,
+        };
+        if let Some(items) = items {
+            check_len(items.len())?;
+            return items
+                .iter()
+                .map(|id| match self.arena.get(*id) {
+                    Node::Int(v) => u64::try_from(*v)
+                        .map_err(|_| self.fail(format!("{what} has a negative entry {v}"))),
+                    other => Err(self.fail(format!(
+                        "{what} entries must be ints, got {}",
+                        other.kind_name()
+                    ))),
+                })
+                .collect();
+        }
+        match self.node(i)? {
+            Node::Size(dims) => {
+                check_len(dims.len())?;
+                dims.iter()
+                    .map(|v| {
+                        u64::try_from(*v)
+                            .map_err(|_| self.fail(format!("{what} has a negative entry {v}")))
+                    })
+                    .collect()
+            }
+            other => Err(self.fail(format!(
+                "{what} must be a tuple of ints, got {}",
+                other.kind_name()
+            ))),
+        }
+    }
+
+    pub fn storage(&self, i: usize) -> Result<StorageId, Error> {
+        match self.node(i)? {
+            Node::Storage(s) => Ok(*s),
+            other => Err(self.fail(format!(
+                "argument {i} must be a storage, got {}",
+                other.kind_name()
+            ))),
+        }
+    }
+
+    /// A tensor argument, by id (the bindings build it).
+    pub fn tensor(&self, i: usize, what: &str) -> Result<NodeId, Error> {
+        match self.node(i)? {
+            Node::Tensor(_) => self.id(i),
+            other => Err(self.fail(format!(
+                "{what} must be a tensor, got {}",
+                other.kind_name()
+            ))),
+        }
+    }
+
+    pub fn dtype(&self, i: usize) -> Result<DType, Error> {
+        match self.node(i)? {
+            Node::Global(Global::Builtin(Builtin::Dtype(d))) => Ok(*d),
+            other => Err(self.fail(format!(
+                "argument {i} must be a torch.dtype, got {}",
+                other.kind_name()
+            ))),
+        }
+    }
+}

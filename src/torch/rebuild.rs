@@ -1,0 +1,300 @@
+//! The `torch._utils._rebuild_*` functions: each turns its argument tuple into a
+//! tensor description, validated against its storage before anything is built.
+
+use crate::error::{Error, Location};
+use crate::pickle::globals::{Builtin, Global, QScheme, RebuildFn};
+use crate::pickle::machine::Hooks;
+use crate::pickle::value::{Arena, Node, NodeId};
+use crate::torch::args::Args;
+use crate::torch::semantics::TorchHooks;
+use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
+
+pub fn call(
+    h: &mut TorchHooks,
+    arena: &mut Arena,
+    f: RebuildFn,
+    args: NodeId,
+    at: &Location,
+) -> Result<NodeId, Error> {
+    let name = Builtin::Rebuild(f).full_name();
+    let a = Args::new(arena, args, at, &name)?;
+    let node = match f {
+        RebuildFn::Tensor => {
+            a.arity(4, 4)?;
+            let dense = dense(h, &a, None)?;
+            TensorNode::new(TensorKind::Dense(dense), false)
+        }
+        RebuildFn::TensorV2 | RebuildFn::TensorV3 => {
+            let v3 = f == RebuildFn::TensorV3;
+            let base = if v3 { 7 } else { 6 };
+            a.arity(base, base + 1)?;
+            let dtype = if v3 { Some(a.dtype(6)?) } else { None };
+            let requires_grad = a.bool(4, "requires_grad")?;
+            hooks_arg(&a, 5)?;
+            let dense = dense(h, &a, dtype)?;
+            let mut t = TensorNode::new(TensorKind::Dense(dense), requires_grad);
+            if a.len() == base + 1 {
+                metadata(&a, base, &mut t)?;
+            }
+            t
+        }
+        RebuildFn::Parameter | RebuildFn::ParameterWithState => {
+            let with_state = f == RebuildFn::ParameterWithState;
+            let n = if with_state { 4 } else { 3 };
+            a.arity(n, n)?;
+            let data = a.tensor(0, "data")?;
+            let requires_grad = a.bool(1, "requires_grad")?;
+            hooks_arg(&a, 2)?;
+            let state = if with_state { Some(a.id(3)?) } else { None };
+            TensorNode::new(TensorKind::Parameter { data, state }, requires_grad)
+        }
+        RebuildFn::QTensor => {
+            a.arity(7, 7)?;
+            let dense = dense(h, &a, None)?;
+            if !dense.dtype.is_quantized() {
+                return Err(a.fail(format!(
+                    "the storage of a quantized tensor has dtype {}",
+                    dense.dtype.name()
+                )));
+            }
+            let params = qparams(&a, 4)?;
+            let requires_grad = a.bool(5, "requires_grad")?;
+            hooks_arg(&a, 6)?;
+            TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad)
+        }
+        RebuildFn::SparseTensor => {
+            a.arity(2, 2)?;
+            let layout = match a.node(0)? {
+                Node::Layout(l) => *l,
+                other => {
+                    return Err(a.fail(format!(
+                        "layout must be a torch.layout, got {}",
+                        other.kind_name()
+                    )))
+                }
+            };
+            let data = Args::new(arena, a.id(1)?, at, &name)?;
+            sparse(&data, layout, h.limits.max_ndim)?
+        }
+        RebuildFn::MetaTensorNoStorage => {
+            a.arity(4, 4)?;
+            let dtype = a.dtype(0)?;
+            let shape = a.dims(1, "size", h.limits.max_ndim)?;
+            let stride = a.dims(2, "stride", h.limits.max_ndim)?;
+            if shape.len() != stride.len() {
+                return Err(a.fail("size and stride differ in length"));
+            }
+            TensorNode::new(
+                TensorKind::Meta {
+                    dtype,
+                    shape,
+                    stride,
+                },
+                a.bool(3, "requires_grad")?,
+            )
+        }
+        RebuildFn::NestedTensor => {
+            a.arity(4, 4)?;
+            TensorNode::new(
+                TensorKind::Nested {
+                    buffer: a.tensor(0, "buffer")?,
+                    sizes: a.tensor(1, "nested sizes")?,
+                    strides: a.tensor(2, "nested strides")?,
+                    offsets: a.tensor(3, "storage offsets")?,
+                },
+                false,
+            )
+        }
+        RebuildFn::FromTypeV2 => {
+            a.arity(4, 4)?;
+            let (func, cls, inner, state) = (a.id(0)?, a.id(1)?, a.id(2)?, a.id(3)?);
+            let cls_ok = matches!(
+                a.node(1)?,
+                Node::Global(Global::Builtin(Builtin::Tensor) | Global::User(_))
+            );
+            if !cls_ok {
+                return Err(
+                    a.fail("the tensor type must be torch.Tensor or an allowlisted subclass")
+                );
+            }
+            let plain = matches!(a.node(1)?, Node::Global(Global::Builtin(Builtin::Tensor)));
+            let no_state = match a.node(3)? {
+                Node::None => true,
+                Node::Dict(d) => d.items.is_empty() && d.base.is_none(),
+                _ => false,
+            };
+            let base = h.reduce(arena, func, inner, at)?;
+            if !matches!(arena.get(base), Node::Tensor(_)) {
+                return Err(Error::tensor(
+                    format!("{name}: the rebuild function did not make a tensor"),
+                    at.clone(),
+                ));
+            }
+            if plain && no_state {
+                return Ok(base);
+            }
+            TensorNode::new(TensorKind::FromType { base, cls, state }, false)
+        }
+        RebuildFn::WrapperSubclass
+        | RebuildFn::DeviceTensorFromNumpy
+        | RebuildFn::DeviceTensorFromCpuTensor => {
+            TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
+        }
+    };
+    arena.push(Node::Tensor(Box::new(node)))
+}
+
+/// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
+fn dense(
+    h: &mut TorchHooks,
+    a: &Args,
+    dtype: Option<crate::torch::dtype::DType>,
+) -> Result<Dense, Error> {
+    let storage = a.storage(0)?;
+    let offset = a.uint(1, "storage_offset")?;
+    let shape = a.dims(2, "size", h.limits.max_ndim)?;
+    let stride = a.dims(3, "stride", h.limits.max_ndim)?;
+    let decl = h
+        .storages
+        .get_mut(storage)
+        .ok_or_else(|| a.fail("unknown storage"))?;
+    let dense = Dense {
+        storage,
+        dtype: dtype.unwrap_or(decl.dtype),
+        offset,
+        shape,
+        stride,
+    };
+    dense.validate(decl, a.at)?;
+    // Remember the element size of the views: a big-endian file swaps in that unit.
+    let itemsize = dense.dtype.swap_unit();
+    decl.view_itemsize = match decl.view_itemsize {
+        None => Some(itemsize),
+        Some(seen) if seen == itemsize || dense.numel() == Some(0) => Some(seen),
+        Some(_) => Some(0),
+    };
+    Ok(dense)
+}
+
+/// `backward_hooks`: torch always writes an empty OrderedDict; hooks cannot be loaded.
+fn hooks_arg(a: &Args, i: usize) -> Result<(), Error> {
+    match a.node(i)? {
+        Node::None => Ok(()),
+        Node::Dict(d) if d.items.is_empty() && d.base.is_none() => Ok(()),
+        Node::Dict(_) => Err(a.fail("backward hooks cannot be loaded")),
+        other => Err(a.fail(format!(
+            "backward_hooks must be an OrderedDict, got {}",
+            other.kind_name()
+        ))),
+    }
+}
+
+/// The optional metadata dict of `_rebuild_tensor_v2/v3`: `{'conj': bool, 'neg': bool}`.
+fn metadata(a: &Args, i: usize, t: &mut TensorNode) -> Result<(), Error> {
+    let items = match a.node(i)? {
+        Node::None => return Ok(()),
+        Node::Dict(d) if d.base.is_none() => &d.items,
+        other => {
+            return Err(a.fail(format!(
+                "tensor metadata must be a dict, got {}",
+                other.kind_name()
+            )))
+        }
+    };
+    for (k, v) in items {
+        let flag = match a.arena.get(*v) {
+            Node::Bool(b) => *b,
+            _ => return Err(a.fail("tensor metadata values must be bools")),
+        };
+        match a.arena.str(*k) {
+            Some(b"conj") => t.conj = flag,
+            Some(b"neg") => t.neg = flag,
+            _ => return Err(a.fail("tensor metadata keys must be 'conj' or 'neg'")),
+        }
+    }
+    Ok(())
+}
+
+fn qparams(a: &Args, i: usize) -> Result<QParams, Error> {
+    let p = Args::new(a.arena, a.id(i)?, a.at, a.func)?;
+    let qscheme = match p.node(0)? {
+        Node::Global(Global::Builtin(Builtin::QScheme(q))) => *q,
+        _ => return Err(a.fail("quantizer parameters must start with a qscheme")),
+    };
+    match qscheme {
+        QScheme::PerTensorAffine => {
+            p.arity(3, 3)?;
+            Ok(QParams::PerTensor {
+                qscheme,
+                scale: p.float(1, "scale")?,
+                zero_point: p.int(2, "zero_point")?,
+            })
+        }
+        QScheme::PerChannelAffine | QScheme::PerChannelAffineFloatQParams => {
+            p.arity(4, 4)?;
+            Ok(QParams::PerChannel {
+                qscheme,
+                scales: p.tensor(1, "scales")?,
+                zero_points: p.tensor(2, "zero_points")?,
+                axis: p.int(3, "axis")?,
+            })
+        }
+        other => Err(a.fail(format!(
+            "Can't deserialize quantized tensor with qscheme torch.{}",
+            other.name()
+        ))),
+    }
+}
+
+/// `_rebuild_sparse_tensor(layout, data)`: COO `(indices, values, size[, is_coalesced])`,
+/// compressed `(compressed_indices, plain_indices, values, size)`.
+fn sparse(
+    data: &Args,
+    layout: crate::torch::tensor::Layout,
+    max_ndim: u64,
+) -> Result<TensorNode, Error> {
+    use crate::torch::tensor::Layout::*;
+    let (parts, size_at, coalesced) = match layout {
+        SparseCoo => {
+            data.arity(3, 4)?;
+            let coalesced = if data.len() == 4 {
+                Some(data.bool(3, "is_coalesced")?)
+            } else {
+                None
+            };
+            (
+                vec![data.tensor(0, "indices")?, data.tensor(1, "values")?],
+                2,
+                coalesced,
+            )
+        }
+        SparseCsr | SparseCsc | SparseBsr | SparseBsc => {
+            data.arity(4, 4)?;
+            (
+                vec![
+                    data.tensor(0, "compressed indices")?,
+                    data.tensor(1, "plain indices")?,
+                    data.tensor(2, "values")?,
+                ],
+                3,
+                None,
+            )
+        }
+        other => {
+            return Err(data.fail(format!(
+                "cannot rebuild a sparse tensor with layout {}",
+                other.name()
+            )))
+        }
+    };
+    let size = data.dims(size_at, "size", max_ndim)?;
+    Ok(TensorNode::new(
+        TensorKind::Sparse {
+            layout,
+            parts: parts.into(),
+            size,
+            coalesced,
+        },
+        false,
+    ))
+}

@@ -1,0 +1,512 @@
+//! torch's weights-only rules as VM hooks: which globals resolve, what calling an
+//! allowlisted callable builds, what BUILD may touch, and what a persistent id is.
+//! In scan mode the same rules run, but a refusal is recorded instead of raised,
+//! so the scanner reports exactly the globals a load would refuse.
+
+use crate::error::{Error, Location, Refusal};
+use crate::limits::Limits;
+use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
+use crate::pickle::machine::Hooks;
+use crate::pickle::value::{
+    Arena, Constructor, DictClass, DictNode, Mutation, Node, NodeId, ObjectNode, SetNode,
+};
+use crate::torch::args::Args;
+use crate::torch::dtype::DType;
+use crate::torch::rebuild;
+use crate::torch::storages::{IdFormat, Storages};
+use crate::torch::tensor::{Layout, TensorKind, TensorNode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Build values; fail at the first refusal.
+    Load,
+    /// Build what can be built; record every refusal and go on.
+    Scan,
+}
+
+/// A global the scan found outside the allowlist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundGlobal {
+    /// `module.name` after Python 2 name mapping; `EXT<n>` for extension codes.
+    pub name: String,
+    pub offset: u64,
+    pub blocked: bool,
+}
+
+pub struct TorchHooks<'u> {
+    pub mode: Mode,
+    pub user: &'u UserGlobals,
+    pub limits: Limits,
+    pub storages: Storages,
+    pub id_format: IdFormat,
+    pub found: Vec<FoundGlobal>,
+}
+
+impl<'u> TorchHooks<'u> {
+    pub fn new(mode: Mode, user: &'u UserGlobals, limits: Limits, id_format: IdFormat) -> Self {
+        TorchHooks {
+            mode,
+            user,
+            limits,
+            storages: Storages::default(),
+            id_format,
+            found: Vec::new(),
+        }
+    }
+
+    /// In scan mode a refused or failed construction becomes an opaque value; resource
+    /// limits still stop the scan.
+    fn lenient(&self, arena: &mut Arena, result: Result<NodeId, Error>) -> Result<NodeId, Error> {
+        match result {
+            Err(e) if self.mode == Mode::Scan && !matches!(e, Error::Limit { .. }) => {
+                arena.push(Node::Opaque)
+            }
+            other => other,
+        }
+    }
+
+    fn record(&mut self, name: String, at: &Location, blocked: bool) {
+        self.found.push(FoundGlobal {
+            name,
+            offset: at.offset.unwrap_or(0),
+            blocked,
+        });
+    }
+
+    fn call_builtin(
+        &mut self,
+        arena: &mut Arena,
+        b: Builtin,
+        args: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        let name = b.full_name();
+        if let Builtin::Rebuild(f) = b {
+            return rebuild::call(self, arena, f, args, at);
+        }
+        let a = Args::new(arena, args, at, &name)?;
+        let node = match b {
+            Builtin::OrderedDict | Builtin::Counter => {
+                a.arity(0, 1)?;
+                let class = if b == Builtin::Counter {
+                    DictClass::Counter
+                } else {
+                    DictClass::OrderedDict
+                };
+                let base = match a.len() {
+                    0 => None,
+                    _ => match a.node(0)? {
+                        Node::Dict(d) => Some((a.id(0)?, d.items.len())),
+                        other => {
+                            return Err(a.fail(format!("expects a dict, got {}", other.kind_name())))
+                        }
+                    },
+                };
+                Node::Dict(Box::new(DictNode {
+                    class,
+                    base,
+                    items: Vec::new(),
+                    state: Vec::new(),
+                }))
+            }
+            Builtin::Set => {
+                a.arity(0, 1)?;
+                let base = match a.len() {
+                    0 => None,
+                    _ => Some((
+                        a.id(0)?,
+                        snapshot_len(a.node(0)?)
+                            .ok_or_else(|| a.fail("expects a list, tuple or set"))?,
+                    )),
+                };
+                Node::Set(Box::new(SetNode {
+                    frozen: false,
+                    base,
+                    items: Vec::new(),
+                }))
+            }
+            Builtin::Size => {
+                a.arity(1, 1)?;
+                let dims = a.dims(0, "torch.Size", self.limits.max_ndim)?;
+                Node::Size(dims.iter().map(|d| *d as i64).collect())
+            }
+            Builtin::Device => {
+                a.arity(1, 2)?;
+                let kind = a.str(0, "device type")?;
+                let device = if a.len() == 2 {
+                    format!("{kind}:{}", a.uint(1, "device index")?)
+                } else {
+                    kind.to_owned()
+                };
+                if !valid_device(&device) {
+                    return Err(a.fail(format!("invalid device string {device:?}")));
+                }
+                Node::Device(device.into())
+            }
+            Builtin::GetLayout => {
+                a.arity(1, 1)?;
+                let layout = a.str(0, "layout name")?;
+                Node::Layout(
+                    Layout::from_name(layout)
+                        .ok_or_else(|| a.fail(format!("unknown layout {layout:?}")))?,
+                )
+            }
+            Builtin::CodecsEncode => {
+                a.arity(1, 2)?;
+                let text = a.str(0, "text")?;
+                let codec = if a.len() == 2 {
+                    a.str(1, "encoding")?
+                } else {
+                    "utf-8"
+                };
+                Node::Bytes(
+                    encode(text, codec)
+                        .ok_or_else(|| a.fail(format!("cannot encode with codec {codec:?}")))?
+                        .into(),
+                )
+            }
+            Builtin::ByteArray | Builtin::Bytes => {
+                a.arity(0, 2)?;
+                let bytes: Vec<u8> = match (a.len(), a.node(0)) {
+                    (0, _) => Vec::new(),
+                    (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => b.to_vec(),
+                    (1, Ok(Node::Int(n))) => {
+                        let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
+                        // Charged before allocating: `bytearray(n)` is an allocation request.
+                        if n > arena_budget(&a) {
+                            return Err(Error::Limit {
+                                limit: "max_payload_bytes",
+                                max: self.limits.max_payload_bytes,
+                                location: at.clone(),
+                            });
+                        }
+                        vec![0; usize::try_from(n).map_err(|_| a.fail("count too large"))?]
+                    }
+                    (2, _) => {
+                        let text = a.str(0, "text")?;
+                        let codec = a.str(1, "encoding")?;
+                        encode(text, codec)
+                            .ok_or_else(|| a.fail(format!("cannot encode with codec {codec:?}")))?
+                    }
+                    (_, Ok(other)) => {
+                        return Err(a.fail(format!("cannot build from {}", other.kind_name())))
+                    }
+                    (_, Err(e)) => return Err(e),
+                };
+                if b == Builtin::Bytes {
+                    Node::Bytes(bytes.into())
+                } else {
+                    Node::ByteArray(bytes.into())
+                }
+            }
+            Builtin::Complex => {
+                a.arity(0, 2)?;
+                let re = if a.is_empty() {
+                    0.0
+                } else {
+                    a.float(0, "real part")?
+                };
+                let im = if a.len() == 2 {
+                    a.float(1, "imaginary part")?
+                } else {
+                    0.0
+                };
+                Node::Complex(re, im)
+            }
+            Builtin::Parameter => {
+                a.arity(0, 2)?;
+                let items = a.items.to_vec();
+                return self.parameter(arena, &items, args, at);
+            }
+            Builtin::Tensor | Builtin::LegacyTensorType { sparse: false, .. } => {
+                if !a.is_empty() {
+                    return Err(Error::forbidden(
+                        format!("{name} called with arguments would allocate uninitialised memory; refused"),
+                        at.clone(),
+                    ));
+                }
+                let dtype = match b {
+                    Builtin::LegacyTensorType { dtype, .. } => dtype,
+                    _ => DType::Float32,
+                };
+                Node::Tensor(Box::new(TensorNode::new(
+                    TensorKind::Empty { dtype },
+                    false,
+                )))
+            }
+            _ => {
+                return Err(Error::forbidden(
+                    format!("Trying to call reduce for unrecognized function {name}"),
+                    at.clone(),
+                ));
+            }
+        };
+        arena.push(node)
+    }
+
+    /// `nn.Parameter(data=empty, requires_grad=True)`, as NEWOBJ and REDUCE make it.
+    fn parameter(
+        &mut self,
+        arena: &mut Arena,
+        items: &[NodeId],
+        args: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        let a = Args::new(arena, args, at, "torch.nn.Parameter")?;
+        let requires_grad = if items.len() == 2 {
+            a.bool(1, "requires_grad")?
+        } else {
+            true
+        };
+        let data = match items.len() {
+            0 => arena.push(Node::Tensor(Box::new(TensorNode::new(
+                TensorKind::Empty {
+                    dtype: DType::Float32,
+                },
+                false,
+            ))))?,
+            _ => a.tensor(0, "data")?,
+        };
+        arena.push(Node::Tensor(Box::new(TensorNode::new(
+            TensorKind::Parameter { data, state: None },
+            requires_grad,
+        ))))
+    }
+
+    fn object(&mut self, arena: &mut Arena, constructor: Constructor) -> Result<NodeId, Error> {
+        arena.push(Node::Object(Box::new(ObjectNode {
+            constructor,
+            mutations: Vec::new(),
+        })))
+    }
+}
+
+/// Payload bytes the arena may still hand out.
+fn arena_budget(a: &Args) -> u64 {
+    a.arena.payload_left()
+}
+
+/// How many items of a list, tuple or set a `set(x)` call sees now.
+fn snapshot_len(node: &Node) -> Option<usize> {
+    match node {
+        Node::List(items) => Some(items.len()),
+        Node::Tuple(items) => Some(items.len()),
+        Node::Set(s) => Some(s.items.len()),
+        _ => None,
+    }
+}
+
+/// `str.encode(codec)` for the codecs pickle uses to carry bytes.
+fn encode(text: &str, codec: &str) -> Option<Vec<u8>> {
+    match codec.to_ascii_lowercase().replace('_', "-").as_str() {
+        "latin1" | "latin-1" | "iso-8859-1" | "iso8859-1" => text
+            .chars()
+            .map(|c| u8::try_from(u32::from(c)).ok())
+            .collect(),
+        "utf-8" | "utf8" => Some(text.as_bytes().to_vec()),
+        "ascii" if text.is_ascii() => Some(text.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
+/// `type[:index]` with a lowercase identifier type, as torch.device parses it.
+fn valid_device(device: &str) -> bool {
+    let (kind, index) = match device.split_once(':') {
+        Some((k, i)) => (k, Some(i)),
+        None => (device, None),
+    };
+    let kind_ok = !kind.is_empty()
+        && kind.len() <= 64
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let index_ok = index
+        .is_none_or(|i| !i.is_empty() && i.len() <= 9 && i.bytes().all(|b| b.is_ascii_digit()));
+    kind_ok && index_ok
+}
+
+impl Hooks for TorchHooks<'_> {
+    fn global(
+        &mut self,
+        arena: &mut Arena,
+        module: &str,
+        name: &str,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        let (module, name) = globals::map_py2(module, name);
+        match globals::resolve(&module, &name, self.user) {
+            Resolution::Allowed(g) => arena.push(Node::Global(g)),
+            Resolution::Blocked if self.mode == Mode::Scan => {
+                self.record(format!("{module}.{name}"), at, true);
+                arena.push(Node::Opaque)
+            }
+            Resolution::NotAllowed if self.mode == Mode::Scan => {
+                self.record(format!("{module}.{name}"), at, false);
+                arena.push(Node::Opaque)
+            }
+            Resolution::Blocked => Err(Error::Unsafe {
+                refusal: Refusal::BlockedGlobal {
+                    module: module.into_owned(),
+                    name: name.into_owned(),
+                },
+                location: at.clone(),
+            }),
+            Resolution::NotAllowed => Err(Error::Unsafe {
+                refusal: Refusal::UnsupportedGlobal {
+                    module: module.into_owned(),
+                    name: name.into_owned(),
+                },
+                location: at.clone(),
+            }),
+        }
+    }
+
+    fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error> {
+        if self.mode == Mode::Scan {
+            self.record(format!("EXT{code}"), at, false);
+            return arena.push(Node::Opaque);
+        }
+        Err(Error::Unsafe {
+            refusal: Refusal::ExtensionCode { code },
+            location: at.clone(),
+        })
+    }
+
+    fn reduce(
+        &mut self,
+        arena: &mut Arena,
+        func: NodeId,
+        args: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        let result = match arena.get(func) {
+            Node::Global(Global::Builtin(b)) => {
+                let b = *b;
+                self.call_builtin(arena, b, args, at)
+            }
+            Node::Global(Global::User(_)) => self.object(arena, Constructor::Call { func, args }),
+            Node::Opaque => arena.push(Node::Opaque),
+            other => Err(Error::forbidden(
+                format!(
+                    "Trying to call reduce for unrecognized function {}",
+                    other.kind_name()
+                ),
+                at.clone(),
+            )),
+        };
+        self.lenient(arena, result)
+    }
+
+    fn new_object(
+        &mut self,
+        arena: &mut Arena,
+        cls: NodeId,
+        args: NodeId,
+        kwargs: Option<NodeId>,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        let no_kwargs = kwargs.is_none_or(
+            |k| matches!(arena.get(k), Node::Dict(d) if d.items.is_empty() && d.base.is_none()),
+        );
+        let cls_node = arena.get(cls).clone();
+        let result = match &cls_node {
+            Node::Global(Global::User(_)) => self.object(arena, Constructor::New { cls, args, kwargs }),
+            Node::Global(Global::Builtin(Builtin::Parameter)) if no_kwargs => match arena.tuple(args) {
+                Some(items) => {
+                    let items = items.to_vec();
+                    if items.len() > 2 {
+                        Err(Error::tensor("torch.nn.Parameter takes at most 2 arguments", at.clone()))
+                    } else {
+                        self.parameter(arena, &items, args, at)
+                    }
+                }
+                None => Err(Error::pickle("NEWOBJ arguments must be a tuple", at.clone())),
+            },
+            // `__new__` of a mutable builtin makes an empty one; `__init__` would fill it.
+            Node::Global(Global::Builtin(b @ (Builtin::OrderedDict | Builtin::Counter | Builtin::Set | Builtin::ByteArray)))
+                if no_kwargs =>
+            {
+                let empty = arena.push(Node::Tuple(Box::new([])))?;
+                let b = *b;
+                self.call_builtin(arena, b, empty, at)
+            }
+            Node::Global(Global::Builtin(b @ (Builtin::Complex | Builtin::Bytes))) if no_kwargs => {
+                let b = *b;
+                self.call_builtin(arena, b, args, at)
+            }
+            Node::Opaque => arena.push(Node::Opaque),
+            other => Err(Error::forbidden(
+                format!(
+                    "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
+                    match other {
+                        Node::Global(Global::Builtin(b)) => b.full_name(),
+                        other => other.kind_name().to_owned(),
+                    }
+                ),
+                at.clone(),
+            )),
+        };
+        self.lenient(arena, result)
+    }
+
+    fn build(
+        &mut self,
+        arena: &mut Arena,
+        inst: NodeId,
+        state: NodeId,
+        at: &Location,
+    ) -> Result<(), Error> {
+        let state_is_dict = matches!(arena.get(state), Node::Dict(_));
+        let kind = arena.get(inst).kind_name();
+        let refuse = |kind: &str| {
+            Error::forbidden(
+                format!(
+                    "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
+                ),
+                at.clone(),
+            )
+        };
+        let result = match arena.get_mut(inst) {
+            Some(Node::Dict(d)) if d.class != DictClass::Dict => {
+                if state_is_dict {
+                    d.state.push(state);
+                    Ok(())
+                } else {
+                    Err(Error::tensor(
+                        format!("BUILD state of an {kind} must be a dict"),
+                        at.clone(),
+                    ))
+                }
+            }
+            Some(Node::Object(obj)) => {
+                obj.mutations.push(Mutation::Build(state));
+                Ok(())
+            }
+            Some(Node::Opaque) => Ok(()),
+            Some(Node::Tensor(_)) => Err(Error::unsupported(
+                "BUILD on a tensor (a pre-1.0 pickle format)",
+                at.clone(),
+            )),
+            _ => Err(refuse(kind)),
+        };
+        match result {
+            Err(e) if self.mode == Mode::Scan && !matches!(e, Error::Limit { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn persistent_load(
+        &mut self,
+        arena: &mut Arena,
+        pid: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        if self.mode == Mode::Scan {
+            return arena.push(Node::Opaque);
+        }
+        let id = self
+            .storages
+            .load(arena, pid, self.id_format, self.limits.max_storages, at)?;
+        arena.push(Node::Storage(id))
+    }
+}

@@ -1,0 +1,247 @@
+//! Persistent ids: `('storage', storage_type, key, location, numel)` in zip
+//! checkpoints, plus a sixth `view_metadata` item in the legacy format. Storages are
+//! cached by key: the first id with a key decides its dtype and size, as in torch.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Location};
+use crate::limits;
+use crate::pickle::globals::{Builtin, Global};
+use crate::pickle::value::{Arena, Node, NodeId};
+use crate::torch::dtype::DType;
+use crate::torch::tensor::{StorageDecl, StorageId};
+
+/// Which persistent-id shape the pickle uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdFormat {
+    /// Zip checkpoints: 5-tuples.
+    Zip,
+    /// The legacy (pre-1.6) stream: 6-tuples ending in `view_metadata`.
+    Legacy,
+}
+
+#[derive(Debug, Default)]
+pub struct Storages {
+    decls: Vec<StorageDecl>,
+    by_key: HashMap<String, StorageId>,
+    /// Legacy sub-storages: `(view storage, root storage, byte offset)`.
+    views: Vec<(StorageId, StorageId, u64)>,
+}
+
+impl Storages {
+    pub fn decls(&self) -> &[StorageDecl] {
+        &self.decls
+    }
+
+    pub fn get(&self, id: StorageId) -> Option<&StorageDecl> {
+        self.decls.get(id.index())
+    }
+
+    pub fn get_mut(&mut self, id: StorageId) -> Option<&mut StorageDecl> {
+        self.decls.get_mut(id.index())
+    }
+
+    pub fn views(&self) -> &[(StorageId, StorageId, u64)] {
+        &self.views
+    }
+
+    pub fn into_parts(self) -> (Vec<StorageDecl>, Vec<(StorageId, StorageId, u64)>) {
+        (self.decls, self.views)
+    }
+
+    fn declare(
+        &mut self,
+        decl: StorageDecl,
+        max_storages: u64,
+        at: &Location,
+    ) -> Result<StorageId, Error> {
+        limits::check(
+            "max_storages",
+            self.decls.len() as u64 + 1,
+            max_storages,
+            || at.clone(),
+        )?;
+        let id = StorageId(self.decls.len() as u32);
+        self.by_key.insert(decl.key.clone(), id);
+        self.decls.push(decl);
+        Ok(id)
+    }
+
+    /// Interpret a persistent id; returns the storage it names.
+    pub fn load(
+        &mut self,
+        arena: &Arena,
+        pid: NodeId,
+        format: IdFormat,
+        max_storages: u64,
+        at: &Location,
+    ) -> Result<StorageId, Error> {
+        let forbidden = |msg: String| Error::forbidden(msg, at.clone());
+        let items = match arena.get(pid) {
+            Node::Tuple(items) => items,
+            Node::Int(_) => {
+                return Err(forbidden(
+                    "persistent_load id must be a ('storage', ...) tuple, got an int".into(),
+                ))
+            }
+            other => {
+                return Err(forbidden(format!(
+                    "persistent_load id must be tuple or int, but got <class '{}'>",
+                    other.kind_name()
+                )));
+            }
+        };
+        let tag = items.first().map(|id| arena.get(*id));
+        let is_storage = match tag {
+            Some(Node::Str(s)) | Some(Node::Bytes(s)) => &**s == b"storage",
+            _ => false,
+        };
+        if !is_storage {
+            let kind = tag.map_or("NoneType", Node::kind_name);
+            return Err(forbidden(format!(
+                "Only persistent_load of storage is allowed, but got <class '{kind}'>"
+            )));
+        }
+        let expected = match format {
+            IdFormat::Zip => 5,
+            IdFormat::Legacy => 6,
+        };
+        if items.len() != expected {
+            return Err(Error::tensor(
+                format!(
+                    "a storage persistent id has {expected} items, this one has {}",
+                    items.len()
+                ),
+                at.clone(),
+            ));
+        }
+        let item = |i: usize| items.get(i).map_or(&Node::Opaque, |id| arena.get(*id));
+        let (dtype, typed) = match item(1) {
+            Node::Global(Global::Builtin(Builtin::StorageType { dtype, .. })) => (*dtype, true),
+            Node::Global(Global::Builtin(Builtin::UntypedStorageClass)) => (DType::UInt8, false),
+            other => {
+                return Err(Error::tensor(
+                    format!(
+                        "the storage type of a persistent id must be a storage class, got {}",
+                        other.kind_name()
+                    ),
+                    at.clone(),
+                ))
+            }
+        };
+        let key = text(item(2))
+            .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
+        let location = text(item(3))
+            .ok_or_else(|| Error::tensor("the storage location must be a str", at.clone()))?;
+        let numel = match item(4) {
+            Node::Int(n) if *n >= 0 => *n as u64,
+            _ => {
+                return Err(Error::tensor(
+                    "the storage size must be a non-negative int",
+                    at.clone(),
+                ))
+            }
+        };
+        if let Some(id) = self.by_key.get(&key) {
+            return Ok(*id);
+        }
+        let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
+            Error::tensor(
+                format!("storage '{key}' of {numel} elements overflows"),
+                at.clone(),
+            )
+        })?;
+        let decl = StorageDecl {
+            key,
+            dtype,
+            nbytes,
+            location,
+            typed,
+            view_itemsize: None,
+        };
+        if format == IdFormat::Zip {
+            return self.declare(decl, max_storages, at);
+        }
+        match item(5) {
+            Node::None => self.declare(decl, max_storages, at),
+            Node::Tuple(view) => self.legacy_view(arena, view, decl, max_storages, at),
+            other => Err(Error::tensor(
+                format!(
+                    "legacy view metadata must be None or a tuple, got {}",
+                    other.kind_name()
+                ),
+                at.clone(),
+            )),
+        }
+    }
+
+    /// A legacy id with `(view_key, offset, view_size)`: `view_key` names a slice of
+    /// the root storage `decl`, in elements.
+    fn legacy_view(
+        &mut self,
+        arena: &Arena,
+        view: &[NodeId],
+        root: StorageDecl,
+        max_storages: u64,
+        at: &Location,
+    ) -> Result<StorageId, Error> {
+        let bad = || {
+            Error::tensor(
+                "legacy view metadata must be (key, offset, size)",
+                at.clone(),
+            )
+        };
+        let [key, offset, size] = view else {
+            return Err(bad());
+        };
+        let view_key = text(arena.get(*key)).ok_or_else(bad)?;
+        let (Some(offset), Some(size)) = (arena.int(*offset), arena.int(*size)) else {
+            return Err(bad());
+        };
+        let (Ok(offset), Ok(size)) = (u64::try_from(offset), u64::try_from(size)) else {
+            return Err(bad());
+        };
+        let itemsize = root.dtype.itemsize();
+        let root_id = match self.by_key.get(&root.key) {
+            Some(id) => *id,
+            None => self.declare(root.clone(), max_storages, at)?,
+        };
+        if let Some(id) = self.by_key.get(&view_key) {
+            return Ok(*id);
+        }
+        let root_nbytes = self.get(root_id).map_or(0, |d| d.nbytes);
+        let byte_offset = offset.checked_mul(itemsize);
+        let nbytes = size.checked_mul(itemsize);
+        let fits = byte_offset
+            .zip(nbytes)
+            .and_then(|(o, n)| o.checked_add(n))
+            .is_some_and(|end| end <= root_nbytes);
+        let (Some(byte_offset), Some(nbytes), true) = (byte_offset, nbytes, fits) else {
+            return Err(Error::tensor(
+                format!(
+                    "legacy view '{view_key}' ({offset}+{size} elements) lies outside storage '{}'",
+                    root.key
+                ),
+                at.clone(),
+            ));
+        };
+        let decl = StorageDecl {
+            key: view_key,
+            nbytes,
+            ..root
+        };
+        let id = self.declare(decl, max_storages, at)?;
+        self.views.push((id, root_id, byte_offset));
+        Ok(id)
+    }
+}
+
+/// A key or location: str, ascii bytes (encoding='bytes'), or an int key (torch formats it with str).
+fn text(node: &Node) -> Option<String> {
+    match node {
+        Node::Str(s) => String::from_utf8(s.to_vec()).ok(),
+        Node::Bytes(b) if b.is_ascii() => String::from_utf8(b.to_vec()).ok(),
+        Node::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}

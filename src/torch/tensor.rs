@@ -1,0 +1,304 @@
+//! What the torch semantics build: storages declared by persistent ids, and tensor
+//! descriptions that point into them. Every dense tensor's extent is checked
+//! against its storage when it is created, before anything could view the bytes.
+
+use crate::error::{Error, Location};
+use crate::pickle::globals::QScheme;
+use crate::pickle::value::NodeId;
+use crate::torch::dtype::DType;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StorageId(pub u32);
+
+impl StorageId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A storage as a persistent id declares it. The first id with a key decides its
+/// dtype and size, as in torch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageDecl {
+    pub key: String,
+    /// The element type of the storage class (`uint8` for an `UntypedStorage`).
+    pub dtype: DType,
+    pub nbytes: u64,
+    /// The saved location tag (`cpu`, `cuda:0`...).
+    pub location: String,
+    /// Whether the id named a typed (legacy) storage class rather than `UntypedStorage`.
+    pub typed: bool,
+    /// Element size of the tensors viewing it, when they agree; decides byte swapping.
+    pub view_itemsize: Option<u64>,
+}
+
+/// The tensor layouts `torch.serialization._get_layout` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layout {
+    Strided,
+    SparseCoo,
+    SparseCsr,
+    SparseCsc,
+    SparseBsr,
+    SparseBsc,
+    Jagged,
+}
+
+impl Layout {
+    pub fn from_name(name: &str) -> Option<Layout> {
+        Some(match name.strip_prefix("torch.").unwrap_or(name) {
+            "strided" => Layout::Strided,
+            "sparse_coo" => Layout::SparseCoo,
+            "sparse_csr" => Layout::SparseCsr,
+            "sparse_csc" => Layout::SparseCsc,
+            "sparse_bsr" => Layout::SparseBsr,
+            "sparse_bsc" => Layout::SparseBsc,
+            "jagged" => Layout::Jagged,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Strided => "strided",
+            Layout::SparseCoo => "sparse_coo",
+            Layout::SparseCsr => "sparse_csr",
+            Layout::SparseCsc => "sparse_csc",
+            Layout::SparseBsr => "sparse_bsr",
+            Layout::SparseBsc => "sparse_bsc",
+            Layout::Jagged => "jagged",
+        }
+    }
+}
+
+/// A strided view of a storage, in elements of `dtype`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dense {
+    pub storage: StorageId,
+    pub dtype: DType,
+    pub offset: u64,
+    pub shape: Box<[u64]>,
+    pub stride: Box<[u64]>,
+}
+
+impl Dense {
+    pub fn numel(&self) -> Option<u64> {
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+    }
+
+    /// Bytes from the start of the storage to one past the last element.
+    pub fn extent_bytes(&self) -> Option<u64> {
+        let itemsize = self.dtype.itemsize();
+        if self.shape.contains(&0) {
+            return self.offset.checked_mul(itemsize);
+        }
+        let mut last = self.offset;
+        for (size, stride) in self.shape.iter().zip(self.stride.iter()) {
+            last = last.checked_add(size.checked_sub(1)?.checked_mul(*stride)?)?;
+        }
+        last.checked_add(1)?.checked_mul(itemsize)
+    }
+
+    /// Refuse a view that reaches outside its storage, or whose numbers overflow.
+    pub fn validate(&self, storage: &StorageDecl, at: &Location) -> Result<(), Error> {
+        if self.shape.len() != self.stride.len() {
+            return Err(Error::tensor(
+                format!(
+                    "size has {} dimensions but stride has {}",
+                    self.shape.len(),
+                    self.stride.len()
+                ),
+                at.clone(),
+            ));
+        }
+        self.numel().ok_or_else(|| {
+            Error::tensor(
+                format!("the element count of size {:?} overflows", self.shape),
+                at.clone(),
+            )
+        })?;
+        let extent = self.extent_bytes().ok_or_else(|| {
+            Error::tensor(
+                format!(
+                    "the extent of size {:?} stride {:?} overflows",
+                    self.shape, self.stride
+                ),
+                at.clone(),
+            )
+        })?;
+        if extent > storage.nbytes {
+            return Err(Error::tensor(
+                format!(
+                    "a {} tensor of size {:?}, stride {:?} at offset {} needs {} bytes, but storage '{}' has {}",
+                    self.dtype.name(),
+                    self.shape,
+                    self.stride,
+                    self.offset,
+                    extent,
+                    storage.key,
+                    storage.nbytes
+                ),
+                at.clone(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Quantization parameters of `_rebuild_qtensor`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QParams {
+    PerTensor {
+        qscheme: QScheme,
+        scale: f64,
+        zero_point: i64,
+    },
+    PerChannel {
+        qscheme: QScheme,
+        scales: NodeId,
+        zero_points: NodeId,
+        axis: i64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorKind {
+    Dense(Dense),
+    /// A fresh empty tensor (`torch.Tensor()`, `torch.FloatTensor()`).
+    Empty {
+        dtype: DType,
+    },
+    /// A meta tensor: shape and dtype, no storage.
+    Meta {
+        dtype: DType,
+        shape: Box<[u64]>,
+        stride: Box<[u64]>,
+    },
+    Quantized {
+        dense: Dense,
+        params: QParams,
+    },
+    /// COO: `[indices, values]`; compressed layouts: `[compressed, plain, values]`.
+    Sparse {
+        layout: Layout,
+        parts: Box<[NodeId]>,
+        size: Box<[u64]>,
+        coalesced: Option<bool>,
+    },
+    /// A strided nested tensor over a flat buffer.
+    Nested {
+        buffer: NodeId,
+        sizes: NodeId,
+        strides: NodeId,
+        offsets: NodeId,
+    },
+    /// `nn.Parameter(data)`, with optional attribute state.
+    Parameter {
+        data: NodeId,
+        state: Option<NodeId>,
+    },
+    /// `_rebuild_from_type_v2`: a tensor turned into `cls` (a user global or `torch.Tensor`)
+    /// with attribute `state`.
+    FromType {
+        base: NodeId,
+        cls: NodeId,
+        state: NodeId,
+    },
+    /// A rebuild function whose result only torch can produce (wrapper subclasses,
+    /// device tensors); the torch backend calls the function with the built arguments.
+    TorchCall {
+        func: crate::pickle::globals::RebuildFn,
+        args: NodeId,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorNode {
+    pub kind: TensorKind,
+    pub requires_grad: bool,
+    /// Lazy conjugate / negative bits from `_rebuild_tensor_v2`'s metadata.
+    pub conj: bool,
+    pub neg: bool,
+}
+
+impl TensorNode {
+    pub fn new(kind: TensorKind, requires_grad: bool) -> Self {
+        TensorNode {
+            kind,
+            requires_grad,
+            conj: false,
+            neg: false,
+        }
+    }
+
+    /// A short name of the kind, for error messages ("sparse_coo", "quantized"...).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            TensorKind::Dense(_) | TensorKind::Empty { .. } => "dense",
+            TensorKind::Meta { .. } => "meta",
+            TensorKind::Quantized { .. } => "quantized",
+            TensorKind::Sparse { layout, .. } => layout.name(),
+            TensorKind::Nested { .. } => "nested",
+            TensorKind::Parameter { .. } => "parameter",
+            TensorKind::FromType { .. } => "tensor subclass",
+            TensorKind::TorchCall { .. } => "device or wrapper-subclass tensor",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage(nbytes: u64) -> StorageDecl {
+        StorageDecl {
+            key: "0".into(),
+            dtype: DType::Float32,
+            nbytes,
+            location: "cpu".into(),
+            typed: true,
+            view_itemsize: None,
+        }
+    }
+
+    fn dense(offset: u64, shape: &[u64], stride: &[u64]) -> Dense {
+        Dense {
+            storage: StorageId(0),
+            dtype: DType::Float32,
+            offset,
+            shape: shape.into(),
+            stride: stride.into(),
+        }
+    }
+
+    #[test]
+    fn extents_are_checked_against_the_storage() {
+        let s = storage(24);
+        assert!(dense(0, &[2, 3], &[3, 1])
+            .validate(&s, &Location::default())
+            .is_ok());
+        assert!(dense(1, &[2, 3], &[3, 1])
+            .validate(&s, &Location::default())
+            .is_err());
+        assert!(dense(0, &[4, 3], &[0, 1])
+            .validate(&s, &Location::default())
+            .is_ok());
+        assert!(dense(6, &[0], &[1])
+            .validate(&s, &Location::default())
+            .is_ok());
+        assert!(dense(7, &[0], &[1])
+            .validate(&s, &Location::default())
+            .is_err());
+        assert!(dense(0, &[2], &[1, 1])
+            .validate(&s, &Location::default())
+            .is_err());
+        assert!(dense(u64::MAX, &[2], &[1])
+            .validate(&s, &Location::default())
+            .is_err());
+        assert!(dense(0, &[u64::MAX, u64::MAX], &[1, 1])
+            .validate(&s, &Location::default())
+            .is_err());
+    }
+}
