@@ -1,0 +1,42 @@
+"""tensorplay: load PyTorch checkpoints without ever running code from them.
+
+>>> import tensorplay
+>>> state = tensorplay.load("model.pt")                     # torch tensors, or numpy without torch
+>>> state = tensorplay.load("model.pt", mmap=True)          # zero-copy views of the file
+>>> state = tensorplay.load("model.pt", backend="numpy")    # numpy arrays, even with torch installed
+"""
+from . import serialization
+from ._core import (
+    CheckpointError,
+    LimitExceededError,
+    MalformedCheckpointError,
+    UnsafeCheckpointError,
+    UnsupportedCheckpointError,
+    __version__,
+)
+from ._core import default_limits as _default_limits
+from ._types import TensorSpec
+from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals
+
+
+def default_limits() -> dict[str, int]:
+    """The default resource limits, by name; ``load(limits={...})`` overrides them."""
+    return dict(_default_limits())
+
+
+__all__ = [
+    "load",
+    "serialization",
+    "add_safe_globals",
+    "clear_safe_globals",
+    "get_safe_globals",
+    "safe_globals",
+    "default_limits",
+    "TensorSpec",
+    "CheckpointError",
+    "UnsafeCheckpointError",
+    "MalformedCheckpointError",
+    "LimitExceededError",
+    "UnsupportedCheckpointError",
+    "__version__",
+]

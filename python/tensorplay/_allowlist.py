@@ -1,0 +1,87 @@
+"""The user's allowlist. ``add_safe_globals`` entries are process-wide, as in torch;
+``safe_globals`` entries are context-local (a ContextVar), so two threads loading
+with different allowlists never see each other's entries."""
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+_lock = threading.Lock()
+_process_entries: list[Any] = []
+_context_entries: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "tensorplay_safe_globals", default=())
+
+
+def entry_name(entry: Any) -> str:
+    """The ``module.qualname`` under which an allowlist entry matches a GLOBAL."""
+    if isinstance(entry, tuple):
+        if len(entry) != 2:
+            raise ValueError("Expected tuple of length 2 (global, str of callable full path), "
+                             f"but got tuple of length: {len(entry)}")
+        if not isinstance(entry[1], str):
+            raise TypeError(f"Expected second item in tuple to be str of callable full path, but got: {type(entry[1])}")
+        return entry[1]
+    module = getattr(entry, "__module__", None)
+    qualname = getattr(entry, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"{entry!r} has no __module__ and __qualname__; allowlist it as (object, 'module.qualname')")
+    return f"{module}.{qualname}"
+
+
+def _entry_object(entry: Any) -> Any:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+def _validated(entries: Iterable[Any]) -> list[Any]:
+    entries = list(entries)
+    for entry in entries:
+        entry_name(entry)
+        hash(entry)
+    return entries
+
+
+def add(entries: Iterable[Any]) -> None:
+    entries = _validated(entries)
+    with _lock:
+        for entry in entries:
+            if entry not in _process_entries:
+                _process_entries.append(entry)
+
+
+def clear() -> None:
+    with _lock:
+        _process_entries.clear()
+
+
+def process_entries() -> list[Any]:
+    with _lock:
+        return list(_process_entries)
+
+
+def push_context(entries: Iterable[Any]) -> contextvars.Token:
+    return _context_entries.set(_context_entries.get() + tuple(_validated(entries)))
+
+
+def pop_context(token: contextvars.Token) -> None:
+    _context_entries.reset(token)
+
+
+def current() -> list[Any]:
+    """Every entry visible here: process-wide ones, then this context's."""
+    merged = process_entries()
+    for entry in _context_entries.get():
+        if entry not in merged:
+            merged.append(entry)
+    return merged
+
+
+def resolved(extra: Iterable[Any] = ()) -> tuple[list[str], list[Any]]:
+    """Names and objects to hand to the core, in priority order."""
+    names: list[str] = []
+    objects: list[Any] = []
+    for entry in [*current(), *extra]:
+        names.append(entry_name(entry))
+        objects.append(_entry_object(entry))
+    return names, objects

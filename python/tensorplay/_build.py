@@ -1,0 +1,163 @@
+"""Helpers the Rust builder calls for the rare kinds of value: user-allowlisted
+objects, and tensor kinds only torch can make. Every function receives objects
+that are already built; none of them imports or calls anything a file names."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from . import _core
+from ._types import TensorSpec
+
+
+def _refuse(message: str) -> _core.UnsafeCheckpointError:
+    return _core.UnsafeCheckpointError(f"Weights only load failed. WeightsUnpickler error: {message}")
+
+
+def _malformed(what: str, cause: BaseException) -> _core.MalformedCheckpointError:
+    err = _core.MalformedCheckpointError(f"malformed checkpoint: {what}: {cause}")
+    err.__cause__ = cause
+    return err
+
+
+# --- user-allowlisted objects (torch's weights-only semantics) ---------------------
+
+def new_object(cls, args, kwargs):
+    """NEWOBJ / NEWOBJ_EX: ``cls.__new__(cls, *args, **kwargs)`` for an allowlisted class."""
+    if not isinstance(cls, type):
+        raise _refuse(f"Can only create new object for nn.Parameter or classes allowlisted via "
+                      f"`add_safe_globals` but got {cls!r}")
+    if not isinstance(args, tuple):
+        raise _malformed("NEWOBJ arguments", TypeError(f"expected a tuple, got {type(args).__name__}"))
+    return cls.__new__(cls, *args, **(kwargs or {}))
+
+
+def build(inst, state):
+    """BUILD: ``__setstate__`` when the class has one, else ``__dict__`` and slots."""
+    setstate = getattr(inst, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slotstate = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slotstate = state
+    if state:
+        inst.__dict__.update(state)
+    if slotstate:
+        for key, value in slotstate.items():
+            setattr(inst, key, value)
+
+
+def append(obj, item):
+    if not isinstance(obj, list):
+        raise _refuse(f"Can only append to lists, but got {type(obj)}")
+    obj.append(item)
+
+
+def setitem(obj, key, value):
+    if not isinstance(obj, dict):
+        raise _refuse(f"Can only SETITEM for dict, collections.OrderedDict, collections.Counter, but got {type(obj)}")
+    obj[key] = value
+
+
+# --- torch-only tensor kinds --------------------------------------------------------
+
+def typed_storage(untyped, dtype):
+    import torch
+    return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+
+
+def set_tensor_metadata(tensor, metadata):
+    import torch
+    torch._utils.set_tensor_metadata(tensor, metadata)
+
+
+def meta_tensor(dtype, size, stride):
+    import torch
+    return torch.empty_strided(size, stride, dtype=dtype, device="meta")
+
+
+def parameter(data, requires_grad, state):
+    import torch
+    param = torch.nn.Parameter(data, requires_grad)
+    if state is not None:
+        param = torch._utils._set_obj_state(param, state)
+    return param
+
+
+def from_type(tensor, cls, state):
+    import torch
+    return torch._tensor._rebuild_from_type_v2(lambda: tensor, cls, (), state)
+
+
+def qtensor(untyped, dtype, offset, size, stride, qparams):
+    import torch
+    storage = typed_storage(untyped, dtype)
+    try:
+        return torch._utils._rebuild_qtensor(storage, offset, size, stride, qparams, False, OrderedDict())
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise _malformed("invalid quantized tensor", e) from e
+
+
+def sparse_tensor(layout, parts, size, coalesced):
+    """Sparse tensors are always validated: torch 2.13 skips that by default, and a
+    crafted index then corrupts memory on ``to_dense()``."""
+    import torch
+    try:
+        if layout == torch.sparse_coo:
+            indices, values = parts
+            kwargs = {} if coalesced is None else {"is_coalesced": coalesced}
+            return torch.sparse_coo_tensor(indices, values, size, check_invariants=True, **kwargs)
+        compressed, plain, values = parts
+        return torch.sparse_compressed_tensor(compressed, plain, values, size, layout=layout, check_invariants=True)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        raise _malformed("invalid sparse tensor", e) from e
+
+
+def nested_tensor(buffer, sizes, strides, offsets):
+    """A strided nested tensor, each component checked to lie inside its buffer."""
+    import torch
+    try:
+        if buffer.dim() != 1 or sizes.dim() != 2 or strides.shape != sizes.shape or offsets.shape != sizes.shape[:1]:
+            raise ValueError("nested tensor metadata has inconsistent shapes")
+        if any(t.dtype != torch.int64 for t in (sizes, strides, offsets)):
+            raise ValueError("nested tensor metadata must be int64")
+        n = buffer.numel()
+        for size, stride, offset in zip(sizes.tolist(), strides.tolist(), offsets.tolist()):
+            if offset < 0 or any(v < 0 for v in size + stride):
+                raise ValueError("negative nested tensor metadata")
+            if all(v > 0 for v in size):
+                extent = offset + sum((a - 1) * b for a, b in zip(size, stride)) + 1
+                if extent > n:
+                    raise ValueError(f"a component needs {extent} elements, the buffer has {n}")
+        return torch._nested_view_from_buffer(buffer, sizes, strides, offsets)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise _malformed("invalid nested tensor", e) from e
+
+
+_TORCH_CALLS = {
+    "torch._utils._rebuild_wrapper_subclass",
+    "torch._utils._rebuild_device_tensor_from_numpy",
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor",
+}
+
+
+def torch_call(name, args):
+    import torch
+    if name not in _TORCH_CALLS:
+        raise _refuse(f"Trying to call reduce for unrecognized function {name}")
+    return getattr(torch._utils, name.rsplit(".", 1)[1])(*args)
+
+
+# --- numpy backend --------------------------------------------------------------------
+
+def apply_conj_neg(array, conj, neg):
+    import numpy as np
+    if conj:
+        array = np.conj(array)
+    if neg:
+        array = np.negative(array)
+    return array
+
+
+def meta_spec(dtype, shape, stride):
+    return TensorSpec(dtype, tuple(shape), tuple(stride))

@@ -1,0 +1,1 @@
+"""Utilities of tensorplay's serialization layer."""

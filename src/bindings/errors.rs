@@ -1,0 +1,130 @@
+//! The exception classes, and the one place core errors become Python errors.
+//! Every class subclasses `pickle.UnpicklingError`, as torch's errors do, and is
+//! declared under `tensorplay._core` so instances can be pickled.
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
+
+use crate::error::{Error, Refusal};
+
+pub struct Classes {
+    pub base: Py<PyType>,
+    pub unsafe_: Py<PyType>,
+    pub malformed: Py<PyType>,
+    pub limit: Py<PyType>,
+    pub unsupported: Py<PyType>,
+}
+
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+const SPECS: [(&str, &str); 4] = [
+    ("UnsafeCheckpointError", "The file asks for something weights-only loading forbids: a global outside the allowlist, or a call, build or persistent id the rules refuse."),
+    ("MalformedCheckpointError", "The file is corrupt or crafted: a bad archive, a malformed pickle, or a tensor that does not fit its storage."),
+    ("LimitExceededError", "The file needs more of a resource than the limits allow; raise the named limit if the file is trusted."),
+    ("UnsupportedCheckpointError", "A well-formed file using something tensorplay cannot load here (a compression method, a version, a tensor kind the backend cannot hold)."),
+];
+
+fn new_class(
+    py: Python<'_>,
+    name: &str,
+    doc: &str,
+    base: &Bound<'_, PyType>,
+) -> PyResult<Py<PyType>> {
+    let qualified = format!("tensorplay._core.{name}");
+    let dict = PyDict::new(py);
+    PyErr::new_type(
+        py,
+        &std::ffi::CString::new(qualified)?,
+        Some(&std::ffi::CString::new(doc)?),
+        Some(base),
+        Some(dict.into_any().unbind()),
+    )
+}
+
+pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    CLASSES.get_or_try_init(py, || {
+        let unpickling = py.import("pickle")?.getattr("UnpicklingError")?.cast_into::<PyType>()?;
+        let base = new_class(
+            py,
+            "CheckpointError",
+            "A checkpoint tensorplay refuses to load: bad, unsafe or beyond the limits. Subclasses pickle.UnpicklingError.",
+            &unpickling,
+        )?;
+        let sub = |i: usize| -> PyResult<Py<PyType>> {
+            let (name, doc) = SPECS[i];
+            new_class(py, name, doc, base.bind(py))
+        };
+        Ok(Classes { unsafe_: sub(0)?, malformed: sub(1)?, limit: sub(2)?, unsupported: sub(3)?, base })
+    })
+}
+
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let c = classes(module.py())?;
+    module.add("CheckpointError", c.base.bind(module.py()))?;
+    module.add("UnsafeCheckpointError", c.unsafe_.bind(module.py()))?;
+    module.add("MalformedCheckpointError", c.malformed.bind(module.py()))?;
+    module.add("LimitExceededError", c.limit.bind(module.py()))?;
+    module.add(
+        "UnsupportedCheckpointError",
+        c.unsupported.bind(module.py()),
+    )?;
+    Ok(())
+}
+
+const RERUN: &str = "Re-running `tensorplay.load` with `weights_only` set to `False` will likely succeed, but it can \
+                     result in arbitrary code execution. Do it only if you got the file from a trusted source.";
+
+/// torch's message shapes for a weights-only refusal, naming tensorplay's remedies.
+fn unsafe_message(refusal: &Refusal, location: &str) -> String {
+    match refusal {
+        Refusal::UnsupportedGlobal { .. } => format!(
+            "Weights only load failed. This file can still be loaded, to do so you have two options, do those steps \
+             only if you trust the source of the checkpoint. \n\t(1) {RERUN}\n\t(2) Alternatively, to load with \
+             `weights_only=True` please check the recommended steps in the following error message.\n\t\
+             WeightsUnpickler error: {refusal}{location}"
+        ),
+        Refusal::BlockedGlobal { .. } => format!("Weights only load failed. {RERUN}\n\n{refusal}{location}"),
+        _ => format!("Weights only load failed. {RERUN}\nWeightsUnpickler error: {refusal}{location}"),
+    }
+}
+
+pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
+    let classes = match classes(py) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let (class, message) = match &err {
+        Error::Io { message, source } => {
+            let kind_err = std::io::Error::new(source.kind(), format!("{message}: {source}"));
+            let pyerr = PyErr::from(kind_err);
+            if pyerr.is_instance_of::<PyOSError>(py) {
+                return pyerr;
+            }
+            return PyOSError::new_err(format!("{message}: {source}"));
+        }
+        Error::Unsafe { refusal, location } => (
+            &classes.unsafe_,
+            unsafe_message(refusal, &location.to_string()),
+        ),
+        Error::Archive { .. } | Error::Pickle { .. } | Error::Tensor { .. } => {
+            (&classes.malformed, err.to_string())
+        }
+        Error::Limit { .. } => (&classes.limit, err.to_string()),
+        Error::Unsupported { .. } => (&classes.unsupported, err.to_string()),
+    };
+    PyErr::from_type(class.bind(py).clone(), message)
+}
+
+/// Wrap a Python exception raised while building objects: the file made us call
+/// something that failed, so the file is what the caller must hear about.
+pub fn wrap_build_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
+    let class = match classes(py) {
+        Ok(c) => c.malformed.bind(py).clone(),
+        Err(e) => return e,
+    };
+    let err = PyErr::from_type(class, format!("malformed checkpoint: {what}: {cause}"));
+    err.set_cause(py, Some(cause));
+    err
+}

@@ -1,0 +1,34 @@
+//! The only pyo3 code: the `tensorplay._core` extension module.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+mod build;
+mod errors;
+mod load;
+mod mapping;
+mod numpy_api;
+mod torch_api;
+
+use crate::limits::Limits;
+
+/// The default value of every limit, by name.
+#[pyfunction]
+fn default_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let defaults = Limits::default();
+    for name in Limits::NAMES {
+        d.set_item(name, defaults.get(name))?;
+    }
+    Ok(d)
+}
+
+#[pymodule(name = "_core")]
+fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<mapping::MappedFile>()?;
+    m.add_function(wrap_pyfunction!(load::load, m)?)?;
+    m.add_function(wrap_pyfunction!(default_limits, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! numpy arrays over memory we own or map, made through numpy's C API so that a
+//! tensor costs one call, not a Python-level constructor.
+
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::c_int;
+
+use numpy::npyffi::{self, npy_intp, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
+use numpy::{PyArray1, PyArrayDescr, PyArrayMethods};
+use pyo3::prelude::*;
+
+use crate::torch::dtype::{DType, NumpyDType};
+
+pub struct NumpyApi<'py> {
+    py: Python<'py>,
+    numpy: Bound<'py, PyModule>,
+    descrs: RefCell<HashMap<DType, Bound<'py, PyArrayDescr>>>,
+}
+
+/// Memory a view can point into, and the object that keeps it alive.
+#[derive(Clone)]
+pub struct Buffer<'py> {
+    pub base: Bound<'py, PyAny>,
+    pub ptr: *mut u8,
+    pub writable: bool,
+}
+
+impl<'py> NumpyApi<'py> {
+    pub fn new(py: Python<'py>) -> PyResult<Self> {
+        Ok(NumpyApi {
+            py,
+            numpy: py.import("numpy")?,
+            descrs: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The numpy dtype of a torch dtype, or `None` when numpy cannot hold it.
+    pub fn descr(&self, dtype: DType) -> PyResult<Option<Bound<'py, PyArrayDescr>>> {
+        if let Some(d) = self.descrs.borrow().get(&dtype) {
+            return Ok(Some(d.clone()));
+        }
+        let spec = match dtype.numpy() {
+            None => return Ok(None),
+            Some(NumpyDType::Native(s)) => s.into_pyobject(self.py)?.into_any(),
+            Some(NumpyDType::MlDtypes(name)) => self.py.import("ml_dtypes")?.getattr(name)?,
+        };
+        let descr = self
+            .numpy
+            .getattr("dtype")?
+            .call1((spec,))?
+            .cast_into::<PyArrayDescr>()?;
+        self.descrs.borrow_mut().insert(dtype, descr.clone());
+        Ok(Some(descr))
+    }
+
+    /// A fresh uninitialised uint8 array of `n` bytes, and where its data starts.
+    pub fn alloc(&self, n: usize) -> Buffer<'py> {
+        // SAFETY: an uninitialised array is only handed out after the loader has
+        // filled every byte of it (or, for n == 0, has nothing to fill).
+        let array = unsafe { PyArray1::<u8>::new(self.py, [n], false) };
+        let ptr = array.data();
+        Buffer {
+            base: array.into_any(),
+            ptr,
+            writable: true,
+        }
+    }
+
+    /// An array of `descr` over `buf.ptr + byte_offset`, with `buf.base` as its base.
+    ///
+    /// # Safety
+    /// The caller has checked that `byte_offset` plus the extent of `shape`/`strides`
+    /// lies inside the memory `buf` describes.
+    pub unsafe fn view(
+        &self,
+        descr: &Bound<'py, PyArrayDescr>,
+        buf: &Buffer<'py>,
+        byte_offset: usize,
+        shape: &[u64],
+        strides_bytes: &[u64],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut dims: Vec<npy_intp> = shape.iter().map(|d| *d as npy_intp).collect();
+        let mut strides: Vec<npy_intp> = strides_bytes.iter().map(|s| *s as npy_intp).collect();
+        let flags: c_int = if buf.writable { NPY_ARRAY_WRITEABLE } else { 0 };
+        let py = self.py;
+        // SAFETY: dims and strides outlive the call; the descriptor reference is
+        // stolen by NewFromDescr, so we hand it a new one; the data pointer is in
+        // bounds per the caller's contract and kept alive by the base object.
+        unsafe {
+            let descr_ptr = descr.clone().into_ptr() as *mut npyffi::PyArray_Descr;
+            let array = PY_ARRAY_API.PyArray_NewFromDescr(
+                py,
+                npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+                descr_ptr,
+                dims.len() as c_int,
+                dims.as_mut_ptr(),
+                strides.as_mut_ptr(),
+                buf.ptr.add(byte_offset) as *mut std::ffi::c_void,
+                flags,
+                std::ptr::null_mut(),
+            );
+            if array.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let array = Bound::from_owned_ptr(py, array);
+            let base = buf.base.clone().into_ptr();
+            if PY_ARRAY_API.PyArray_SetBaseObject(
+                py,
+                array.as_ptr() as *mut npyffi::PyArrayObject,
+                base,
+            ) != 0
+            {
+                return Err(PyErr::fetch(py));
+            }
+            Ok(array)
+        }
+    }
+}
