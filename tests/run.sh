@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine or a used one:
+#   1. create (or reuse) a virtual environment,
+#   2. build tensorplay from source and install it with its test dependencies
+#      (torch pinned, from PyPI),
+#   3. run cargo test (the core, without Python) and pytest.
+# TENSORPLAY_VENV chooses the environment (default: ~/.cache/tensorplay-venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${TENSORPLAY_VENV:-$HOME/.cache/tensorplay-venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+"$PY" -m pip install --quiet --upgrade pip
+"$PY" -m pip install --quiet ".[test]"
+
+cargo test --no-default-features --quiet
+
+set +e
+# Run from tests/ so the installed package, not the source tree, is imported.
+(cd tests && "$PY" -m pytest -q -p no:cacheprovider "$@")
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests"
+    status=0
+fi
+exit "$status"
