@@ -236,7 +236,12 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .flatten()
                     .collect(),
             },
-            Node::Tensor(t) => tensor_children(t),
+            // numpy keeps only the tensor of a tensor-with-attributes; building
+            // `torch.Tensor` itself would need torch.
+            Node::Tensor(t) => match (&self.backend, &t.kind) {
+                (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
+                _ => tensor_children(t),
+            },
             _ => Vec::new(),
         }
     }
