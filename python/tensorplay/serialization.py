@@ -147,7 +147,14 @@ def load(
         user_objects=objects,
         limits=limits,
         encoding=encoding,
+        threads=_copy_threads(),
     )
+
+
+def _copy_threads() -> int | None:
+    """Threads that copy storages; ``TENSORPLAY_THREADS`` overrides the core count."""
+    value = os.environ.get("TENSORPLAY_THREADS")
+    return int(value) if value else None
 
 
 def add_safe_globals(safe_globals: Iterable[Any]) -> None:
