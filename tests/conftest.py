@@ -15,8 +15,16 @@ sys.path.insert(0, str(FIXTURES))
 sys.path.insert(0, str(TESTS))
 
 
+EXTRA_FIXTURES = FIXTURES / "torch_extra"
+
+
 def torch_manifest() -> list[dict]:
-    return json.loads((TORCH_FIXTURES / "manifest.json").read_text())
+    """The shared corpus and tensorplay's own extra cases, each case with its folder."""
+    cases = []
+    for folder in (TORCH_FIXTURES, EXTRA_FIXTURES):
+        for case in json.loads((folder / "manifest.json").read_text()):
+            cases.append({**case, "path": folder / case["file"]})
+    return cases
 
 
 def has_torch() -> bool:

@@ -120,5 +120,5 @@ def contains_kind(desc, predicate) -> bool:
 def numpy_cannot_hold(expected) -> bool:
     """Sparse, quantized and complex32 tensors have no numpy form."""
     return contains_kind(expected, lambda d: d.get("kind") == "tensor" and (
-        d.get("layout") in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+        d.get("layout") in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "nested")
         or "qscheme" in d or d.get("dtype") in ("complex32",)))

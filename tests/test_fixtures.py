@@ -6,16 +6,19 @@ import importlib
 
 import pytest
 import tensorplay
-from conftest import TORCH_FIXTURES, has_torch, torch_manifest
+from conftest import has_torch, torch_manifest
 from expectations import check_numpy_result, check_torch_result, numpy_cannot_hold
 
+# Files torch loads but must not: tensorplay refuses them (test_load.py checks how).
+TORCH_IS_WRONG = {"sparse_coo_out_of_range"}
 PENDING = {
     "legacy_format": "the legacy format arrives with the formats issue",
     "legacy_seed_views": "the legacy format arrives with the formats issue",
     "numpy_arrays": "numpy arrays inside checkpoints arrive with the safe-globals issue",
 }
 CASES = [pytest.param(c, id=c["name"], marks=pytest.mark.xfail(strict=True, reason=PENDING[c["name"]]))
-         if c["name"] in PENDING else pytest.param(c, id=c["name"]) for c in torch_manifest()]
+         if c["name"] in PENDING else pytest.param(c, id=c["name"])
+         for c in torch_manifest() if c["name"] not in TORCH_IS_WRONG]
 BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(not has_torch(), reason="torch not installed"))]
 
 
@@ -29,11 +32,17 @@ def _refused_by_weights_only(case) -> bool:
     return case["name"] == "whole_module"
 
 
+
+def _compare_numpy(case) -> bool:
+    """Bare storages have no numpy description in the manifest; test_load.py covers them."""
+    return case["name"] != "bare_storages"
+
+
 @pytest.mark.parametrize("mmap", [False, True], ids=["copy", "mmap"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_loads_as_torch_loaded_it(case, backend, mmap):
-    path = TORCH_FIXTURES / case["file"]
+    path = case["path"]
     if _refused_by_weights_only(case):
         with pytest.raises(tensorplay.UnsafeCheckpointError, match="Unsupported global"):
             tensorplay.load(path, backend=backend, mmap=mmap)
@@ -49,7 +58,7 @@ def test_fixture_loads_as_torch_loaded_it(case, backend, mmap):
         return
     if backend == "torch":
         check_torch_result(obj, case["expected"])
-    else:
+    elif _compare_numpy(case):
         check_numpy_result(obj, case["expected"])
 
 
