@@ -1,0 +1,231 @@
+"""tensorplay.load's API: sources, mmap semantics, sharing, errors and options."""
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import tensorplay
+from conftest import EXTRA_FIXTURES, TORCH_FIXTURES, has_torch
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="torch not installed")
+BACKENDS = ["numpy", pytest.param("torch", marks=needs_torch)]
+SEED_VIEWS = TORCH_FIXTURES / "seed_views.pt"
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _as_numpy(x):
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_objects_load_like_paths(backend):
+    expected = [_as_numpy(t).tolist() for t in tensorplay.load(SEED_VIEWS, backend=backend)]
+    data = SEED_VIEWS.read_bytes()
+    assert [_as_numpy(t).tolist() for t in tensorplay.load(io.BytesIO(data), backend=backend)] == expected
+    with open(SEED_VIEWS, "rb") as f:
+        assert [_as_numpy(t).tolist() for t in tensorplay.load(f, backend=backend)] == expected
+
+
+def test_a_stream_is_read_from_its_current_position():
+    stream = io.BytesIO(b"PREFIX" + SEED_VIEWS.read_bytes())
+    stream.seek(6)
+    numbers, evens = tensorplay.load(stream, backend="numpy")
+    assert numbers.tolist() == list(range(1, 10))
+    assert evens.tolist() == [2, 4, 6, 8]
+
+
+def test_mmap_needs_a_path():
+    with pytest.raises(ValueError, match="file path"):
+        tensorplay.load(io.BytesIO(SEED_VIEWS.read_bytes()), mmap=True, backend="numpy")
+
+
+def test_missing_and_directory_paths_raise_oserrors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        tensorplay.load(tmp_path / "missing.pt", backend="numpy")
+    with pytest.raises(IsADirectoryError):
+        tensorplay.load(tmp_path, backend="numpy")
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_views_share_their_storage_as_the_serialization_document_shows(backend, mmap):
+    numbers, evens = tensorplay.load(SEED_VIEWS, backend=backend, mmap=mmap)
+    evens *= 2
+    assert _as_numpy(numbers).tolist() == [1, 4, 3, 8, 5, 12, 7, 16, 9]
+
+
+@needs_torch
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_small_view_keeps_its_whole_saved_storage(mmap):
+    small = tensorplay.load(TORCH_FIXTURES / "seed_small_view.pt", mmap=mmap, backend="torch")
+    assert small.tolist() == [1, 2, 3, 4, 5]
+    assert small.storage().size() == 999
+    clone = tensorplay.load(TORCH_FIXTURES / "seed_small_clone.pt", mmap=mmap, backend="torch")
+    assert clone.storage().size() == 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mmap_is_copy_on_write_the_file_never_changes(tmp_path, backend):
+    path = tmp_path / "views.pt"
+    shutil.copy(SEED_VIEWS, path)
+    before = _sha(path)
+    numbers, _ = tensorplay.load(path, backend=backend, mmap=True)
+    numbers[:] = 0
+    assert _as_numpy(numbers).tolist() == [0] * 9
+    del numbers
+    assert _sha(path) == before
+    again, _ = tensorplay.load(path, backend=backend, mmap=True)
+    assert _as_numpy(again).tolist() == list(range(1, 10))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eager_loads_own_their_memory(tmp_path, backend):
+    path = tmp_path / "views.pt"
+    shutil.copy(SEED_VIEWS, path)
+    first, _ = tensorplay.load(path, backend=backend)
+    second, _ = tensorplay.load(path, backend=backend)
+    first[0] = 100
+    assert int(second[0]) == 1
+
+
+def test_numpy_mmap_views_point_into_the_mapping():
+    numbers, evens = tensorplay.load(SEED_VIEWS, backend="numpy", mmap=True)
+    assert numbers.base is evens.base
+    assert type(numbers.base).__name__ == "MappedFile"
+    assert numbers.flags.writeable
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_copies_are_parallel_and_identical(monkeypatch, backend):
+    expected = [_as_numpy(t).tolist() for t in tensorplay.load(SEED_VIEWS, backend=backend)]
+    monkeypatch.setenv("TENSORPLAY_THREADS", "1")
+    assert [_as_numpy(t).tolist() for t in tensorplay.load(SEED_VIEWS, backend=backend)] == expected
+
+
+def test_default_backend_is_torch_when_installed():
+    obj = tensorplay.load(TORCH_FIXTURES / "seed_tensor.pt")
+    assert type(obj).__module__ == ("torch" if has_torch() else "numpy")
+
+
+def test_numpy_backend_names_dtypes_and_devices():
+    values = tensorplay.load(TORCH_FIXTURES / "python_values.pt", backend="numpy")
+    assert values["dtype"] == "bfloat16"
+    assert values["device"] == "cpu"
+    assert values["size"] == (2, 3)
+
+
+def test_numpy_backend_holds_bfloat16_and_float8_with_ml_dtypes():
+    import ml_dtypes
+
+    arrays = tensorplay.load(TORCH_FIXTURES / "big_endian.pt", backend="numpy")
+    assert arrays["bfloat16"].dtype == np.dtype(ml_dtypes.bfloat16)
+    assert arrays["bfloat16"].astype(np.float32).tolist() == [[0.5, -1.25, 3.0], [100.0, -0.0, 7.5]]
+
+
+def test_numpy_backend_reads_bare_storages_as_flat_arrays():
+    storages = tensorplay.load(EXTRA_FIXTURES / "bare_storages.pt", backend="numpy")
+    assert storages["typed"].dtype == np.int16 and storages["typed"].tolist() == [0, 1, 2, 3]
+    assert storages["untyped"].dtype == np.uint8 and storages["untyped"].tolist() == [0, 1, 2]
+
+
+@needs_torch
+def test_torch_backend_returns_typed_storages_and_tensor_attributes():
+    import torch
+
+    storages = tensorplay.load(EXTRA_FIXTURES / "bare_storages.pt", backend="torch")
+    assert isinstance(storages["typed"], torch.storage.TypedStorage)
+    assert storages["typed"].dtype == torch.int16 and storages["typed"].tolist() == [0, 1, 2, 3]
+    assert storages["t"].untyped_storage().data_ptr() == storages["typed"]._untyped_storage.data_ptr()
+    t = tensorplay.load(EXTRA_FIXTURES / "tensor_attributes.pt", backend="torch")["t"]
+    assert t.note == "hello"
+
+
+def test_unsafe_globals_are_refused_with_torchs_message_and_a_location():
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as info:
+        tensorplay.load(TORCH_FIXTURES / "whole_module.pt", backend="numpy")
+    message = str(info.value)
+    assert "Weights only load failed" in message
+    assert "Unsupported global: GLOBAL torch.nn.modules.container.Sequential" in message
+    assert "tensorplay.serialization.add_safe_globals" in message
+    assert "entry 'whole_module/data.pkl'" in message and "opcode GLOBAL" in message
+    assert isinstance(info.value, pickle.UnpicklingError)
+
+
+def test_exceptions_pickle_round_trip():
+    try:
+        tensorplay.load(TORCH_FIXTURES / "whole_module.pt", backend="numpy")
+    except tensorplay.CheckpointError as e:
+        again = pickle.loads(pickle.dumps(e))
+        assert type(again) is type(e) and str(again) == str(e)
+    assert issubclass(tensorplay.MalformedCheckpointError, tensorplay.CheckpointError)
+    assert issubclass(tensorplay.CheckpointError, pickle.UnpicklingError)
+
+
+@pytest.mark.parametrize("data", [b"", b"PK\x03\x04garbage", SEED_VIEWS.read_bytes()[:-30]])
+def test_corrupt_files_raise_malformed_checkpoint_errors(tmp_path, data):
+    path = tmp_path / "bad.pt"
+    path.write_bytes(data)
+    with pytest.raises(tensorplay.MalformedCheckpointError):
+        tensorplay.load(path, backend="numpy")
+
+
+def test_weights_only_false_is_an_explicit_delegation_to_torch(monkeypatch):
+    if has_torch():
+        model = tensorplay.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
+        assert type(model).__name__ == "Sequential"
+    monkeypatch.setattr(tensorplay.serialization, "_torch_available", lambda: False)
+    with pytest.raises(RuntimeError, match="arbitrary code"):
+        tensorplay.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
+
+
+def test_pickle_module_and_unknown_arguments_are_refused():
+    with pytest.raises(RuntimeError, match="pickle_module"):
+        tensorplay.load(SEED_VIEWS, pickle_module=pickle, weights_only=True)
+    with pytest.raises(TypeError, match="errors"):
+        tensorplay.load(SEED_VIEWS, errors="strict")
+
+
+def test_limits_can_be_raised_or_lowered_per_call():
+    assert set(tensorplay.default_limits()) >= {"max_nodes", "max_pickle_bytes", "max_storages", "max_ndim"}
+    with pytest.raises(tensorplay.LimitExceededError, match="max_nodes"):
+        tensorplay.load(TORCH_FIXTURES / "many_tensors.pt", backend="numpy", limits={"max_nodes": 1000})
+    with pytest.raises(ValueError, match="unknown limit"):
+        tensorplay.load(SEED_VIEWS, backend="numpy", limits={"max_bogus": 1})
+
+
+def test_python2_strings_follow_the_encoding_argument(tmp_path):
+    import zipfile
+
+    # SHORT_BINSTRING 'h\xc3\xa9' under protocol 2, in an otherwise valid checkpoint.
+    path = tmp_path / "py2.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02U\x03h\xc3\xa9q\x00.")
+        z.writestr("archive/version", b"3\n")
+    assert tensorplay.load(path, backend="numpy") == "hé"
+    assert tensorplay.load(path, backend="numpy", encoding="latin1") == "hÃ©"
+    assert tensorplay.load(path, backend="numpy", encoding="bytes") == b"h\xc3\xa9"
+    with pytest.raises(tensorplay.MalformedCheckpointError):
+        tensorplay.load(path, backend="numpy", encoding="ascii")
+
+
+@needs_torch
+@pytest.mark.parametrize("mmap", [False, True])
+def test_sparse_indices_are_always_validated(mmap):
+    """torch 2.13 loads this file unchecked, and to_dense() then writes out of bounds."""
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="sparse"):
+        tensorplay.load(EXTRA_FIXTURES / "sparse_coo_out_of_range.pt", backend="torch", mmap=mmap)
+
+
+@needs_torch
+def test_parameters_keep_their_attributes():
+    import torch
+
+    p = tensorplay.load(EXTRA_FIXTURES / "parameter_with_state.pt", backend="torch")["p"]
+    assert isinstance(p, torch.nn.Parameter) and p.requires_grad and p.tag == "embedding"
