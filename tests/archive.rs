@@ -1,0 +1,236 @@
+//! The zip reader and the checkpoint layout: real torch files open, and every
+//! structural lie is refused before any byte of a payload is trusted.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::zipw::{self, Entry, Options};
+use tensorplay::archive::source::Source;
+use tensorplay::archive::zip::read_index;
+use tensorplay::checkpoint::{self, LoadOptions, StorageData};
+use tensorplay::{Error, Limits};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch");
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{FIXTURES}/{name}")).unwrap()
+}
+
+fn open(bytes: Vec<u8>) -> Result<checkpoint::Checkpoint, Error> {
+    checkpoint::open(Arc::new(Source::from_vec(bytes)), &LoadOptions::default())
+}
+
+fn archive_error(result: Result<checkpoint::Checkpoint, Error>) -> String {
+    match result {
+        Err(e @ Error::Archive { .. }) => e.to_string(),
+        Err(other) => panic!("expected an archive error, got {other}"),
+        Ok(_) => panic!("expected an archive error, got a checkpoint"),
+    }
+}
+
+/// A tensor pickle `tensor(float32, numel=2)` over storage key `0`.
+const TENSOR: &[u8] = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR.";
+
+#[test]
+fn real_torch_checkpoints_open_with_aligned_storages() {
+    for name in [
+        "seed_tensor.pt",
+        "many_tensors.pt",
+        "my.model-v2.pth",
+        "bytesio_root.bin",
+        "no_crc.pt",
+    ] {
+        let ckpt = open(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for id in 0..ckpt.storages.len() {
+            let s = &ckpt.storages[id];
+            let StorageData::Stored { offset } = s.data else {
+                panic!("{name}: not stored")
+            };
+            assert_eq!(offset % 64, 0, "{name}: torch aligns payloads to 64 bytes");
+        }
+    }
+}
+
+#[test]
+fn a_hand_written_checkpoint_opens_and_reads() {
+    let data = [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat();
+    let ckpt = open(zipw::checkpoint(TENSOR, &[("data/0", &data)])).unwrap();
+    let mut out = vec![0u8; 8];
+    ckpt.read_storage(tensorplay::torch::tensor::StorageId(0), &mut out)
+        .unwrap();
+    assert_eq!(out, data);
+}
+
+#[test]
+fn zip64_end_records_are_read() {
+    let bytes = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/version", b"3"),
+        ],
+        Options {
+            zip64: true,
+            claimed_entries: None,
+        },
+    );
+    assert_eq!(read_index(&bytes, 100).unwrap().entries.len(), 2);
+    let plain = zipw::write(&[Entry::new("a/data.pkl", b"N.")], Options::default());
+    assert_eq!(read_index(&plain, 100).unwrap().entries.len(), 1);
+}
+
+#[test]
+fn trailing_bytes_after_the_end_record_are_tolerated() {
+    let mut bytes = fixture("seed_tensor.pt");
+    bytes.extend_from_slice(b"trailing garbage");
+    assert!(open(bytes).is_ok());
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let bytes = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/data.pkl", b"K\x01."),
+            Entry::new("a/version", b"3"),
+        ],
+        Options::default(),
+    );
+    assert!(archive_error(open(bytes)).contains("duplicate entry name"));
+}
+
+#[test]
+fn overlapping_entries_are_refused() {
+    let mut second = Entry::new("a/version", b"3");
+    second.offset_override = Some(0);
+    let bytes = zipw::write(
+        &[Entry::new("a/data.pkl", b"N."), second],
+        Options::default(),
+    );
+    assert!(archive_error(open(bytes)).contains("overlaps"));
+}
+
+#[test]
+fn encrypted_entries_are_refused() {
+    let mut e = Entry::new("a/data.pkl", b"N.");
+    e.flags = 1;
+    let bytes = zipw::write(&[e, Entry::new("a/version", b"3")], Options::default());
+    assert!(archive_error(open(bytes)).contains("encrypted"));
+}
+
+#[test]
+fn an_absurd_entry_count_is_refused_before_allocating() {
+    let bytes = zipw::write(
+        &[Entry::new("a/data.pkl", b"N.")],
+        Options {
+            zip64: true,
+            claimed_entries: Some(100_000_000),
+        },
+    );
+    assert!(read_index(&bytes, u64::MAX)
+        .unwrap_err()
+        .to_string()
+        .contains("cannot fit"));
+    match read_index(&bytes, 1000).unwrap_err() {
+        Error::Limit { limit, .. } => assert_eq!(limit, "max_zip_entries"),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn ranges_outside_the_file_are_refused() {
+    let mut e = Entry::new("a/data.pkl", b"N.");
+    e.offset_override = Some(1 << 30);
+    let bytes = zipw::write(&[e], Options::default());
+    assert!(read_index(&bytes, 100)
+        .unwrap_err()
+        .to_string()
+        .contains("outside the file"));
+    // Truncating a real checkpoint anywhere gives an error, never a panic.
+    let full = fixture("seed_tensor.pt");
+    for cut in (0..full.len()).step_by(7) {
+        assert!(open(full[..cut].to_vec()).is_err(), "cut at {cut}");
+    }
+}
+
+#[test]
+fn the_layout_needs_a_root_folder_data_pkl_and_a_version() {
+    let flat = zipw::write(&[Entry::new("data.pkl", b"N.")], Options::default());
+    assert!(archive_error(open(flat)).contains("not in a subdirectory"));
+    let two_roots = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("b/version", b"3"),
+        ],
+        Options::default(),
+    );
+    assert!(archive_error(open(two_roots)).contains("not in a subdirectory a/"));
+    let no_version = zipw::write(&[Entry::new("a/data.pkl", b"N.")], Options::default());
+    assert!(archive_error(open(no_version)).contains("version"));
+    let no_pickle = zipw::write(&[Entry::new("a/version", b"3")], Options::default());
+    assert!(archive_error(open(no_pickle)).contains("data.pkl"));
+    let future = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/version", b"11"),
+        ],
+        Options::default(),
+    );
+    assert!(matches!(open(future), Err(Error::Unsupported { .. })));
+    let bad_order = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/version", b"3"),
+            Entry::new("a/byteorder", b"middle"),
+        ],
+        Options::default(),
+    );
+    assert!(archive_error(open(bad_order)).contains("Unknown endianness"));
+}
+
+#[test]
+fn storages_must_match_their_records() {
+    let missing = zipw::checkpoint(TENSOR, &[]);
+    assert!(archive_error(open(missing)).contains("data/0"));
+    let short = zipw::checkpoint(TENSOR, &[("data/0", &[0u8; 4])]);
+    assert!(matches!(open(short), Err(Error::Tensor { .. })));
+    let long = zipw::checkpoint(TENSOR, &[("data/0", &[0u8; 12])]);
+    assert!(matches!(open(long), Err(Error::Tensor { .. })));
+}
+
+#[test]
+fn unknown_compression_methods_are_named() {
+    let mut e = Entry::new("a/data.pkl", b"N.");
+    e.method = 12;
+    let bytes = zipw::write(&[e, Entry::new("a/version", b"3")], Options::default());
+    let msg = open(bytes).err().unwrap().to_string();
+    assert!(msg.contains("bzip2"), "{msg}");
+}
+
+#[test]
+fn the_local_header_is_only_used_for_its_lengths() {
+    let mut e = Entry::new("a/data.pkl", b"N.");
+    e.local_name = Some("a/other.pk".into());
+    let bytes = zipw::write(&[e, Entry::new("a/version", b"3")], Options::default());
+    let index = read_index(&bytes, 100).unwrap();
+    assert!(!index.entries[0].local_name_matches);
+    assert!(open(bytes).is_ok());
+}
+
+#[test]
+fn limits_apply_to_the_archive() {
+    let ckpt = fixture("many_tensors.pt");
+    let limits = Limits {
+        max_zip_entries: 10,
+        ..Limits::default()
+    };
+    let options = LoadOptions {
+        limits,
+        ..LoadOptions::default()
+    };
+    match checkpoint::open(Arc::new(Source::from_vec(ckpt)), &options) {
+        Err(Error::Limit { limit, .. }) => assert_eq!(limit, "max_zip_entries"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("expected a limit error"),
+    }
+}

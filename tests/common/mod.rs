@@ -1,0 +1,54 @@
+//! Helpers shared by the cargo integration tests: run the VM with torch's hooks,
+//! render what it built, and write small zip archives (valid or deliberately not).
+#![allow(dead_code)]
+
+pub mod render;
+pub mod zipw;
+
+use tensorplay::pickle::globals::UserGlobals;
+use tensorplay::pickle::machine::{self, StringEncoding};
+use tensorplay::pickle::value::{Arena, NodeId};
+use tensorplay::torch::semantics::{Mode, TorchHooks};
+use tensorplay::torch::storages::IdFormat;
+use tensorplay::{Error, Limits};
+
+/// Run `data` as a checkpoint pickle with the default limits.
+pub fn run(data: &[u8]) -> Result<(Arena, NodeId), Error> {
+    run_with(data, &Limits::default(), StringEncoding::Utf8)
+}
+
+pub fn run_with(
+    data: &[u8],
+    limits: &Limits,
+    encoding: StringEncoding,
+) -> Result<(Arena, NodeId), Error> {
+    let user = UserGlobals::default();
+    let mut hooks = TorchHooks::new(Mode::Load, &user, *limits, IdFormat::Zip);
+    let mut arena = Arena::new(limits);
+    let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)?;
+    Ok((arena, parsed.root))
+}
+
+/// What `data` loads to, rendered like Python's repr.
+pub fn eval(data: &[u8]) -> String {
+    match run(data) {
+        Ok((arena, root)) => render::render(&arena, root),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The error `data` fails with.
+pub fn fail(data: &[u8]) -> Error {
+    match run(data) {
+        Ok((arena, root)) => panic!("expected an error, got {}", render::render(&arena, root)),
+        Err(e) => e,
+    }
+}
+
+/// The limit named in a limit error.
+pub fn limit_name(e: &Error) -> &'static str {
+    match e {
+        Error::Limit { limit, .. } => limit,
+        other => panic!("expected a limit error, got {other}"),
+    }
+}

@@ -1,0 +1,104 @@
+//! A Python-repr-like rendering of arena values, iterative so deep values render.
+
+use tensorplay::pickle::globals::Global;
+use tensorplay::pickle::value::{Arena, DictClass, Node, NodeId};
+use tensorplay::torch::tensor::TensorKind;
+
+enum Step {
+    Node(NodeId, usize),
+    Text(&'static str),
+}
+
+pub fn render(arena: &Arena, root: NodeId) -> String {
+    let mut out = String::new();
+    let mut stack = vec![Step::Node(root, 0)];
+    while let Some(step) = stack.pop() {
+        let (id, depth) = match step {
+            Step::Text(t) => {
+                out.push_str(t);
+                continue;
+            }
+            Step::Node(id, depth) => (id, depth),
+        };
+        if depth > 64 {
+            out.push_str("...");
+            continue;
+        }
+        let seq =
+            |stack: &mut Vec<Step>, open: &'static str, close: &'static str, items: Vec<NodeId>| {
+                stack.push(Step::Text(close));
+                for (i, item) in items.iter().enumerate().rev() {
+                    stack.push(Step::Node(*item, depth + 1));
+                    if i > 0 {
+                        stack.push(Step::Text(", "));
+                    }
+                }
+                stack.push(Step::Text(open));
+            };
+        match arena.get(id) {
+            Node::None => out.push_str("None"),
+            Node::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
+            Node::Int(i) => out.push_str(&i.to_string()),
+            Node::BigInt(b) => out.push_str(&format!("bigint({})", hex(b))),
+            Node::DecimalInt(t) => out.push_str(t),
+            Node::Float(f) => out.push_str(&format!("{f:?}")),
+            Node::Complex(re, im) => out.push_str(&format!("({re:?}+{im:?}j)")),
+            Node::Str(s) => out.push_str(&format!("{:?}", String::from_utf8_lossy(s))),
+            Node::Bytes(b) => out.push_str(&format!("b'{}'", hex(b))),
+            Node::ByteArray(b) => out.push_str(&format!("bytearray(b'{}')", hex(b))),
+            Node::Tuple(items) => {
+                let close = if items.len() == 1 { ",)" } else { ")" };
+                seq(&mut stack, "(", close, items.to_vec())
+            }
+            Node::List(items) => seq(&mut stack, "[", "]", items.clone()),
+            Node::Dict(d) => {
+                let open = match d.class {
+                    DictClass::Dict => "{",
+                    DictClass::OrderedDict => "OrderedDict{",
+                    DictClass::Counter => "Counter{",
+                };
+                stack.push(Step::Text("}"));
+                for (i, (k, v)) in d.items.iter().enumerate().rev() {
+                    stack.push(Step::Node(*v, depth + 1));
+                    stack.push(Step::Text(": "));
+                    stack.push(Step::Node(*k, depth + 1));
+                    if i > 0 {
+                        stack.push(Step::Text(", "));
+                    }
+                }
+                stack.push(Step::Text(open));
+            }
+            Node::Set(s) => seq(
+                &mut stack,
+                if s.frozen { "frozenset{" } else { "set{" },
+                "}",
+                s.items.clone(),
+            ),
+            Node::Global(Global::Builtin(b)) => out.push_str(&b.full_name()),
+            Node::Global(Global::User(i)) => out.push_str(&format!("user#{i}")),
+            Node::Size(d) => out.push_str(&format!("Size({d:?})")),
+            Node::Device(d) => out.push_str(&format!("device({d})")),
+            Node::Layout(l) => out.push_str(l.name()),
+            Node::Storage(s) => out.push_str(&format!("storage#{}", s.0)),
+            Node::Tensor(t) => match &t.kind {
+                TensorKind::Dense(d) => out.push_str(&format!(
+                    "tensor({} s{} +{} {:?} {:?}{})",
+                    d.dtype.name(),
+                    d.storage.0,
+                    d.offset,
+                    d.shape,
+                    d.stride,
+                    if t.requires_grad { " grad" } else { "" }
+                )),
+                other => out.push_str(&format!("tensor<{:?}>", std::mem::discriminant(other))),
+            },
+            Node::Object(_) => out.push_str("object"),
+            Node::Opaque => out.push('?'),
+        }
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
