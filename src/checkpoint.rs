@@ -13,8 +13,9 @@ use crate::limits::{self, Limits};
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::value::{Arena, NodeId};
+use crate::torch::legacy;
 use crate::torch::semantics::{Mode, TorchHooks};
-use crate::torch::storages::IdFormat;
+use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{StorageDecl, StorageId};
 
 /// torch's `LoadEndianness`: what to assume when a file has no `byteorder` record.
@@ -64,6 +65,7 @@ pub struct Checkpoint {
     pub protocol: Option<u8>,
     /// The pickle's entry name, for error messages.
     pub pickle_entry: String,
+    pub format: Format,
 }
 
 /// The bytes of a (possibly compressed) entry, inflated when needed.
@@ -94,18 +96,47 @@ fn entry_bytes<'d>(
     }
 }
 
+/// The container a checkpoint came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A zip archive, as `torch.save` writes since 1.6.
+    Zip,
+    /// The legacy stream of pickles (`_use_new_zipfile_serialization=False`).
+    Legacy,
+}
+
 /// Open a checkpoint held in `source` and validate it completely.
 pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
     let data = source.bytes();
     if data.is_empty() {
         return Err(Error::archive("the file is empty", Location::default()));
     }
-    if !data.starts_with(b"PK\x03\x04") {
+    if data.starts_with(b"PK\x03\x04") {
+        return open_zip(source.clone(), options);
+    }
+    if legacy::is_legacy(data) {
+        return open_legacy(source.clone(), options);
+    }
+    if is_tar(data) {
         return Err(Error::unsupported(
-            "not a zip checkpoint (legacy torch files and raw pickles are not supported yet)",
+            "a legacy .tar checkpoint: weights-only loading refuses this format (CVE-2025-32434); \
+             load it with torch.load(weights_only=False) only if you trust it",
             Location::at(0),
         ));
     }
+    Err(Error::archive(
+        "Invalid magic number; corrupt file? (neither a zip checkpoint nor torch's legacy format)",
+        Location::at(0),
+    ))
+}
+
+/// A POSIX tar archive has `ustar` at offset 257.
+pub fn is_tar(data: &[u8]) -> bool {
+    data.get(257..262) == Some(b"ustar")
+}
+
+fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
+    let data = source.bytes();
     let index = zip::read_index(data, options.limits.max_zip_entries)?;
     let layout = Layout::new(index, data)?;
     if layout.is_torchscript() {
@@ -122,7 +153,7 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     })?;
     let pickle_entry = pkl_entry.name_lossy();
     let mut arena = Arena::new(&options.limits);
-    let (parsed, hooks) = {
+    let (parsed, storages) = {
         let pkl = entry_bytes(
             pkl_entry,
             data,
@@ -150,24 +181,10 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
         Endianness::Big => ByteOrder::Big,
         Endianness::Native => ByteOrder::native(),
     });
-    let (decls, views) = hooks.into_parts();
-    let mut storages = Vec::with_capacity(decls.len());
     let mut inflated = 0u64;
-    for (i, decl) in decls.into_iter().enumerate() {
+    let storages = bind_storages(storages, file_order, |_, decl| {
         let record = format!("data/{}", decl.key);
         let entry_name = format!("{}/{record}", layout.root);
-        if let Some((_, root, offset)) = views.iter().find(|(v, _, _)| v.index() == i) {
-            storages.push(Storage {
-                decl,
-                data: StorageData::View {
-                    root: *root,
-                    offset: *offset,
-                },
-                entry: entry_name,
-                swap: None,
-            });
-            continue;
-        }
         let entry = layout.entry(&record).ok_or_else(|| {
             Error::archive(
                 format!("storage '{}' has no record {record}", decl.key),
@@ -180,8 +197,8 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
                     "record size ({} bytes) does not match the {} bytes the pickle declares ({} x {})",
                     entry.uncompressed_size,
                     decl.nbytes,
-                    decl.dtype.name(),
                     decl.nbytes / decl.dtype.itemsize().max(1),
+                    decl.dtype.name(),
                 ),
                 Location::entry(&entry_name),
             ));
@@ -216,33 +233,95 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
                 ))
             }
         };
+        Ok((data, entry_name))
+    })?;
+    Ok(Checkpoint {
+        source,
+        arena,
+        root: parsed.root,
+        storages,
+        protocol: parsed.protocol,
+        pickle_entry,
+        format: Format::Zip,
+    })
+}
+
+fn open_legacy(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
+    let parsed = legacy::parse(
+        source.bytes(),
+        &options.user_globals,
+        &options.limits,
+        options.encoding,
+    )?;
+    let offsets = parsed.offsets;
+    // Legacy payloads are always little-endian, whatever machine wrote them.
+    let storages = bind_storages(parsed.storages, ByteOrder::Little, |id, decl| {
+        let offset = offsets.get(&id).copied().ok_or_else(|| {
+            Error::archive(
+                format!("storage '{}' has no data", decl.key),
+                Location::default(),
+            )
+        })?;
+        Ok((
+            StorageData::Stored { offset },
+            format!("legacy storage '{}'", decl.key),
+        ))
+    })?;
+    Ok(Checkpoint {
+        source,
+        arena: parsed.arena,
+        root: parsed.root,
+        storages,
+        protocol: parsed.protocol,
+        pickle_entry: "legacy main pickle".into(),
+        format: Format::Legacy,
+    })
+}
+
+/// Bind every declared storage to where its bytes are; legacy sub-storages become
+/// views of their roots.
+fn bind_storages(
+    storages: Storages,
+    file_order: ByteOrder,
+    mut locate: impl FnMut(StorageId, &StorageDecl) -> Result<(StorageData, String), Error>,
+) -> Result<Vec<Storage>, Error> {
+    let (decls, views) = storages.into_parts();
+    let mut out = Vec::with_capacity(decls.len());
+    for (i, decl) in decls.into_iter().enumerate() {
+        if let Some((_, root, offset)) = views.iter().find(|(v, _, _)| v.index() == i) {
+            let entry = format!("view of storage #{}", root.index());
+            out.push(Storage {
+                decl,
+                data: StorageData::View {
+                    root: *root,
+                    offset: *offset,
+                },
+                entry,
+                swap: None,
+            });
+            continue;
+        }
+        let (data, entry) = locate(StorageId(i as u32), &decl)?;
         let swap = match decl.view_itemsize {
             _ if file_order == ByteOrder::native() => None,
             Some(0) => {
                 return Err(Error::tensor(
                     "tensors of different element sizes view one big-endian storage; it cannot be byte-swapped",
-                    Location::entry(&entry_name),
+                    Location::entry(&entry),
                 ))
             }
             Some(unit) => Some(unit),
             None => Some(decl.dtype.swap_unit()),
         }
         .filter(|unit| *unit > 1);
-        storages.push(Storage {
+        out.push(Storage {
             decl,
             data,
-            entry: entry_name,
+            entry,
             swap,
         });
     }
-    Ok(Checkpoint {
-        source: source.clone(),
-        arena,
-        root: parsed.root,
-        storages,
-        protocol: parsed.protocol,
-        pickle_entry,
-    })
+    Ok(out)
 }
 
 impl Checkpoint {

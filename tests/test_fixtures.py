@@ -12,8 +12,6 @@ from expectations import check_numpy_result, check_torch_result, numpy_cannot_ho
 # Files torch loads but must not: tensorplay refuses them (test_load.py checks how).
 TORCH_IS_WRONG = {"sparse_coo_out_of_range"}
 PENDING = {
-    "legacy_format": "the legacy format arrives with the formats issue",
-    "legacy_seed_views": "the legacy format arrives with the formats issue",
     "numpy_arrays": "numpy arrays inside checkpoints arrive with the safe-globals issue",
 }
 CASES = [pytest.param(c, id=c["name"], marks=pytest.mark.xfail(strict=True, reason=PENDING[c["name"]]))

@@ -434,6 +434,14 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             if let Err(e) = self.step() {
                 return Err(self.locate(e));
             }
+            // A pickle is measured by what it consumes: legacy streams run on the rest of the file.
+            if self.cursor.position() as u64 > self.limits.max_pickle_bytes {
+                return Err(Error::Limit {
+                    limit: "max_pickle_bytes",
+                    max: self.limits.max_pickle_bytes,
+                    location: self.here(),
+                });
+            }
         }
     }
 

@@ -13,6 +13,7 @@
 
 pub mod args;
 pub mod dtype;
+pub mod legacy;
 pub mod rebuild;
 pub mod semantics;
 pub mod storages;

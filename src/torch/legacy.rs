@@ -1,0 +1,232 @@
+//! The legacy (pre-1.6, `_use_new_zipfile_serialization=False`) stream: five
+//! pickles in a row (magic number, protocol version, sys_info, the object, the
+//! sorted storage keys), then each storage as an element count and raw bytes.
+//! Every pickle goes through the same VM and allowlist as a zip checkpoint.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Location};
+use crate::limits::Limits;
+use crate::pickle::globals::UserGlobals;
+use crate::pickle::machine::{self, Parsed, StringEncoding};
+use crate::pickle::value::{Arena, Node, NodeId};
+use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storages::{IdFormat, Storages};
+use crate::torch::tensor::StorageId;
+
+/// `pickle(0x1950A86A20F9469CFC6C)` as torch writes it with protocol 2: the prefix
+/// that identifies the legacy format.
+pub const MAGIC_PICKLE_V2: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
+/// The magic number's two's-complement little-endian bytes.
+const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+const PROTOCOL_VERSION: i64 = 1001;
+
+/// What a legacy stream holds once parsed and checked.
+pub struct Legacy {
+    pub arena: Arena,
+    pub root: NodeId,
+    pub protocol: Option<u8>,
+    pub storages: Storages,
+    /// Where each root storage's bytes start in the stream.
+    pub offsets: HashMap<StorageId, u64>,
+    /// The byte offset of each of the five pickles, for scanners and error messages.
+    pub pickle_offsets: [u64; 5],
+}
+
+/// Does the stream begin with the legacy magic number (whatever protocol wrote it)?
+pub fn is_legacy(data: &[u8]) -> bool {
+    let user = UserGlobals::default();
+    let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
+    let mut arena = Arena::new(&Limits::tight());
+    let head = data.get(..data.len().min(64)).unwrap_or_default();
+    match machine::run(
+        head,
+        &mut hooks,
+        &mut arena,
+        &Limits::tight(),
+        StringEncoding::Utf8,
+    ) {
+        Ok(parsed) => matches!(arena.get(parsed.root), Node::BigInt(b) if **b == MAGIC),
+        Err(_) => false,
+    }
+}
+
+fn aux_pickle(
+    data: &[u8],
+    at: u64,
+    user: &UserGlobals,
+    limits: &Limits,
+    encoding: StringEncoding,
+    what: &str,
+) -> Result<(Arena, Parsed), Error> {
+    let mut hooks = TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy);
+    let mut arena = Arena::new(limits);
+    let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)
+        .map_err(|e| shift(e, at, what))?;
+    Ok((arena, parsed))
+}
+
+/// Make an error's offset absolute in the file, and say which pickle it was in.
+fn shift(mut e: Error, base: u64, what: &str) -> Error {
+    if let Some(loc) = e.location_mut() {
+        loc.offset = Some(loc.offset.unwrap_or(0).saturating_add(base));
+        if loc.entry.is_none() {
+            loc.entry = Some(format!("legacy {what} pickle"));
+        }
+    }
+    e
+}
+
+fn rest(data: &[u8], pos: u64) -> &[u8] {
+    usize::try_from(pos)
+        .ok()
+        .and_then(|p| data.get(p..))
+        .unwrap_or_default()
+}
+
+pub fn parse(
+    data: &[u8],
+    user: &UserGlobals,
+    limits: &Limits,
+    encoding: StringEncoding,
+) -> Result<Legacy, Error> {
+    let bad = |reason: String, at: u64| Error::archive(reason, Location::at(at));
+    let mut pos = 0u64;
+    let mut pickle_offsets = [0u64; 5];
+
+    pickle_offsets[0] = pos;
+    let (arena, parsed) = aux_pickle(rest(data, pos), pos, user, limits, encoding, "magic number")?;
+    if !matches!(arena.get(parsed.root), Node::BigInt(b) if **b == MAGIC) {
+        return Err(bad("Invalid magic number; corrupt file?".into(), 0));
+    }
+    pos += parsed.end as u64;
+
+    pickle_offsets[1] = pos;
+    let (arena, parsed) = aux_pickle(
+        rest(data, pos),
+        pos,
+        user,
+        limits,
+        encoding,
+        "protocol version",
+    )?;
+    match arena.get(parsed.root) {
+        Node::Int(PROTOCOL_VERSION) => {}
+        Node::Int(v) => return Err(bad(format!("Invalid protocol version: {v}"), pos)),
+        other => {
+            return Err(bad(
+                format!("Invalid protocol version: a {}", other.kind_name()),
+                pos,
+            ))
+        }
+    }
+    pos += parsed.end as u64;
+
+    pickle_offsets[2] = pos;
+    let (_, parsed) = aux_pickle(rest(data, pos), pos, user, limits, encoding, "sys_info")?;
+    pos += parsed.end as u64;
+
+    pickle_offsets[3] = pos;
+    let main_at = pos;
+    let mut hooks = TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy);
+    let mut arena = Arena::new(limits);
+    let main = machine::run(rest(data, pos), &mut hooks, &mut arena, limits, encoding)
+        .map_err(|e| shift(e, main_at, "main"))?;
+    pos += main.end as u64;
+    let storages = hooks.storages;
+
+    pickle_offsets[4] = pos;
+    let (keys_arena, parsed) =
+        aux_pickle(rest(data, pos), pos, user, limits, encoding, "storage keys")?;
+    let keys: Vec<String> = match keys_arena.get(parsed.root) {
+        Node::List(items) => items
+            .iter()
+            .map(|id| match keys_arena.get(*id) {
+                Node::Str(s) | Node::Bytes(s) => String::from_utf8(s.to_vec()).ok(),
+                Node::Int(i) => Some(i.to_string()),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("the storage key list must hold strings".into(), pos))?,
+        other => {
+            return Err(bad(
+                format!(
+                    "the storage key list is a {}, not a list",
+                    other.kind_name()
+                ),
+                pos,
+            ))
+        }
+    };
+    pos += parsed.end as u64;
+
+    let by_key: HashMap<&str, StorageId> = storages
+        .decls()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.key.as_str(), StorageId(i as u32)))
+        .collect();
+    let mut offsets = HashMap::with_capacity(keys.len());
+    for key in &keys {
+        let id = *by_key
+            .get(key.as_str())
+            .ok_or_else(|| bad(format!("storage key {key:?} not found in the pickle"), pos))?;
+        let decl = storages
+            .get(id)
+            .ok_or_else(|| bad(format!("storage key {key:?} not found"), pos))?;
+        let header = rest(data, pos)
+            .get(..8)
+            .ok_or_else(|| bad(format!("unexpected EOF before storage {key:?}"), pos))?;
+        let mut count = [0u8; 8];
+        count.copy_from_slice(header);
+        let numel = u64::from_le_bytes(count);
+        let nbytes = numel.checked_mul(decl.dtype.itemsize());
+        if nbytes != Some(decl.nbytes) {
+            return Err(Error::tensor(
+                format!(
+                    "storage {key:?} has wrong byte size: expected {} got {numel} elements",
+                    decl.nbytes
+                ),
+                Location::at(pos),
+            ));
+        }
+        let start = pos + 8;
+        let end = start
+            .checked_add(decl.nbytes)
+            .filter(|end| *end <= data.len() as u64);
+        let end = end.ok_or_else(|| {
+            bad(
+                format!(
+                    "unexpected EOF: storage {key:?} needs {} bytes after offset {start}",
+                    decl.nbytes
+                ),
+                start,
+            )
+        })?;
+        if offsets.insert(id, start).is_some() {
+            return Err(bad(format!("storage key {key:?} is listed twice"), pos));
+        }
+        pos = end;
+    }
+    let views: Vec<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
+    for (i, decl) in storages.decls().iter().enumerate() {
+        let id = StorageId(i as u32);
+        if !offsets.contains_key(&id) && !views.contains(&id) {
+            return Err(bad(
+                format!(
+                    "storage {:?} is used by the pickle but has no data",
+                    decl.key
+                ),
+                pos,
+            ));
+        }
+    }
+    Ok(Legacy {
+        arena,
+        root: main.root,
+        protocol: main.protocol,
+        storages,
+        offsets,
+        pickle_offsets,
+    })
+}
