@@ -64,9 +64,8 @@ def numpy_expectation(expected):
 def _tensors_in_order(desc, out):
     """Tensor descriptions in the depth-first order the describer walks."""
     if isinstance(desc, dict):
-        if desc.get("kind") == "tensor":
-            if desc.get("device") != "meta":
-                out.append(desc)
+        if desc.get("kind") == "ndarray" or (desc.get("kind") == "tensor" and desc.get("device") != "meta"):
+            out.append(desc)
             return out
         for key in ("items", "metadata", "state"):
             if key in desc:
@@ -97,7 +96,7 @@ def check_numpy_result(obj, expected):
     assert len(collector.arrays) == len(expected_tensors)
     starts = {}
     for array, tensor in zip(collector.arrays, expected_tensors):
-        if tensor.get("storage_nbytes", 0) == 0 or not array.size:
+        if tensor["kind"] == "ndarray" or tensor.get("storage_nbytes", 0) == 0 or not array.size:
             continue
         address = array.__array_interface__["data"][0] - tensor["storage_offset"] * array.itemsize
         starts.setdefault(tensor["storage"], set()).add(address)

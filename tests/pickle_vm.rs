@@ -430,3 +430,28 @@ fn memo_bombs_stay_linear() {
     let (arena, _) = run(&data).unwrap();
     assert!(arena.len() <= 21);
 }
+
+#[test]
+fn numpy_arrays_are_built_from_their_bytes_and_object_arrays_refused() {
+    // np.arange(2, dtype='<i4') as numpy pickles it under protocol 3.
+    let dtype = b"cnumpy\ndtype\nX\x02\x00\x00\x00i4\x89\x88\x87R(K\x03X\x01\x00\x00\x00<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb";
+    let head = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R(K\x01K\x02\x85";
+    let array = |data: &[u8]| [&head[..], &dtype[..], b"\x89", data, b"tb."].concat();
+    assert_eq!(
+        eval(&array(b"C\x08\x00\x00\x00\x00\x01\x00\x00\x00")),
+        "ndarray(<i4 [2])"
+    );
+    assert!(matches!(
+        fail(&array(b"C\x04\x00\x00\x00\x00")),
+        Error::Tensor { .. }
+    ));
+    assert!(matches!(fail(&array(b"]")), Error::Unsafe { .. }));
+    assert!(matches!(
+        fail(b"cnumpy\ndtype\nX\x02\x00\x00\x00O8\x89\x88\x87R."),
+        Error::Unsafe { .. }
+    ));
+    assert!(matches!(
+        fail(b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nmatrix\nK\x00\x85C\x01b\x87R."),
+        Error::Unsafe { .. }
+    ));
+}

@@ -11,9 +11,7 @@ from expectations import check_numpy_result, check_torch_result, numpy_cannot_ho
 
 # Files torch loads but must not: tensorplay refuses them (test_load.py checks how).
 TORCH_IS_WRONG = {"sparse_coo_out_of_range"}
-PENDING = {
-    "numpy_arrays": "numpy arrays inside checkpoints arrive with the safe-globals issue",
-}
+PENDING: dict[str, str] = {}
 CASES = [pytest.param(c, id=c["name"], marks=pytest.mark.xfail(strict=True, reason=PENDING[c["name"]]))
          if c["name"] in PENDING else pytest.param(c, id=c["name"])
          for c in torch_manifest() if c["name"] not in TORCH_IS_WRONG]

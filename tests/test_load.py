@@ -229,3 +229,35 @@ def test_parameters_keep_their_attributes():
 
     p = tensorplay.load(EXTRA_FIXTURES / "parameter_with_state.pt", backend="torch")["p"]
     assert isinstance(p, torch.nn.Parameter) and p.requires_grad and p.tag == "embedding"
+
+
+def _checkpoint_of(tmp_path, obj, protocol=2):
+    """A zip checkpoint whose data.pkl is Python's own pickle of ``obj`` (no tensors)."""
+    import zipfile
+
+    path = tmp_path / "obj.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps(obj, protocol=protocol))
+        z.writestr("archive/version", b"3\n")
+    return path
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_arrays_and_scalars_load_by_default(tmp_path, backend, protocol):
+    value = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "f": np.asfortranarray(np.eye(2)),
+             "be": np.arange(3, dtype=">i4"), "b": np.array([True, False]), "s": np.float64(2.5),
+             "e": np.zeros((0, 3), dtype=np.int16)}
+    loaded = tensorplay.load(_checkpoint_of(tmp_path, value, protocol), backend=backend)
+    for key in ("a", "f", "be", "b", "e"):
+        assert loaded[key].dtype == value[key].dtype and np.array_equal(loaded[key], value[key])
+        assert loaded[key].flags.writeable
+    assert loaded["f"].flags.f_contiguous
+    assert type(loaded["s"]) is np.float64 and loaded["s"] == 2.5
+
+
+@pytest.mark.parametrize("array", [np.array([1, "x"], dtype=object), np.zeros(2, dtype=[("a", "i4"), ("b", "f4")]),
+                                   np.array(["ab"])])
+def test_object_structured_and_string_arrays_are_refused(tmp_path, array):
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="numpy"):
+        tensorplay.load(_checkpoint_of(tmp_path, {"x": array}), backend="numpy")

@@ -161,3 +161,22 @@ def apply_conj_neg(array, conj, neg):
 
 def meta_spec(dtype, shape, stride):
     return TensorSpec(dtype, tuple(shape), tuple(stride))
+
+
+# --- numpy values inside a checkpoint (both backends, as torch.load returns them) ------
+
+def numpy_array(descr, shape, fortran, data):
+    """A writable array from raw bytes already checked to match shape and dtype."""
+    import numpy as np
+    return np.frombuffer(data, dtype=np.dtype(descr)).reshape(shape, order="F" if fortran else "C").copy(
+        order="F" if fortran else "C")
+
+
+def numpy_dtype(descr):
+    import numpy as np
+    return np.dtype(descr)
+
+
+def numpy_scalar(descr, data):
+    import numpy as np
+    return np.frombuffer(data, dtype=np.dtype(descr))[0]

@@ -421,6 +421,30 @@ impl<'a, 'py> Builder<'a, 'py> {
                 };
                 result?
             }
+            Node::NdArray(a) => {
+                let state = a
+                    .state
+                    .as_ref()
+                    .ok_or_else(|| self.fail(id, "a numpy array without its state"))?;
+                let data = match self.node(state.data) {
+                    Node::Bytes(b) | Node::ByteArray(b) => PyBytes::new(py, b),
+                    _ => return Err(self.fail(id, "numpy array data is not bytes")),
+                };
+                let shape = tuple_of(py, &state.shape)?;
+                self.helpers.call_method1(
+                    "numpy_array",
+                    (state.dtype.descr(), shape, state.fortran, data),
+                )?
+            }
+            Node::NpDtype(d) => self.helpers.call_method1("numpy_dtype", (d.descr(),))?,
+            Node::NpScalar(d, data) => {
+                let data = match self.node(*data) {
+                    Node::Bytes(b) => PyBytes::new(py, b),
+                    _ => return Err(self.fail(id, "numpy scalar data is not bytes")),
+                };
+                self.helpers
+                    .call_method1("numpy_scalar", (d.descr(), data))?
+            }
             Node::List(_) | Node::Dict(_) => return self.built(id),
             Node::Opaque => return Err(self.fail(id, "an unresolved value")),
         };

@@ -87,6 +87,8 @@ impl<'py> TorchApi<'py> {
             Builtin::Device => Ok(self.device.clone()),
             Builtin::Parameter => Ok(self.parameter.clone()),
             Builtin::Tensor => self.torch.getattr("Tensor"),
+            Builtin::NumpyNdarray => py.import("numpy")?.getattr("ndarray"),
+            Builtin::NumpyDtype => py.import("numpy")?.getattr("dtype"),
             other => {
                 let full = other.full_name();
                 let (module, name) = full.rsplit_once('.').unwrap_or(("builtins", &full));

@@ -85,6 +85,13 @@ pub enum Builtin {
     },
     QScheme(QScheme),
     Rebuild(RebuildFn),
+    /// numpy's array pickle pattern, which tensorplay builds from the bytes itself.
+    NumpyReconstruct,
+    NumpyNdarray,
+    NumpyDtype,
+    NumpyScalar,
+    /// `numpy._core.numeric._frombuffer`: how protocol 5 pickles arrays.
+    NumpyFrombuffer,
 }
 
 impl Builtin {
@@ -126,6 +133,11 @@ impl Builtin {
                 RebuildFn::FromTypeV2 => "torch._tensor._rebuild_from_type_v2".into(),
                 other => format!("torch._utils.{}", rebuild_fn_name(other)),
             },
+            Builtin::NumpyReconstruct => "numpy._core.multiarray._reconstruct".into(),
+            Builtin::NumpyNdarray => "numpy.ndarray".into(),
+            Builtin::NumpyDtype => "numpy.dtype".into(),
+            Builtin::NumpyScalar => "numpy._core.multiarray.scalar".into(),
+            Builtin::NumpyFrombuffer => "numpy._core.numeric._frombuffer".into(),
         }
     }
 
@@ -146,6 +158,11 @@ impl Builtin {
             Builtin::Complex,
             Builtin::TypedStorageClass,
             Builtin::UntypedStorageClass,
+            Builtin::NumpyReconstruct,
+            Builtin::NumpyNdarray,
+            Builtin::NumpyDtype,
+            Builtin::NumpyScalar,
+            Builtin::NumpyFrombuffer,
         ];
         out.extend(DType::ALL.iter().map(|d| Builtin::Dtype(*d)));
         for cuda in [false, true] {
@@ -348,6 +365,13 @@ pub fn builtin(module: &str, name: &str) -> Option<Builtin> {
         ("torch.storage", "TypedStorage") => Builtin::TypedStorageClass,
         ("torch.storage", "UntypedStorage") => Builtin::UntypedStorageClass,
         ("torch._tensor", "_rebuild_from_type_v2") => Builtin::Rebuild(RebuildFn::FromTypeV2),
+        ("numpy._core.multiarray" | "numpy.core.multiarray", "_reconstruct") => {
+            Builtin::NumpyReconstruct
+        }
+        ("numpy._core.multiarray" | "numpy.core.multiarray", "scalar") => Builtin::NumpyScalar,
+        ("numpy._core.numeric" | "numpy.core.numeric", "_frombuffer") => Builtin::NumpyFrombuffer,
+        ("numpy", "ndarray") => Builtin::NumpyNdarray,
+        ("numpy", "dtype") => Builtin::NumpyDtype,
         ("torch._utils", f) => {
             Builtin::Rebuild(*REBUILD_FNS.iter().find(|r| rebuild_fn_name(**r) == f)?)
         }
@@ -446,9 +470,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_builtin_allowlist_is_torchs_144_names_plus_bytes() {
+    fn the_builtin_allowlist_is_torchs_144_names_plus_bytes_and_numpys_array_pattern() {
         let all = Builtin::all();
-        assert_eq!(all.len(), 145);
+        assert_eq!(all.len(), 150);
         for b in &all {
             let full = b.full_name();
             let (module, name) = full.rsplit_once('.').unwrap();

@@ -5,6 +5,7 @@
 use crate::error::{Error, Location};
 use crate::limits::{self, Limits};
 use crate::pickle::globals::Global;
+use crate::torch::numpy::{NdArrayNode, NpDtype};
 use crate::torch::tensor::{Layout, StorageId, TensorNode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,6 +107,12 @@ pub enum Node {
     Tensor(Box<TensorNode>),
     /// An instance of a user-allowlisted class.
     Object(Box<ObjectNode>),
+    /// A numpy array rebuilt from its raw bytes.
+    NdArray(Box<NdArrayNode>),
+    /// A plain numpy dtype.
+    NpDtype(NpDtype),
+    /// A numpy scalar: its dtype and a bytes node of exactly its size.
+    NpScalar(NpDtype, NodeId),
     /// A value the scanner could not build (scan mode only).
     Opaque,
 }
@@ -137,6 +144,9 @@ impl Node {
             Node::Storage(_) => "torch.storage.TypedStorage",
             Node::Tensor(_) => "torch.Tensor",
             Node::Object(_) => "object",
+            Node::NdArray(_) => "numpy.ndarray",
+            Node::NpDtype(_) => "numpy.dtype",
+            Node::NpScalar(..) => "numpy scalar",
             Node::Opaque => "opaque",
         }
     }

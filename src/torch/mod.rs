@@ -14,6 +14,7 @@
 pub mod args;
 pub mod dtype;
 pub mod legacy;
+pub mod numpy;
 pub mod rebuild;
 pub mod semantics;
 pub mod storages;

@@ -12,6 +12,7 @@ use crate::pickle::value::{
 };
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
+use crate::torch::numpy;
 use crate::torch::rebuild;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{Layout, TensorKind, TensorNode};
@@ -213,6 +214,10 @@ impl<'u> TorchHooks<'u> {
                 };
                 Node::Complex(re, im)
             }
+            Builtin::NumpyReconstruct => numpy::reconstruct(&a)?,
+            Builtin::NumpyDtype => numpy::dtype(&a)?,
+            Builtin::NumpyScalar => numpy::scalar(&a)?,
+            Builtin::NumpyFrombuffer => numpy::frombuffer(&a, self.limits.max_ndim)?,
             Builtin::Parameter => {
                 a.arity(0, 2)?;
                 let items = a.items.to_vec();
@@ -456,38 +461,23 @@ impl Hooks for TorchHooks<'_> {
         state: NodeId,
         at: &Location,
     ) -> Result<(), Error> {
-        let state_is_dict = matches!(arena.get(state), Node::Dict(_));
-        let kind = arena.get(inst).kind_name();
-        let refuse = |kind: &str| {
-            Error::forbidden(
-                format!(
-                    "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
-                ),
-                at.clone(),
-            )
-        };
-        let result = match arena.get_mut(inst) {
-            Some(Node::Dict(d)) if d.class != DictClass::Dict => {
-                if state_is_dict {
-                    d.state.push(state);
-                    Ok(())
-                } else {
-                    Err(Error::tensor(
-                        format!("BUILD state of an {kind} must be a dict"),
-                        at.clone(),
-                    ))
-                }
+        let result = match arena.get(inst) {
+            Node::NdArray(a) if a.state.is_none() => {
+                numpy::build_array(arena, state, self.limits.max_ndim, at).map(|built| {
+                    if let Some(Node::NdArray(a)) = arena.get_mut(inst) {
+                        a.state = Some(built);
+                    }
+                })
             }
-            Some(Node::Object(obj)) => {
-                obj.mutations.push(Mutation::Build(state));
-                Ok(())
+            Node::NpDtype(d) => {
+                let mut d = *d;
+                numpy::build_dtype(arena, &mut d, state, at).map(|()| {
+                    if let Some(Node::NpDtype(slot)) = arena.get_mut(inst) {
+                        *slot = d;
+                    }
+                })
             }
-            Some(Node::Opaque) => Ok(()),
-            Some(Node::Tensor(_)) => Err(Error::unsupported(
-                "BUILD on a tensor (a pre-1.0 pickle format)",
-                at.clone(),
-            )),
-            _ => Err(refuse(kind)),
+            _ => build_container(arena, inst, state, at),
         };
         match result {
             Err(e) if self.mode == Mode::Scan && !matches!(e, Error::Limit { .. }) => Ok(()),
@@ -508,5 +498,38 @@ impl Hooks for TorchHooks<'_> {
             .storages
             .load(arena, pid, self.id_format, self.limits.max_storages, at)?;
         arena.push(Node::Storage(id))
+    }
+}
+
+/// BUILD on an OrderedDict or Counter (their `__dict__`), or an allowlisted object.
+fn build_container(
+    arena: &mut Arena,
+    inst: NodeId,
+    state: NodeId,
+    at: &Location,
+) -> Result<(), Error> {
+    let state_is_dict = matches!(arena.get(state), Node::Dict(_));
+    let kind = arena.get(inst).kind_name();
+    match arena.get_mut(inst) {
+        Some(Node::Dict(d)) if d.class != DictClass::Dict => {
+            if state_is_dict {
+                d.state.push(state);
+                Ok(())
+            } else {
+                Err(Error::tensor(format!("BUILD state of an {kind} must be a dict"), at.clone()))
+            }
+        }
+        Some(Node::Object(obj)) => {
+            obj.mutations.push(Mutation::Build(state));
+            Ok(())
+        }
+        Some(Node::Opaque) => Ok(()),
+        Some(Node::Tensor(_)) => Err(Error::unsupported("BUILD on a tensor (a pre-1.0 pickle format)", at.clone())),
+        _ => Err(Error::forbidden(
+            format!(
+                "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
+            ),
+            at.clone(),
+        )),
     }
 }

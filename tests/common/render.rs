@@ -93,6 +93,12 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
                 other => out.push_str(&format!("tensor<{:?}>", std::mem::discriminant(other))),
             },
             Node::Object(_) => out.push_str("object"),
+            Node::NdArray(a) => match &a.state {
+                Some(st) => out.push_str(&format!("ndarray({} {:?})", st.dtype.descr(), st.shape)),
+                None => out.push_str("ndarray(unbuilt)"),
+            },
+            Node::NpDtype(d) => out.push_str(&format!("dtype({})", d.descr())),
+            Node::NpScalar(d, _) => out.push_str(&format!("scalar({})", d.descr())),
             Node::Opaque => out.push('?'),
         }
     }
