@@ -5,7 +5,7 @@
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::PyType;
 
 use crate::error::{Error, Refusal};
 
@@ -33,14 +33,7 @@ fn new_class(
     base: &Bound<'_, PyType>,
 ) -> PyResult<Py<PyType>> {
     let qualified = format!("tensorplay._core.{name}");
-    let dict = PyDict::new(py);
-    PyErr::new_type(
-        py,
-        &std::ffi::CString::new(qualified)?,
-        Some(&std::ffi::CString::new(doc)?),
-        Some(base),
-        Some(dict.into_any().unbind()),
-    )
+    PyErr::new_type(py, &std::ffi::CString::new(qualified)?, Some(&std::ffi::CString::new(doc)?), Some(base), None)
 }
 
 pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
