@@ -108,9 +108,14 @@ impl fmt::Display for Refusal {
             Refusal::BlockedGlobal { module, name } => {
                 let blocked = crate::pickle::globals::blocked_reason(module, name)
                     .unwrap_or_else(|| module.clone());
+                let why = if blocked.contains('.') && module == "builtins" {
+                    format!("which is blocked ({blocked})")
+                } else {
+                    format!("whose module {blocked} is blocked")
+                };
                 write!(
                     f,
-                    "Trying to load unsupported GLOBAL {module}.{name} whose module {blocked} is blocked. \
+                    "Trying to load unsupported GLOBAL {module}.{name} {why}. \
                      It cannot be allowlisted: tensorplay never imports it."
                 )
             }

@@ -20,6 +20,7 @@ __all__ = [
     "add_safe_globals",
     "clear_safe_globals",
     "get_safe_globals",
+    "get_unsafe_globals_in_checkpoint",
     "safe_globals",
     "CheckpointError",
     "UnsafeCheckpointError",
@@ -155,6 +156,19 @@ def _copy_threads() -> int | None:
     """Threads that copy storages; ``TENSORPLAY_THREADS`` overrides the core count."""
     value = os.environ.get("TENSORPLAY_THREADS")
     return int(value) if value else None
+
+
+def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
+    """The ``module.name`` of every global in the checkpoint that the allowlist
+    (built-in plus yours) does not cover, in order of first appearance, without
+    building anything. ``[]`` means ``load`` will not refuse the file for a global.
+
+    Unlike torch's, it reads every pickle protocol, legacy-format files and raw
+    pickles. A file that cannot be fully read raises ``MalformedCheckpointError``
+    unless an unsafe global was found before the break.
+    """
+    names, _ = _allowlist.resolved()
+    return _core.unsafe_globals(_source(f, mmap=False), user_names=names)
 
 
 def add_safe_globals(safe_globals: Iterable[Any]) -> None:

@@ -224,6 +224,14 @@ fn apply_zip64(
 
 /// Read and validate the central directory of `data`.
 pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
+    let index = read_entries(data, max_entries)?;
+    check_layout(&index.entries, index.directory_offset)?;
+    Ok(index)
+}
+
+/// Read the central directory without the whole-archive checks (duplicates,
+/// overlaps), so a scanner can still look inside a file that breaks them.
+pub fn read_entries(data: &[u8], max_entries: u64) -> Result<Index, Error> {
     let eocd = find_eocd(data)?;
     let dir = read_directory(data, eocd)?;
     limits::check("max_zip_entries", dir.entries, max_entries, || {
@@ -290,7 +298,6 @@ pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
         entries.push(entry);
         pos = record_end;
     }
-    check_layout(&entries, dir.offset)?;
     Ok(Index {
         entries,
         directory_offset: dir.offset,
@@ -353,7 +360,7 @@ fn locate_payload(
 }
 
 /// No two entries may share a name or a byte, and none may reach into the directory.
-fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
+pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
     let mut by_name: Vec<&Entry> = entries.iter().collect();
     by_name.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     for pair in by_name.windows(2) {

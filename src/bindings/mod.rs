@@ -8,6 +8,7 @@ mod errors;
 mod load;
 mod mapping;
 mod numpy_api;
+mod scan;
 mod torch_api;
 
 use crate::limits::Limits;
@@ -29,6 +30,8 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mapping::MappedFile>()?;
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

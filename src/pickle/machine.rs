@@ -54,6 +54,8 @@ pub trait Hooks {
         pid: NodeId,
         at: &Location,
     ) -> Result<NodeId, Error>;
+    /// STACK_GLOBAL whose module or name is not a plain string (built at run time).
+    fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error>;
     /// EXT1, EXT2 and EXT4: a global named by copyreg's extension registry.
     fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error>;
 }
@@ -722,13 +724,11 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 let module = self.pop()?;
                 let (module, name) = match (self.arena.get(module), self.arena.get(name)) {
                     (Node::Str(m), Node::Str(n)) => (m.clone(), n.clone()),
-                    (Node::Opaque, _) | (_, Node::Opaque) => {
-                        return Err(Error::forbidden(
-                            "STACK_GLOBAL with a name that could not be resolved",
-                            self.here(),
-                        ));
+                    _ => {
+                        let at = self.here();
+                        let id = self.hooks.unresolved_global(self.arena, &at)?;
+                        return self.push(id);
                     }
-                    _ => return Err(self.err("STACK_GLOBAL requires str module and name")),
                 };
                 let (Ok(module), Ok(name)) =
                     (std::str::from_utf8(&module), std::str::from_utf8(&name))

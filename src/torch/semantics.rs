@@ -10,6 +10,7 @@ use crate::pickle::machine::Hooks;
 use crate::pickle::value::{
     Arena, Constructor, DictClass, DictNode, Mutation, Node, NodeId, ObjectNode, SetNode,
 };
+use crate::scan::dangerous;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::numpy;
@@ -25,13 +26,18 @@ pub enum Mode {
     Scan,
 }
 
+/// How the scan names a STACK_GLOBAL whose name was computed at run time.
+pub const UNRESOLVED_GLOBAL: &str = "<STACK_GLOBAL of a computed name>";
+
 /// A global the scan found outside the allowlist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundGlobal {
-    /// `module.name` after Python 2 name mapping; `EXT<n>` for extension codes.
+    /// `module.name` after Python 2 name mapping, or a `<...>` description of a global
+    /// that has no name (an extension code, a computed STACK_GLOBAL).
     pub name: String,
     pub offset: u64,
-    pub blocked: bool,
+    /// On the scanner's denylist (code execution, files, network, nested pickles).
+    pub dangerous: bool,
 }
 
 pub struct TorchHooks<'u> {
@@ -66,11 +72,18 @@ impl<'u> TorchHooks<'u> {
         }
     }
 
-    fn record(&mut self, name: String, at: &Location, blocked: bool) {
+    fn record(&mut self, module: &str, name: &str, at: &Location) {
+        let full = if name.is_empty() {
+            module.to_owned()
+        } else {
+            format!("{module}.{name}")
+        };
+        let dangerous = globals::blocked_reason(module, name).is_some()
+            || dangerous::is_dangerous(module, name);
         self.found.push(FoundGlobal {
-            name,
+            name: full,
             offset: at.offset.unwrap_or(0),
-            blocked,
+            dangerous,
         });
     }
 
@@ -342,11 +355,11 @@ impl Hooks for TorchHooks<'_> {
         match globals::resolve(&module, &name, self.user) {
             Resolution::Allowed(g) => arena.push(Node::Global(g)),
             Resolution::Blocked if self.mode == Mode::Scan => {
-                self.record(format!("{module}.{name}"), at, true);
+                self.record(&module, &name, at);
                 arena.push(Node::Opaque)
             }
             Resolution::NotAllowed if self.mode == Mode::Scan => {
-                self.record(format!("{module}.{name}"), at, false);
+                self.record(&module, &name, at);
                 arena.push(Node::Opaque)
             }
             Resolution::Blocked => Err(Error::Unsafe {
@@ -368,13 +381,24 @@ impl Hooks for TorchHooks<'_> {
 
     fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error> {
         if self.mode == Mode::Scan {
-            self.record(format!("EXT{code}"), at, false);
+            self.record(&format!("<extension code {code}>"), "", at);
             return arena.push(Node::Opaque);
         }
         Err(Error::Unsafe {
             refusal: Refusal::ExtensionCode { code },
             location: at.clone(),
         })
+    }
+
+    fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error> {
+        if self.mode == Mode::Scan {
+            self.record(UNRESOLVED_GLOBAL, "", at);
+            return arena.push(Node::Opaque);
+        }
+        Err(Error::pickle(
+            "STACK_GLOBAL requires str module and name",
+            at.clone(),
+        ))
     }
 
     fn reduce(

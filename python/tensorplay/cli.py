@@ -1,0 +1,85 @@
+"""The ``tensorplay`` command line: ``scan``, ``inspect`` and ``convert``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import scanner
+
+EXIT_CLEAN, EXIT_UNSAFE, EXIT_UNREADABLE = 0, 1, 2
+
+
+class _Progress:
+    """A one-line progress bar on stderr, only when it is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} files")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _print_table(reports: list[scanner.ScanReport]) -> None:
+    for r in reports:
+        print(f"{r.verdict.upper():<11} {r.format:<16} {r.path}")
+        for f in r.findings:
+            kind = "dangerous" if f.dangerous else "not allowlisted"
+            where = f"{f.location} @ {f.offset}" if f.location else f"@ {f.offset}"
+            print(f"{'':<11} {f.name}  [{kind}]  {where}")
+        for p in r.problems:
+            print(f"{'':<11} {p}")
+    counts = {v: sum(r.verdict == v for r in reports) for v in ("clean", "unsafe", "unreadable")}
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    print(f"\n{len(reports)} files: {summary}")
+
+
+def exit_code(reports: list[scanner.ScanReport]) -> int:
+    """1 if anything is unsafe (it outranks unreadable), 2 if something could not be read, else 0."""
+    verdicts = {r.verdict for r in reports}
+    if "unsafe" in verdicts:
+        return EXIT_UNSAFE
+    if "unreadable" in verdicts:
+        return EXIT_UNREADABLE
+    return EXIT_CLEAN
+
+
+def _scan(args: argparse.Namespace) -> int:
+    progress = _Progress(sys.stderr.isatty() and not args.json)
+    reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress)
+    if args.json:
+        json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(reports)
+    return exit_code(reports)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tensorplay", description="Safe tools for PyTorch checkpoints.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    scan = sub.add_parser("scan", help="scan files for globals that could run code",
+                          description="Exit codes: 0 all clean, 1 something unsafe, 2 something unreadable.")
+    scan.add_argument("paths", nargs="+", help="files or directories (walked recursively)")
+    scan.add_argument("--json", action="store_true", help="machine-readable output")
+    scan.add_argument("--jobs", type=int, default=None, help="files scanned in parallel (default: cores)")
+    scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
+                      help="also allow this global (repeatable)")
+    scan.set_defaults(run=_scan)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

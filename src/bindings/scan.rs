@@ -1,0 +1,64 @@
+//! `_core.scan` and `_core.unsafe_globals`: the scanner, with the GIL released.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::archive::source::MapMode;
+use crate::bindings::errors::to_pyerr;
+use crate::bindings::load::{limits_from, open_source};
+use crate::pickle::globals::UserGlobals;
+use crate::scan::{scan_bytes, unsafe_globals as find_unsafe_globals, ScanOptions};
+
+fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
+    Ok(ScanOptions {
+        limits: limits_from(limits)?,
+        user_globals: UserGlobals::new(user_names),
+    })
+}
+
+/// Scan a path or a bytes object; returns the report as a dict.
+#[pyfunction]
+#[pyo3(signature = (source, *, user_names=Vec::new(), limits=None))]
+pub fn scan<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    user_names: Vec<String>,
+    limits: Option<HashMap<String, u64>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let options = options(user_names, limits)?;
+    let data = open_source(py, source, MapMode::ReadOnly)?;
+    let report = py.detach(|| scan_bytes(data.bytes(), &options));
+    let findings = PyList::empty(py);
+    for f in &report.findings {
+        let d = PyDict::new(py);
+        d.set_item("name", &f.name)?;
+        d.set_item("dangerous", f.dangerous)?;
+        d.set_item("location", &f.location)?;
+        d.set_item("offset", f.offset)?;
+        findings.append(d)?;
+    }
+    let out = PyDict::new(py);
+    out.set_item("format", &report.format)?;
+    out.set_item("verdict", report.verdict().name())?;
+    out.set_item("findings", findings)?;
+    out.set_item("problems", &report.problems)?;
+    out.set_item("pickles", report.pickles)?;
+    Ok(out)
+}
+
+/// The globals of a checkpoint's pickles that the allowlist does not cover.
+#[pyfunction]
+#[pyo3(name = "unsafe_globals", signature = (source, *, user_names=Vec::new(), limits=None))]
+pub fn globals_outside_allowlist(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    user_names: Vec<String>,
+    limits: Option<HashMap<String, u64>>,
+) -> PyResult<Vec<String>> {
+    let options = options(user_names, limits)?;
+    let data = open_source(py, source, MapMode::ReadOnly)?;
+    py.detach(|| find_unsafe_globals(data.bytes(), &options))
+        .map_err(|e| to_pyerr(py, e))
+}

@@ -1,0 +1,491 @@
+//! The scanner model hubs run on every upload. It recognises files by content
+//! (torch zip, legacy torch, raw pickles, numpy `.npy`/`.npz`, zip and tar
+//! archives, nested ones included), reads only pickle bytes, and reports every
+//! global outside the allowlist, each marked dangerous or not. A file it cannot
+//! fully parse is never reported clean.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
+pub mod dangerous;
+pub mod stream;
+
+use crate::archive::inflate::inflate_exact;
+use crate::archive::zip::{self, Entry};
+use crate::checkpoint::is_tar;
+use crate::error::{Error, Location};
+use crate::limits::Limits;
+use crate::pickle::globals::UserGlobals;
+use crate::torch::legacy;
+use crate::torch::storages::IdFormat;
+
+/// Archives nested deeper than this are reported, not opened.
+const MAX_DEPTH: u32 = 4;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// `module.name`, or a `<...>` description of a global without a name.
+    pub name: String,
+    pub dangerous: bool,
+    /// The file, archive entry or pickle it was found in.
+    pub location: String,
+    /// Byte offset inside that location.
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Clean,
+    Unsafe,
+    Unreadable,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Clean => "clean",
+            Verdict::Unsafe => "unsafe",
+            Verdict::Unreadable => "unreadable",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// What the file turned out to be (`torch-zip`, `pickle`, `npz`...).
+    pub format: String,
+    pub findings: Vec<Finding>,
+    /// Why (part of) the file could not be read.
+    pub problems: Vec<String>,
+    /// How many pickles were read.
+    pub pickles: u32,
+}
+
+impl Report {
+    pub fn add(&mut self, finding: Finding) {
+        self.findings.push(finding);
+    }
+
+    fn problem(&mut self, location: &str, reason: impl std::fmt::Display) {
+        if location.is_empty() {
+            self.problems.push(reason.to_string());
+        } else {
+            self.problems.push(format!("{location}: {reason}"));
+        }
+    }
+
+    /// Unsafe outranks unreadable: a malformed file with a dangerous global before
+    /// the break is unsafe.
+    pub fn verdict(&self) -> Verdict {
+        if !self.findings.is_empty() {
+            Verdict::Unsafe
+        } else if !self.problems.is_empty() {
+            Verdict::Unreadable
+        } else {
+            Verdict::Clean
+        }
+    }
+
+    /// The distinct global names, in order of first appearance.
+    pub fn names(&self) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        self.findings
+            .iter()
+            .filter(|f| seen.insert(f.name.clone()))
+            .map(|f| f.name.clone())
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    pub limits: Limits,
+    /// Entries the user allowlists on top of the built-in allowlist.
+    pub user_globals: UserGlobals,
+}
+
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+
+/// What the bytes of a file or entry look like.
+fn sniff(data: &[u8]) -> &'static str {
+    if data.is_empty() {
+        "empty"
+    } else if data.starts_with(b"PK\x03\x04") || data.starts_with(b"PK\x05\x06") {
+        "zip"
+    } else if data.starts_with(NPY_MAGIC) {
+        "npy"
+    } else if is_tar(data) {
+        "tar"
+    } else if legacy::is_legacy(data) {
+        "torch-legacy"
+    } else if is_safetensors(data) {
+        "safetensors"
+    } else {
+        "pickle"
+    }
+}
+
+/// safetensors: a little-endian u64 header length, then a JSON object.
+fn is_safetensors(data: &[u8]) -> bool {
+    let Some(len) = data
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+    else {
+        return false;
+    };
+    len > 1 && len <= data.len() as u64 - 8 && data.get(8) == Some(&b'{')
+}
+
+/// Scan a whole file's bytes.
+pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
+    let mut report = Report::default();
+    scan_into(data, "", 0, options, &mut report, true);
+    report
+}
+
+fn scan_into(
+    data: &[u8],
+    location: &str,
+    depth: u32,
+    options: &ScanOptions,
+    report: &mut Report,
+    top: bool,
+) {
+    let kind = sniff(data);
+    if top {
+        report.format = kind.to_owned();
+    }
+    if depth > MAX_DEPTH {
+        report.problem(location, "archives nested too deeply to inspect");
+        return;
+    }
+    match kind {
+        "empty" | "safetensors" => {}
+        "zip" => scan_zip(data, location, depth, options, report, top),
+        "npy" => scan_npy(data, location, options, report),
+        "tar" => scan_tar(data, location, depth, options, report),
+        "torch-legacy" => {
+            let s = stream::scan_stream(
+                data,
+                location,
+                &options.user_globals,
+                &options.limits,
+                IdFormat::Legacy,
+                Some(5),
+                report,
+            );
+            report.pickles += s.pickles;
+            if let Some(p) = s.problem {
+                report.problem(location, p);
+            } else if s.pickles < 5 {
+                report.problem(location, "a legacy torch file with fewer than five pickles");
+            }
+        }
+        _ => scan_pickle(data, location, options, report, top),
+    }
+}
+
+fn scan_pickle(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report, top: bool) {
+    let before = report.findings.len();
+    let s = stream::scan_stream(
+        data,
+        location,
+        &options.user_globals,
+        &options.limits,
+        IdFormat::Zip,
+        None,
+        report,
+    );
+    report.pickles += s.pickles;
+    if let Some(problem) = s.problem {
+        // Bytes that are no pickle from their first opcode on, with nothing found,
+        // are some other kind of file: nothing here can unpickle them.
+        let not_a_pickle =
+            s.pickles == 0 && report.findings.len() == before && !data.starts_with(&[0x80]);
+        if not_a_pickle && top {
+            report.format = "not-a-pickle".into();
+        } else {
+            report.problem(location, problem);
+        }
+    }
+}
+
+fn entry_location(parent: &str, entry: &Entry) -> String {
+    if parent.is_empty() {
+        entry.name_lossy()
+    } else {
+        format!("{parent}!{}", entry.name_lossy())
+    }
+}
+
+/// Storage records and small metadata of a torch checkpoint are never unpickled.
+fn is_torch_payload(root: Option<&str>, name: &str) -> bool {
+    let Some(root) = root else { return false };
+    let Some(record) = name.strip_prefix(root).and_then(|r| r.strip_prefix('/')) else {
+        return false;
+    };
+    record.starts_with("data/")
+        || matches!(
+            record,
+            "version"
+                | ".data/version"
+                | "byteorder"
+                | ".format_version"
+                | ".storage_alignment"
+                | ".data/serialization_id"
+        )
+}
+
+fn scan_zip(
+    data: &[u8],
+    location: &str,
+    depth: u32,
+    options: &ScanOptions,
+    report: &mut Report,
+    top: bool,
+) {
+    let index = match zip::read_entries(data, options.limits.max_zip_entries) {
+        Ok(index) => index,
+        Err(e) => return report.problem(location, e),
+    };
+    if let Err(e) = zip::check_layout(&index.entries, index.directory_offset) {
+        report.problem(location, e);
+    }
+    // A torch checkpoint: every entry under one root folder, with a data.pkl.
+    let root = index
+        .entries
+        .first()
+        .and_then(|e| e.name_lossy().split_once('/').map(|(r, _)| r.to_owned()));
+    let torch_layout = root.as_deref().is_some_and(|r| {
+        index
+            .entries
+            .iter()
+            .any(|e| e.name_lossy() == format!("{r}/data.pkl"))
+    });
+    let root = if torch_layout { root } else { None };
+    if top {
+        report.format = match (
+            &root,
+            index
+                .entries
+                .iter()
+                .any(|e| e.name_lossy().ends_with("/constants.pkl")),
+        ) {
+            (Some(_), true) => "torchscript-zip".into(),
+            (Some(_), false) => "torch-zip".into(),
+            (None, _)
+                if index
+                    .entries
+                    .iter()
+                    .all(|e| e.name_lossy().ends_with(".npy")) =>
+            {
+                "npz".into()
+            }
+            _ => "zip".into(),
+        };
+    }
+    for entry in &index.entries {
+        let name = entry.name_lossy();
+        let here = entry_location(location, entry);
+        if !entry.local_name_matches {
+            report.problem(
+                &here,
+                "the local header names a different file than the central directory",
+            );
+        }
+        if is_torch_payload(root.as_deref(), &name) || name.ends_with('/') {
+            continue;
+        }
+        let bytes = match entry_data(entry, data, &options.limits) {
+            Ok(b) => b,
+            Err(e) => {
+                report.problem(&here, e);
+                continue;
+            }
+        };
+        let by_name = [
+            ".pkl", ".pickle", ".joblib", ".pt", ".pth", ".bin", ".ckpt", ".npy", ".dat", ".data",
+        ];
+        let scan_it = by_name.iter().any(|ext| name.ends_with(ext))
+            || !matches!(sniff(&bytes), "pickle" | "empty");
+        if scan_it || bytes.first() == Some(&0x80) {
+            scan_into(&bytes, &here, depth + 1, options, report, false);
+        }
+    }
+}
+
+/// An entry's bytes, inflated if needed (never past its declared size or the cap).
+fn entry_data<'d>(
+    entry: &Entry,
+    data: &'d [u8],
+    limits: &Limits,
+) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
+    let stored = || {
+        let start = usize::try_from(entry.data_offset).ok()?;
+        data.get(start..start.checked_add(usize::try_from(entry.compressed_size).ok()?)?)
+    };
+    let raw = stored().ok_or_else(|| {
+        Error::archive(
+            "entry data lies outside the file",
+            Location::entry(&entry.name_lossy()),
+        )
+    })?;
+    match entry.method {
+        0 => Ok(std::borrow::Cow::Borrowed(raw)),
+        8 => {
+            let cap = limits.max_pickle_bytes.min(limits.max_inflated_bytes);
+            crate::limits::check("max_inflated_bytes", entry.uncompressed_size, cap, || {
+                Location::entry(&entry.name_lossy())
+            })?;
+            let mut out = vec![0u8; entry.uncompressed_size as usize];
+            inflate_exact(raw, &mut out, &entry.name_lossy())?;
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        m => Err(Error::unsupported(
+            format!(
+                "cannot inspect an entry compressed with method {m} ({})",
+                crate::archive::layout::method_name(m)
+            ),
+            Location::entry(&entry.name_lossy()),
+        )),
+    }
+}
+
+/// `.npy`: only object arrays hold a pickle, after the header.
+fn scan_npy(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report) {
+    let Some(&major) = data.get(6) else {
+        return report.problem(location, "truncated .npy header");
+    };
+    let (len, start) = match major {
+        1 => (
+            data.get(8..10)
+                .and_then(|b| <[u8; 2]>::try_from(b).ok())
+                .map(|b| u64::from(u16::from_le_bytes(b))),
+            10usize,
+        ),
+        2 | 3 => (
+            data.get(8..12)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(|b| u64::from(u32::from_le_bytes(b))),
+            12,
+        ),
+        _ => (None, 0),
+    };
+    let header = len.and_then(|l| data.get(start..start.checked_add(usize::try_from(l).ok()?)?));
+    let Some(header) = header else {
+        return report.problem(location, "malformed .npy header");
+    };
+    let text = String::from_utf8_lossy(header);
+    let object = text.contains("'|O'")
+        || text.contains("'O'")
+        || text.contains("\"|O\"")
+        || text.contains("'O',")
+        || text.contains("'|O',");
+    if object {
+        let body = data.get(start + header.len()..).unwrap_or_default();
+        let s = stream::scan_stream(
+            body,
+            location,
+            &options.user_globals,
+            &options.limits,
+            IdFormat::Zip,
+            None,
+            report,
+        );
+        report.pickles += s.pickles;
+        if let Some(p) = s.problem {
+            report.problem(location, p);
+        }
+    }
+}
+
+/// A POSIX tar archive: every regular member is scanned by content.
+fn scan_tar(data: &[u8], location: &str, depth: u32, options: &ScanOptions, report: &mut Report) {
+    let mut pos = 0usize;
+    let mut members = 0u64;
+    while let Some(header) = data.get(pos..pos + 512) {
+        if header.iter().all(|b| *b == 0) {
+            return;
+        }
+        members += 1;
+        if members > options.limits.max_zip_entries {
+            return report.problem(location, "too many tar members");
+        }
+        let name = String::from_utf8_lossy(header.get(..100).unwrap_or_default())
+            .trim_end_matches('\0')
+            .to_owned();
+        let size_text = String::from_utf8_lossy(header.get(124..136).unwrap_or_default())
+            .trim_matches(|c: char| c == '\0' || c == ' ')
+            .to_owned();
+        let Ok(size) = u64::from_str_radix(&size_text, 8) else {
+            return report.problem(location, "malformed tar header");
+        };
+        let kind = header.get(156).copied().unwrap_or(0);
+        let body_start = pos + 512;
+        let Some(body) = usize::try_from(size)
+            .ok()
+            .and_then(|s| data.get(body_start..body_start.checked_add(s)?))
+        else {
+            return report.problem(location, format!("tar member {name} runs past the end"));
+        };
+        if matches!(kind, b'0' | 0) {
+            let here = if location.is_empty() {
+                name
+            } else {
+                format!("{location}!{name}")
+            };
+            scan_into(body, &here, depth + 1, options, report, false);
+        }
+        pos = body_start + body.len().div_ceil(512) * 512;
+    }
+    report.problem(location, "truncated tar archive");
+}
+
+/// torch's `get_unsafe_globals_in_checkpoint`, for every format: the globals of a
+/// checkpoint's pickles that the allowlist (built-in plus user) does not cover.
+/// A torch zip checkpoint is judged by its `data.pkl`, which is all `load` reads.
+pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>, Error> {
+    let mut report = Report::default();
+    match sniff(data) {
+        "zip" => {
+            let index = zip::read_index(data, options.limits.max_zip_entries)?;
+            let layout = crate::archive::layout::Layout::new(index, data)?;
+            let entry = layout.entry("data.pkl").ok_or_else(|| {
+                Error::archive("the archive has no data.pkl record", Location::default())
+            })?;
+            let bytes = entry_data(entry, data, &options.limits)?;
+            let name = entry.name_lossy();
+            let s = stream::scan_stream(
+                &bytes,
+                &name,
+                &options.user_globals,
+                &options.limits,
+                IdFormat::Zip,
+                Some(1),
+                &mut report,
+            );
+            if let Some(p) = s.problem {
+                report.problem(&name, p);
+            }
+        }
+        "empty" => return Err(Error::archive("the file is empty", Location::default())),
+        _ => scan_into(data, "", 0, options, &mut report, true),
+    }
+    if report.findings.is_empty() {
+        if let Some(problem) = report.problems.first() {
+            return Err(Error::pickle(
+                format!("cannot read the whole checkpoint: {problem}"),
+                Location::default(),
+            ));
+        }
+    }
+    Ok(report.names())
+}

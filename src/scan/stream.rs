@@ -1,0 +1,224 @@
+//! Scanning one pickle stream: the VM runs in scan mode (same resolution rules as
+//! a load, refusals recorded instead of raised), pickle after pickle until the
+//! data ends. If a pickle breaks, a tolerant disassembly of the rest still
+//! reports any GLOBAL or INST it can see.
+
+use crate::error::Error;
+use crate::limits::Limits;
+use crate::pickle::globals::{self, UserGlobals};
+use crate::pickle::machine::{self, StringEncoding};
+use crate::pickle::opcodes::{self, Arg};
+use crate::pickle::value::Arena;
+use crate::scan::dangerous;
+use crate::scan::{Finding, Report};
+use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storages::IdFormat;
+
+/// Pickles one stream may hold before the scanner stops trusting it.
+const MAX_PICKLES: usize = 64;
+
+/// The outcome of scanning one stream.
+pub struct StreamScan {
+    pub pickles: u32,
+    /// Bytes consumed by complete pickles.
+    pub end: usize,
+    /// Why the stream could not be read to its end, if it could not.
+    pub problem: Option<String>,
+}
+
+fn run_one(
+    data: &[u8],
+    user: &UserGlobals,
+    limits: &Limits,
+    format: IdFormat,
+) -> (Result<usize, Error>, Vec<Finding>) {
+    let mut hooks = TorchHooks::new(Mode::Scan, user, *limits, format);
+    let mut arena = Arena::new(limits);
+    let result =
+        machine::run(data, &mut hooks, &mut arena, limits, StringEncoding::Utf8).map(|p| p.end);
+    let findings = hooks
+        .found
+        .into_iter()
+        .map(|f| Finding {
+            name: f.name,
+            dangerous: f.dangerous,
+            location: String::new(),
+            offset: f.offset,
+        })
+        .collect();
+    (result, findings)
+}
+
+/// Scan up to `max_pickles` pickles of `data` (all of them when `None`), adding
+/// findings to `report` under `location`.
+pub fn scan_stream(
+    data: &[u8],
+    location: &str,
+    user: &UserGlobals,
+    limits: &Limits,
+    format: IdFormat,
+    max_pickles: Option<usize>,
+    report: &mut Report,
+) -> StreamScan {
+    let mut pos = 0usize;
+    let mut pickles = 0u32;
+    let wanted = max_pickles.unwrap_or(MAX_PICKLES);
+    while (pickles as usize) < wanted {
+        let rest = data.get(pos..).unwrap_or_default();
+        let (result, findings) = run_one(rest, user, limits, format);
+        for mut f in findings {
+            f.offset = f.offset.saturating_add(pos as u64);
+            f.location = location.to_owned();
+            report.add(f);
+        }
+        match result {
+            Ok(end) => {
+                pickles += 1;
+                pos += end;
+                if pos >= data.len() || max_pickles.is_some_and(|m| pickles as usize >= m) {
+                    return StreamScan {
+                        pickles,
+                        end: pos,
+                        problem: None,
+                    };
+                }
+            }
+            Err(e) => {
+                let offset = e
+                    .location()
+                    .and_then(|l| l.offset)
+                    .unwrap_or(0)
+                    .saturating_add(pos as u64);
+                let problem = if pickles > 0 && offset == pos as u64 {
+                    format!(
+                        "{} bytes after the end of pickle {pickles} are not a pickle",
+                        data.len() - pos
+                    )
+                } else {
+                    format!(
+                        "{}: {} (at byte {offset})",
+                        if pickles > 0 {
+                            "a later pickle breaks"
+                        } else {
+                            "the pickle breaks"
+                        },
+                        e.reason()
+                    )
+                };
+                sweep_rest(data, offset as usize, location, user, report);
+                return StreamScan {
+                    pickles,
+                    end: pos,
+                    problem: Some(problem),
+                };
+            }
+        }
+    }
+    let problem = (pos < data.len()).then(|| format!("more than {wanted} pickles in one stream"));
+    StreamScan {
+        pickles,
+        end: pos,
+        problem,
+    }
+}
+
+/// After a break, walk the remaining bytes as opcodes (skipping bytes that are no
+/// opcode) and report every GLOBAL/INST name and every STACK_GLOBAL whose two
+/// strings are in plain sight.
+fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, report: &mut Report) {
+    let mut pos = from;
+    let mut recent: Vec<String> = Vec::new();
+    while let Some(&op) = data.get(pos) {
+        let start = pos;
+        pos += 1;
+        let Some((_, arg)) = opcodes::info(op) else {
+            continue;
+        };
+        let rest = data.get(pos..).unwrap_or_default();
+        let line = |bytes: &[u8]| bytes.iter().position(|b| *b == b'\n');
+        match arg {
+            Arg::None if op == opcodes::STACK_GLOBAL => {
+                if let [.., module, name] = recent.as_slice() {
+                    record(module, name, start, location, user, report);
+                }
+            }
+            Arg::None => {}
+            Arg::Fixed(n) => pos += usize::from(n),
+            Arg::Line => pos += line(rest).map_or(rest.len(), |n| n + 1),
+            Arg::TwoLines => {
+                let Some(first) = line(rest) else { break };
+                let after = rest.get(first + 1..).unwrap_or_default();
+                let Some(second) = line(after) else { break };
+                let module =
+                    String::from_utf8_lossy(rest.get(..first).unwrap_or_default()).into_owned();
+                let name =
+                    String::from_utf8_lossy(after.get(..second).unwrap_or_default()).into_owned();
+                if is_identifier_path(&module) && is_identifier_path(&name) {
+                    record(&module, &name, start, location, user, report);
+                    pos += first + 1 + second + 1;
+                }
+            }
+            Arg::Counted(width) => {
+                let Some(len_bytes) = rest.get(..usize::from(width)) else {
+                    break;
+                };
+                let mut buf = [0u8; 8];
+                if let Some(dst) = buf.get_mut(..len_bytes.len()) {
+                    dst.copy_from_slice(len_bytes);
+                }
+                let len = u64::from_le_bytes(buf);
+                let body = usize::try_from(len)
+                    .ok()
+                    .and_then(|l| rest.get(usize::from(width)..usize::from(width).checked_add(l)?));
+                match body {
+                    Some(body)
+                        if matches!(
+                            op,
+                            opcodes::SHORT_BINUNICODE | opcodes::BINUNICODE | opcodes::BINUNICODE8
+                        ) =>
+                    {
+                        recent.push(String::from_utf8_lossy(body).into_owned());
+                        if recent.len() > 2 {
+                            recent.remove(0);
+                        }
+                        pos += usize::from(width) + body.len();
+                    }
+                    Some(body) => pos += usize::from(width) + body.len(),
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+fn is_identifier_path(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 256
+        && s.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+}
+
+fn record(
+    module: &str,
+    name: &str,
+    offset: usize,
+    location: &str,
+    user: &UserGlobals,
+    report: &mut Report,
+) {
+    let (module, name) = globals::map_py2(module, name);
+    if matches!(
+        globals::resolve(&module, &name, user),
+        globals::Resolution::Allowed(_)
+    ) {
+        return;
+    }
+    let dangerous = globals::blocked_reason(&module, &name).is_some()
+        || dangerous::is_dangerous(&module, &name);
+    report.add(Finding {
+        name: format!("{module}.{name}"),
+        dangerous,
+        location: location.to_owned(),
+        offset: offset as u64,
+    });
+}

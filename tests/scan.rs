@@ -1,0 +1,202 @@
+//! The scanner against the tricks that defeated earlier scanners.
+
+mod common;
+
+use common::zipw::{self, Entry, Options};
+use tensorplay::scan::{scan_bytes, unsafe_globals, Report, ScanOptions, Verdict};
+
+fn scan(data: &[u8]) -> Report {
+    scan_bytes(data, &ScanOptions::default())
+}
+
+fn names(r: &Report) -> Vec<String> {
+    r.names()
+}
+
+const OS_SYSTEM: &[u8] = b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.";
+
+#[test]
+fn a_plain_payload_is_unsafe_and_dangerous() {
+    let r = scan(OS_SYSTEM);
+    assert_eq!(r.format, "pickle");
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    assert!(r.findings[0].dangerous);
+    assert_eq!(names(&r), ["os.system"]);
+}
+
+#[test]
+fn stack_global_names_from_the_memo_are_resolved() {
+    let data = b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94h\x00h\x01\x93\x8c\x02ls\x85R.";
+    assert_eq!(names(&scan(data)), ["os.system"]);
+    // Names computed at run time cannot be named: they are reported, never clean.
+    let computed = b"\x80\x04K\x01K\x02\x93.";
+    let r = scan(computed);
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    assert!(r.findings[0].name.starts_with('<'));
+}
+
+#[test]
+fn extension_codes_are_unresolvable_globals() {
+    let r = scan(b"\x80\x02\x82\x01)R.");
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    assert_eq!(names(&r), ["<extension code 1>"]);
+}
+
+#[test]
+fn python2_names_are_mapped_before_judging() {
+    assert_eq!(
+        names(&scan(b"ccommands\ngetoutput\n(S'ls'\ntR.")),
+        ["subprocess.getoutput"]
+    );
+    assert_eq!(
+        names(&scan(b"c__builtin__\neval\n(S'1'\ntR.")),
+        ["builtins.eval"]
+    );
+}
+
+#[test]
+fn every_pickle_of_a_stream_is_scanned_and_trailing_data_is_reported() {
+    let second = [&b"\x80\x02N."[..], OS_SYSTEM].concat();
+    let r = scan(&second);
+    assert_eq!(r.pickles, 2);
+    assert_eq!(names(&r), ["os.system"]);
+    let trailing = [&b"\x80\x02N."[..], b"garbage\xff"].concat();
+    assert_eq!(scan(&trailing).verdict(), Verdict::Unreadable);
+}
+
+#[test]
+fn a_break_after_the_payload_still_reports_it_and_what_follows() {
+    let broken = [&OS_SYSTEM[..OS_SYSTEM.len() - 1], b"\xff"].concat();
+    let r = scan(&broken);
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    assert!(!r.problems.is_empty());
+    // A break *before* the payload: the rest is still disassembled.
+    let hidden = b"\x80\x02\xff\xffcposix\nsystem\nX\x02\x00\x00\x00ls\x85R.";
+    let r = scan(hidden);
+    assert_eq!(names(&r), ["posix.system"]);
+}
+
+#[test]
+fn frames_do_not_hide_opcodes() {
+    let mut data = b"\x80\x04\x95".to_vec();
+    let body = b"cos\nsystem\nX\x02\x00\x00\x00ls\x85R.";
+    data.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    data.extend_from_slice(body);
+    assert_eq!(names(&scan(&data)), ["os.system"]);
+}
+
+#[test]
+fn every_pickle_in_an_archive_is_scanned_and_duplicates_too() {
+    let zip = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"\x80\x02N."),
+            Entry::new("a/data.pkl", OS_SYSTEM),
+            Entry::new("a/version", b"3"),
+        ],
+        Options::default(),
+    );
+    let r = scan(&zip);
+    assert_eq!(r.format, "torch-zip", "{:?}", r.problems);
+    assert_eq!(names(&r), ["os.system"]);
+    assert!(r.problems.iter().any(|p| p.contains("duplicate")));
+}
+
+#[test]
+fn local_headers_that_disagree_are_reported() {
+    let mut e = Entry::new("a/data.pkl", b"\x80\x02N.");
+    e.local_name = Some("a/other.pk".into());
+    let r = scan(&zipw::write(
+        &[e, Entry::new("a/version", b"3")],
+        Options::default(),
+    ));
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+}
+
+#[test]
+fn nested_archives_are_opened() {
+    let inner = zipw::checkpoint(OS_SYSTEM, &[]);
+    let outer = zipw::write(
+        &[Entry::new("upload/model.zip", &inner)],
+        Options::default(),
+    );
+    let r = scan(&outer);
+    assert_eq!(r.format, "zip");
+    assert_eq!(names(&r), ["os.system"]);
+    assert!(r.findings[0]
+        .location
+        .contains("model.zip!archive/data.pkl"));
+}
+
+fn tar_with(name: &str, body: &[u8]) -> Vec<u8> {
+    let mut header = vec![0u8; 512];
+    header[..name.len()].copy_from_slice(name.as_bytes());
+    let size = format!("{:011o}\0", body.len());
+    header[124..136].copy_from_slice(size.as_bytes());
+    header[156] = b'0';
+    header[257..262].copy_from_slice(b"ustar");
+    let mut out = header;
+    out.extend_from_slice(body);
+    out.resize(out.len().div_ceil(512) * 512 + 1024, 0);
+    out
+}
+
+#[test]
+fn tar_members_are_scanned() {
+    let r = scan(&tar_with("model.pkl", OS_SYSTEM));
+    assert_eq!(r.format, "tar");
+    assert_eq!(names(&r), ["os.system"]);
+}
+
+#[test]
+fn object_npy_arrays_carry_pickles() {
+    let header = b"{'descr': '|O', 'fortran_order': False, 'shape': (1,), }          \n";
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header);
+    npy.extend_from_slice(OS_SYSTEM);
+    let r = scan(&npy);
+    assert_eq!(r.format, "npy");
+    assert_eq!(names(&r), ["os.system"]);
+}
+
+#[test]
+fn legacy_files_are_scanned_pickle_by_pickle() {
+    let legacy = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/torch/legacy_format.pt"
+    ))
+    .unwrap();
+    let r = scan(&legacy);
+    assert_eq!(r.format, "torch-legacy");
+    assert_eq!(r.verdict(), Verdict::Clean);
+    assert_eq!(r.pickles, 5);
+}
+
+#[test]
+fn unsafe_globals_reads_every_protocol_and_refuses_to_call_a_broken_file_clean() {
+    let options = ScanOptions::default();
+    let p4 = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/torch/protocol_4.pt"
+    ))
+    .unwrap();
+    assert_eq!(unsafe_globals(&p4, &options).unwrap(), Vec::<String>::new());
+    assert!(unsafe_globals(b"\x80\x02]K\x01", &options).is_err());
+    assert_eq!(
+        unsafe_globals(
+            &[&OS_SYSTEM[..OS_SYSTEM.len() - 1], b"\xff"].concat(),
+            &options
+        )
+        .unwrap(),
+        ["os.system"]
+    );
+}
+
+#[test]
+fn other_files_are_not_pickles() {
+    assert_eq!(scan(b"{\"a\": 1}").format, "not-a-pickle");
+    assert_eq!(scan(b"{\"a\": 1}").verdict(), Verdict::Clean);
+    assert_eq!(scan(b"").verdict(), Verdict::Clean);
+    // A truncated pickle is not clean.
+    assert_eq!(scan(b"\x80\x02]q\x00(K\x01").verdict(), Verdict::Unreadable);
+}
