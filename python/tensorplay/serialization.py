@@ -6,6 +6,7 @@ or copies made once, in parallel, with the GIL released.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import io
 import os
@@ -21,6 +22,7 @@ __all__ = [
     "clear_safe_globals",
     "get_safe_globals",
     "get_unsafe_globals_in_checkpoint",
+    "ARGPARSE_PRESET",
     "safe_globals",
     "CheckpointError",
     "UnsafeCheckpointError",
@@ -66,17 +68,28 @@ def _source(f: Any, mmap: bool) -> str | bytes:
     return bytes(data)
 
 
-def _check_map_location(map_location: Any, backend: str) -> None:
-    if map_location is None:
-        return
-    if isinstance(map_location, str) and map_location == "cpu":
-        return
-    if backend == "torch":
-        import torch
+def _placement(map_location: Any, backend: str) -> dict[str, Any]:
+    """How ``map_location`` turns into the core's arguments. Storages are always
+    built on the CPU first; torch's ``restore_location`` then moves those that
+    must move, exactly as ``torch.load`` does."""
+    if map_location is None or (isinstance(map_location, str) and map_location == "cpu"):
+        cpu = True
+    else:
+        cpu = str(map_location) == "cpu" and not callable(map_location) and not isinstance(map_location, dict)
+    if backend == "numpy":
+        if not cpu:
+            raise ValueError(f"the numpy backend loads onto the CPU only; map_location={map_location!r} needs "
+                             "backend='torch'")
+        return {}
+    import torch
 
-        if isinstance(map_location, torch.device) and map_location.type == "cpu":
-            return
-    raise NotImplementedError(f"map_location={map_location!r} is not supported yet; use None or 'cpu'")
+    if map_location is None:
+        return {"restore": torch.serialization.default_restore_location}
+    if cpu:
+        return {}
+    if str(map_location) == "meta" and isinstance(map_location, (str, torch.device)):
+        return {"data": "meta"}
+    return {"restore": torch.serialization._get_restore_location(map_location), "restore_all": True}
 
 
 def _unsafe_load(f, map_location, pickle_module, mmap, pickle_load_args):
@@ -108,7 +121,10 @@ def load(
 
     Args:
         f: a path, a PathLike, or a binary file object (read from its current position).
-        map_location: where storages go; None or ``"cpu"``.
+        map_location: where storages go, with torch's meaning: None (where they were
+            saved), a str or ``torch.device``, a dict remapping saved locations, or a
+            callable ``(storage, location)``. ``"meta"`` reads no payload byte. The
+            numpy backend takes None or ``"cpu"``.
         pickle_module: only with ``weights_only=False``, which delegates to ``torch.load``.
         weights_only: True (the default) builds only allowlisted types. False is an
             explicit opt-in to unsafe pickle, delegated to ``torch.load``.
@@ -137,7 +153,7 @@ def load(
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
     backend = _resolve_backend(backend)
-    _check_map_location(map_location, backend)
+    placement = _placement(map_location, backend)
     names, objects = _allowlist.resolved()
     return _core.load(
         _source(f, mmap),
@@ -149,6 +165,7 @@ def load(
         limits=limits,
         encoding=encoding,
         threads=_copy_threads(),
+        **placement,
     )
 
 
@@ -169,6 +186,12 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     """
     names, _ = _allowlist.resolved()
     return _core.unsafe_globals(_source(f, mmap=False), user_names=names)
+
+
+#: Opt-in preset: ``add_safe_globals(ARGPARSE_PRESET)`` lets ``argparse.Namespace``
+#: objects (how many training scripts save their hyperparameters) load as plain
+#: attribute state.
+ARGPARSE_PRESET = [argparse.Namespace]
 
 
 def add_safe_globals(safe_globals: Iterable[Any]) -> None:

@@ -11,7 +11,8 @@ use pyo3::types::{
 };
 
 use crate::bindings::errors::wrap_build_error;
-use crate::bindings::numpy_api::{Buffer, NumpyApi};
+use crate::bindings::numpy_api::NumpyApi;
+use crate::bindings::storages::StorageObject;
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::Checkpoint;
 use crate::pickle::globals::{Builtin, Global};
@@ -22,14 +23,6 @@ use crate::torch::tensor::{Dense, QParams, StorageId, TensorKind, TensorNode};
 pub enum Backend<'py> {
     Torch(TorchApi<'py>),
     Numpy(NumpyApi<'py>),
-}
-
-/// Where each storage's bytes are, as a Python object.
-pub enum StorageObject<'py> {
-    /// A torch `UntypedStorage`.
-    Torch(Bound<'py, PyAny>),
-    /// Memory for numpy views.
-    Numpy(Buffer<'py>),
 }
 
 pub struct Builder<'a, 'py> {
@@ -493,7 +486,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             Backend::Torch(t) => {
                 let dtype_obj = t.dtype(dtype)?;
                 let untyped = match self.storage(id)? {
-                    StorageObject::Torch(s) => s.clone(),
+                    StorageObject::Torch { storage, .. } => storage.clone(),
                     StorageObject::Numpy(_) => {
                         return Err(self.unsupported("mixed backends".into()))
                     }
@@ -539,10 +532,14 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .get(d.storage.index())
                     .and_then(Option::as_ref)
                 {
-                    Some(StorageObject::Torch(s)) => s,
+                    Some(StorageObject::Torch { storage, device }) => (storage, device),
                     _ => return Err(self.unsupported("storage not prepared".into())),
                 };
-                let out = api.empty(d.dtype)?;
+                let (storage, device) = storage;
+                let out = match device {
+                    None => api.empty(d.dtype)?,
+                    Some(device) => api.empty_on(d.dtype, device)?,
+                };
                 out.call_method1(
                     "set_",
                     (
@@ -583,7 +580,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .get(dense.storage.index())
                     .and_then(Option::as_ref)
                 {
-                    Some(StorageObject::Torch(s)) => s.clone(),
+                    Some(StorageObject::Torch { storage, .. }) => storage.clone(),
                     _ => return Err(self.unsupported("storage not prepared".into())),
                 };
                 let dtype = api.dtype(dense.dtype)?;

@@ -33,7 +33,13 @@ fn new_class(
     base: &Bound<'_, PyType>,
 ) -> PyResult<Py<PyType>> {
     let qualified = format!("tensorplay._core.{name}");
-    PyErr::new_type(py, &std::ffi::CString::new(qualified)?, Some(&std::ffi::CString::new(doc)?), Some(base), None)
+    PyErr::new_type(
+        py,
+        &std::ffi::CString::new(qualified)?,
+        Some(&std::ffi::CString::new(doc)?),
+        Some(base),
+        None,
+    )
 }
 
 pub fn classes(py: Python<'_>) -> PyResult<&Classes> {

@@ -10,20 +10,20 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PySlice};
+use pyo3::types::PyBytes;
 
 use crate::archive::source::{MapMode, Source};
-use crate::bindings::build::{Backend, Builder, StorageObject};
+use crate::bindings::build::{Backend, Builder};
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::mapping::MappedFile;
-use crate::bindings::numpy_api::{Buffer, NumpyApi};
+use crate::bindings::numpy_api::NumpyApi;
+use crate::bindings::storages::{self, DataMode};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
+use crate::checkpoint::{self, Endianness, LoadOptions};
 use crate::fill::{self, FillJob};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::StringEncoding;
-use crate::torch::tensor::StorageId;
 
 pub fn limits_from(overrides: Option<HashMap<String, u64>>) -> PyResult<Limits> {
     let mut limits = Limits::default();
@@ -72,8 +72,11 @@ pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> 
         .map_err(|e| to_pyerr(py, e))
 }
 
+/// Load a checkpoint. `data` is "read", "skip" (allocate, leave unread) or "meta";
+/// `restore(storage, location)` is torch's restore_location, called for every
+/// storage when `restore_all`, else for those not saved on the CPU.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -87,19 +90,32 @@ pub fn load<'py>(
     encoding: &str,
     endianness: &str,
     threads: Option<usize>,
+    data: &str,
+    restore: Option<Bound<'py, PyAny>>,
+    restore_all: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     if user_objects.len() != user_names.len() {
         return Err(PyValueError::new_err(
             "user_names and user_objects differ in length",
         ));
     }
+    let mode = match data {
+        "read" => DataMode::Read,
+        "skip" => DataMode::Skip,
+        "meta" => DataMode::Meta,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown data mode {other:?}"
+            )))
+        }
+    };
     let options = options_from(user_names, limits, encoding, endianness)?;
-    let mode = match (mmap, shared) {
+    let map_mode = match (mmap, shared) {
         (false, _) => MapMode::ReadOnly,
         (true, false) => MapMode::Private,
         (true, true) => MapMode::Shared,
     };
-    let raw = open_source(py, source, mode)?;
+    let raw = open_source(py, source, map_mode)?;
     let (mapped, source) = if mmap && raw.is_writable() {
         let (file, arc) = MappedFile::new(raw);
         (Some(Bound::new(py, file)?), arc)
@@ -114,7 +130,10 @@ pub fn load<'py>(
         "numpy" => Backend::Numpy(NumpyApi::new(py)?),
         other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
     };
-    let (storages, jobs) = prepare_storages(py, &checkpoint, &backend, mapped.as_ref())?;
+    let (mut objects, jobs) = match &backend {
+        Backend::Torch(api) => storages::torch_roots(py, &checkpoint, api, mapped.as_ref(), mode)?,
+        Backend::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
+    };
     let threads = threads.unwrap_or_else(fill::default_threads);
     py.detach(|| {
         let jobs = jobs
@@ -122,7 +141,7 @@ pub fn load<'py>(
             .map(|(storage, ptr, len)| FillJob {
                 storage,
                 // SAFETY: each pointer is the start of a distinct allocation of `len`
-                // bytes owned by a Python object in `storages`, which outlives this
+                // bytes owned by a Python object in `objects`, which outlives this
                 // call; nothing else can reach those objects until we return them.
                 dst: unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) },
             })
@@ -130,100 +149,10 @@ pub fn load<'py>(
         fill::fill(&checkpoint, jobs, threads)
     })
     .map_err(|e| to_pyerr(py, e))?;
-    let helpers = py.import("tensorplay._build")?;
-    Builder::new(py, &checkpoint, backend, storages, user_objects, helpers).build(checkpoint.root)
-}
-
-type Jobs = Vec<(StorageId, usize, usize)>;
-
-/// Give every storage its Python object: a view of the mapping where the bytes can
-/// be used in place, otherwise fresh memory that `fill` copies into.
-fn prepare_storages<'py>(
-    py: Python<'py>,
-    checkpoint: &Checkpoint,
-    backend: &Backend<'py>,
-    mapped: Option<&Bound<'py, MappedFile>>,
-) -> PyResult<(Vec<Option<StorageObject<'py>>>, Jobs)> {
-    let mut objects: Vec<Option<StorageObject<'py>>> =
-        Vec::with_capacity(checkpoint.storages.len());
-    let mut jobs = Vec::new();
-    let mut whole_torch: Option<Bound<'py, PyAny>> = None;
-    for (i, storage) in checkpoint.storages.iter().enumerate() {
-        let id = StorageId(i as u32);
-        let nbytes = usize::try_from(storage.decl.nbytes)
-            .map_err(|_| PyValueError::new_err("storage too large"))?;
-        if let StorageData::View { root, offset } = storage.data {
-            let offset = offset as usize;
-            let object = match (backend, objects.get(root.index()).and_then(Option::as_ref)) {
-                (Backend::Torch(_), Some(StorageObject::Torch(root))) => {
-                    StorageObject::Torch(root.get_item(PySlice::new(
-                        py,
-                        offset as isize,
-                        (offset + nbytes) as isize,
-                        1,
-                    ))?)
-                }
-                (Backend::Numpy(_), Some(StorageObject::Numpy(root))) => {
-                    StorageObject::Numpy(Buffer {
-                        base: root.base.clone(),
-                        // SAFETY: the view was checked to lie inside its root storage.
-                        ptr: unsafe { root.ptr.add(offset) },
-                        writable: root.writable,
-                    })
-                }
-                _ => return Err(PyValueError::new_err("a view storage precedes its root")),
-            };
-            objects.push(Some(object));
-            continue;
-        }
-        let in_place = mapped.and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
-        let object = match (backend, in_place) {
-            (Backend::Torch(api), Some((file, (start, len)))) if len > 0 => {
-                if whole_torch.is_none() {
-                    let kwargs = pyo3::types::PyDict::new(py);
-                    kwargs.set_item("dtype", api.dtype(crate::torch::dtype::DType::UInt8)?)?;
-                    let whole = api
-                        .torch
-                        .getattr("frombuffer")?
-                        .call((file,), Some(&kwargs))?;
-                    whole_torch = Some(whole.call_method0("untyped_storage")?);
-                }
-                let whole = whole_torch
-                    .as_ref()
-                    .ok_or_else(|| PyValueError::new_err("mapping"))?;
-                StorageObject::Torch(whole.get_item(PySlice::new(
-                    py,
-                    start as isize,
-                    (start + len) as isize,
-                    1,
-                ))?)
-            }
-            (Backend::Numpy(_), Some((file, (start, _)))) => {
-                let f = file.get();
-                StorageObject::Numpy(Buffer {
-                    base: file.clone().into_any(),
-                    // SAFETY: `mapped_range` lies inside the mapping.
-                    ptr: unsafe { f.ptr().add(start) },
-                    writable: f.is_writable(),
-                })
-            }
-            (Backend::Torch(api), _) => {
-                let st = api.untyped_storage.call1((nbytes,))?;
-                if nbytes > 0 {
-                    let ptr: usize = st.call_method0("data_ptr")?.extract()?;
-                    jobs.push((id, ptr, nbytes));
-                }
-                StorageObject::Torch(st)
-            }
-            (Backend::Numpy(api), _) => {
-                let buf = api.alloc(nbytes);
-                if nbytes > 0 {
-                    jobs.push((id, buf.ptr as usize, nbytes));
-                }
-                StorageObject::Numpy(buf)
-            }
-        };
-        objects.push(Some(object));
+    if let Some(restore) = restore.filter(|_| mode != DataMode::Meta) {
+        storages::relocate(&checkpoint, &mut objects, &restore, restore_all)?;
     }
-    Ok((objects, jobs))
+    storages::resolve_views(py, &checkpoint, &mut objects)?;
+    let helpers = py.import("tensorplay._build")?;
+    Builder::new(py, &checkpoint, backend, objects, user_objects, helpers).build(checkpoint.root)
 }

@@ -9,6 +9,7 @@ mod load;
 mod mapping;
 mod numpy_api;
 mod scan;
+mod storages;
 mod torch_api;
 
 use crate::limits::Limits;

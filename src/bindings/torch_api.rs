@@ -73,6 +73,18 @@ impl<'py> TorchApi<'py> {
         self.empty.call(&self.empty_args, Some(kwargs))
     }
 
+    /// A new empty tensor of `dtype` on `device` (a storage that map_location moved).
+    pub fn empty_on(
+        &self,
+        dtype: DType,
+        device: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let kwargs = PyDict::new(self.torch.py());
+        kwargs.set_item("dtype", self.dtype(dtype)?)?;
+        kwargs.set_item("device", device)?;
+        self.empty.call(&self.empty_args, Some(&kwargs))
+    }
+
     pub fn layout(&self, layout: Layout) -> PyResult<Bound<'py, PyAny>> {
         self.torch.getattr(layout.name())
     }

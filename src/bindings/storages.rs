@@ -1,0 +1,228 @@
+//! Giving every storage its Python object: a view of the mapping where the bytes
+//! can be used in place, fresh memory that `fill` copies into otherwise, meta
+//! storages that read nothing, and torch's `map_location` applied to each.
+
+#![allow(unsafe_code)]
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PySlice};
+
+use crate::bindings::mapping::MappedFile;
+use crate::bindings::numpy_api::{Buffer, NumpyApi};
+use crate::bindings::torch_api::TorchApi;
+use crate::checkpoint::{Checkpoint, StorageData};
+use crate::torch::dtype::DType;
+use crate::torch::tensor::StorageId;
+
+/// Where each storage's bytes are, as a Python object.
+pub enum StorageObject<'py> {
+    /// A torch `UntypedStorage`, and its device when it is not the CPU.
+    Torch {
+        storage: Bound<'py, PyAny>,
+        device: Option<Bound<'py, PyAny>>,
+    },
+    /// Memory for numpy views.
+    Numpy(Buffer<'py>),
+}
+
+/// What a load does with storage bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataMode {
+    /// Read them.
+    Read,
+    /// Allocate storages but leave them unread (torch's `skip_data`).
+    Skip,
+    /// Meta storages: no memory, no reads (`map_location='meta'`, fake tensors).
+    Meta,
+}
+
+/// A copy the loader still has to make: storage, destination address, length.
+pub type Job = (StorageId, usize, usize);
+
+fn slice<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    start: usize,
+    len: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    obj.get_item(PySlice::new(py, start as isize, (start + len) as isize, 1))
+}
+
+fn nbytes(checkpoint: &Checkpoint, id: StorageId) -> PyResult<usize> {
+    let s = checkpoint
+        .storage(id)
+        .ok_or_else(|| PyValueError::new_err("unknown storage"))?;
+    usize::try_from(s.decl.nbytes)
+        .map_err(|_| PyValueError::new_err("storage too large for this machine"))
+}
+
+/// Root storages (everything but legacy sub-storage views) for torch.
+pub fn torch_roots<'py>(
+    py: Python<'py>,
+    checkpoint: &Checkpoint,
+    api: &TorchApi<'py>,
+    mapped: Option<&Bound<'py, MappedFile>>,
+    mode: DataMode,
+) -> PyResult<(Vec<Option<StorageObject<'py>>>, Vec<Job>)> {
+    let mut objects = Vec::with_capacity(checkpoint.storages.len());
+    let mut jobs = Vec::new();
+    let mut whole: Option<Bound<'py, PyAny>> = None;
+    let meta = PyDict::new(py);
+    meta.set_item("device", "meta")?;
+    for (i, storage) in checkpoint.storages.iter().enumerate() {
+        let id = StorageId(i as u32);
+        if matches!(storage.data, StorageData::View { .. }) {
+            objects.push(None);
+            continue;
+        }
+        let n = nbytes(checkpoint, id)?;
+        let in_place = mapped
+            .filter(|_| mode == DataMode::Read)
+            .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
+        let object = match in_place {
+            _ if mode == DataMode::Meta => {
+                let st = api.untyped_storage.call((n,), Some(&meta))?;
+                StorageObject::Torch {
+                    storage: st,
+                    device: Some(api.device.call1(("meta",))?),
+                }
+            }
+            Some((file, (start, len))) if len > 0 => {
+                if whole.is_none() {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item("dtype", api.dtype(DType::UInt8)?)?;
+                    let tensor = api
+                        .torch
+                        .getattr("frombuffer")?
+                        .call((file,), Some(&kwargs))?;
+                    whole = Some(tensor.call_method0("untyped_storage")?);
+                }
+                let whole = whole
+                    .as_ref()
+                    .ok_or_else(|| PyValueError::new_err("mapping"))?;
+                StorageObject::Torch {
+                    storage: slice(py, whole, start, len)?,
+                    device: None,
+                }
+            }
+            _ => {
+                let st = api.untyped_storage.call1((n,))?;
+                if n > 0 && mode == DataMode::Read {
+                    let ptr: usize = st.call_method0("data_ptr")?.extract()?;
+                    jobs.push((id, ptr, n));
+                }
+                StorageObject::Torch {
+                    storage: st,
+                    device: None,
+                }
+            }
+        };
+        objects.push(Some(object));
+    }
+    Ok((objects, jobs))
+}
+
+/// Root storages for numpy.
+pub fn numpy_roots<'py>(
+    checkpoint: &Checkpoint,
+    api: &NumpyApi<'py>,
+    mapped: Option<&Bound<'py, MappedFile>>,
+    mode: DataMode,
+) -> PyResult<(Vec<Option<StorageObject<'py>>>, Vec<Job>)> {
+    let mut objects = Vec::with_capacity(checkpoint.storages.len());
+    let mut jobs = Vec::new();
+    for (i, storage) in checkpoint.storages.iter().enumerate() {
+        let id = StorageId(i as u32);
+        if matches!(storage.data, StorageData::View { .. }) {
+            objects.push(None);
+            continue;
+        }
+        let n = nbytes(checkpoint, id)?;
+        let in_place = mapped
+            .filter(|_| mode == DataMode::Read)
+            .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
+        let buf = match in_place {
+            Some((file, (start, _))) => {
+                let f = file.get();
+                Buffer {
+                    base: file.clone().into_any(),
+                    // SAFETY: `mapped_range` lies inside the mapping.
+                    ptr: unsafe { f.ptr().add(start) },
+                    writable: f.is_writable(),
+                }
+            }
+            None => {
+                let buf = api.alloc(n);
+                if n > 0 && mode == DataMode::Read {
+                    jobs.push((id, buf.ptr as usize, n));
+                }
+                buf
+            }
+        };
+        objects.push(Some(StorageObject::Numpy(buf)));
+    }
+    Ok((objects, jobs))
+}
+
+/// torch's `restore_location`, applied where it can change something: every
+/// storage when the caller asked for a mapping, else the ones not saved on the CPU.
+pub fn relocate<'py>(
+    checkpoint: &Checkpoint,
+    objects: &mut [Option<StorageObject<'py>>],
+    restore: &Bound<'py, PyAny>,
+    every_storage: bool,
+) -> PyResult<()> {
+    for (i, slot) in objects.iter_mut().enumerate() {
+        let Some(StorageObject::Torch { storage, device }) = slot else {
+            continue;
+        };
+        let location = checkpoint
+            .storage(StorageId(i as u32))
+            .map_or("cpu", |s| s.decl.location.as_str());
+        if !every_storage && location == "cpu" {
+            continue;
+        }
+        let moved = restore.call1((storage.clone(), location))?;
+        let on = moved.getattr("device")?;
+        *device = if on.getattr("type")?.extract::<String>()? == "cpu" {
+            None
+        } else {
+            Some(on)
+        };
+        *storage = moved;
+    }
+    Ok(())
+}
+
+/// Legacy sub-storages become slices of their (already placed) roots.
+pub fn resolve_views<'py>(
+    py: Python<'py>,
+    checkpoint: &Checkpoint,
+    objects: &mut [Option<StorageObject<'py>>],
+) -> PyResult<()> {
+    for (i, storage) in checkpoint.storages.iter().enumerate() {
+        let StorageData::View { root, offset } = storage.data else {
+            continue;
+        };
+        let n = nbytes(checkpoint, StorageId(i as u32))?;
+        let offset = offset as usize;
+        let view = match objects.get(root.index()).and_then(Option::as_ref) {
+            Some(StorageObject::Torch { storage, device }) => StorageObject::Torch {
+                storage: slice(py, storage, offset, n)?,
+                device: device.clone(),
+            },
+            Some(StorageObject::Numpy(b)) => StorageObject::Numpy(Buffer {
+                base: b.base.clone(),
+                // SAFETY: the view was checked to lie inside its root storage.
+                ptr: unsafe { b.ptr.add(offset) },
+                writable: b.writable,
+            }),
+            None => return Err(PyValueError::new_err("a view storage without its root")),
+        };
+        if let Some(slot) = objects.get_mut(i) {
+            *slot = Some(view);
+        }
+    }
+    Ok(())
+}
