@@ -15,6 +15,8 @@ from ._core import (
     __version__,
 )
 from ._core import default_limits as _default_limits
+from ._patch import patch_from_environment as _patch_from_environment
+from ._patch import patch_torch, patched_torch, unpatch_torch
 from ._types import TensorSpec
 from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals
 
@@ -26,6 +28,9 @@ def default_limits() -> dict[str, int]:
 
 __all__ = [
     "load",
+    "patch_torch",
+    "patched_torch",
+    "unpatch_torch",
     "serialization",
     "add_safe_globals",
     "clear_safe_globals",
@@ -40,3 +45,5 @@ __all__ = [
     "UnsupportedCheckpointError",
     "__version__",
 ]
+
+_patch_from_environment()

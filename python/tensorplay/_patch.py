@@ -1,0 +1,84 @@
+"""Routing ``torch.load`` (and every library that calls it) through tensorplay.
+
+Only the name ``torch.load`` (and ``torch.serialization.load``) is replaced; code
+that did ``from torch import load`` before patching keeps torch's function.
+``weights_only=False`` keeps its meaning: an explicit opt-in that goes to torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_lock = threading.Lock()
+_original: Any = None
+
+
+def _is_safetensors_path(f: Any) -> bool:
+    return isinstance(f, (str, os.PathLike)) and os.fspath(f).endswith(".safetensors")
+
+
+def patch_torch() -> None:
+    """Make ``torch.load`` load through ``tensorplay.load`` for the whole process."""
+    global _original
+    import torch
+
+    from .serialization import load as tensorplay_load
+
+    with _lock:
+        if _original is not None:
+            return
+        original = torch.load
+
+        @functools.wraps(original)
+        def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
+            if weights_only is None:
+                weights_only = pickle_module is None
+            if not weights_only or _is_safetensors_path(f):
+                return original(f, map_location, pickle_module, weights_only=weights_only, mmap=mmap,
+                                **pickle_load_args)
+            return tensorplay_load(f, map_location, pickle_module, weights_only=True, mmap=mmap, backend="torch",
+                                   **pickle_load_args)
+
+        load.__tensorplay_patch__ = True
+        torch.load = load
+        torch.serialization.load = load
+        _original = original
+
+
+def unpatch_torch() -> None:
+    """Give ``torch.load`` back its original function."""
+    global _original
+    import torch
+
+    with _lock:
+        if _original is None:
+            return
+        torch.load = _original
+        torch.serialization.load = _original
+        _original = None
+
+
+def is_patched() -> bool:
+    return _original is not None
+
+
+@contextlib.contextmanager
+def patched_torch() -> Iterator[None]:
+    """``torch.load`` goes through tensorplay inside the ``with`` block."""
+    was_patched = is_patched()
+    patch_torch()
+    try:
+        yield
+    finally:
+        if not was_patched:
+            unpatch_torch()
+
+
+def patch_from_environment() -> None:
+    """``TENSORPLAY_PATCH_TORCH=1`` patches torch when tensorplay is imported."""
+    if os.environ.get("TENSORPLAY_PATCH_TORCH", "").strip().lower() in ("1", "true", "yes", "on"):
+        patch_torch()

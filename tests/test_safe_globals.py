@@ -1,0 +1,171 @@
+"""The user's allowlist: torch's API, context-local safe_globals, the blocklist,
+allowlisted classes built as torch builds them, and patching torch.load."""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import pickle
+import threading
+import zipfile
+
+import fixture_classes
+import pytest
+import tensorplay
+from conftest import TORCH_FIXTURES, has_torch
+from tensorplay.serialization import (
+    ARGPARSE_PRESET,
+    add_safe_globals,
+    clear_safe_globals,
+    get_safe_globals,
+    safe_globals,
+)
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="torch not installed")
+CUSTOM = TORCH_FIXTURES / "custom_class.pt"
+
+
+def _checkpoint(pickled: bytes) -> io.BytesIO:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", pickled)
+        z.writestr("archive/version", b"3\n")
+    buf.seek(0)
+    return buf
+
+
+def test_add_get_and_clear_follow_torch():
+    add_safe_globals([fixture_classes.Point, (fixture_classes.Color, "other.Colour")])
+    assert get_safe_globals() == [fixture_classes.Point, (fixture_classes.Color, "other.Colour")]
+    point = tensorplay.load(CUSTOM, backend="numpy")["p"]
+    assert point == fixture_classes.Point(1, 2)
+    clear_safe_globals()
+    assert get_safe_globals() == []
+    with pytest.raises(tensorplay.UnsafeCheckpointError):
+        tensorplay.load(CUSTOM, backend="numpy")
+
+
+def test_tuple_entries_match_the_given_name_only():
+    add_safe_globals([(fixture_classes.Point, "fixture_classes.Point")])
+    assert tensorplay.load(CUSTOM, backend="numpy")["p"].x == 1
+    clear_safe_globals()
+    add_safe_globals([(fixture_classes.Point, "elsewhere.Point")])
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="fixture_classes.Point"):
+        tensorplay.load(CUSTOM, backend="numpy")
+
+
+def test_malformed_entries_are_refused_when_added():
+    with pytest.raises(ValueError, match="length"):
+        add_safe_globals([(fixture_classes.Point, "a", "b")])
+    with pytest.raises(TypeError, match="str"):
+        add_safe_globals([(fixture_classes.Point, 3)])
+    with pytest.raises(TypeError):
+        add_safe_globals([[1, 2]])
+
+
+def test_safe_globals_is_a_context_manager_that_restores():
+    with safe_globals([fixture_classes.Point]):
+        assert tensorplay.load(CUSTOM, backend="numpy")["p"].y == 2
+        assert get_safe_globals() == []  # process-wide list untouched
+    with pytest.raises(tensorplay.UnsafeCheckpointError):
+        tensorplay.load(CUSTOM, backend="numpy")
+
+
+def test_safe_globals_in_one_thread_does_not_leak_into_another():
+    barrier = threading.Barrier(2, timeout=30)
+    results = {}
+
+    def allowed():
+        with safe_globals([fixture_classes.Point]):
+            barrier.wait()
+            results["allowed"] = tensorplay.load(CUSTOM, backend="numpy")["p"]
+            barrier.wait()
+
+    def refused():
+        barrier.wait()
+        try:
+            tensorplay.load(CUSTOM, backend="numpy")
+            results["refused"] = "loaded"
+        except tensorplay.UnsafeCheckpointError:
+            results["refused"] = "refused"
+        barrier.wait()
+
+    threads = [threading.Thread(target=allowed), threading.Thread(target=refused)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"allowed": fixture_classes.Point(1, 2), "refused": "refused"}
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
+def test_enums_namedtuples_dataclasses_and_setstate_are_built_like_torch(backend):
+    with safe_globals([fixture_classes.Color, fixture_classes.Pair, fixture_classes.TrainConfig]):
+        obj = tensorplay.load(TORCH_FIXTURES / "custom_enum_namedtuple_dataclass.pt", backend=backend)
+    assert obj["color"] is fixture_classes.Color.GREEN
+    assert isinstance(obj["pair"], fixture_classes.Pair) and obj["pair"].left == 1
+    assert obj["cfg"] == fixture_classes.TrainConfig()
+    with safe_globals([fixture_classes.WithSetState]):
+        [value] = tensorplay.load(TORCH_FIXTURES / "custom_setstate.pt", backend=backend)
+    assert value.value == 5
+
+
+def test_blocked_globals_stay_blocked_even_when_allowlisted(tmp_path):
+    marker = tmp_path / "marker"
+    payload = b"\x80\x02cos\nsystem\nX" + len(f"touch {marker}").to_bytes(4, "little") + f"touch {marker}".encode()
+    add_safe_globals([os.system, eval])
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="whose module os is blocked"):
+        tensorplay.load(_checkpoint(payload + b"\x85R."), backend="numpy")
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="blocked"):
+        tensorplay.load(_checkpoint(b"\x80\x02cbuiltins\neval\nX\x01\x00\x00\x001\x85R."), backend="numpy")
+    assert not marker.exists()
+
+
+def test_an_allowlisted_function_cannot_be_used_as_a_class():
+    add_safe_globals([fixture_classes.Point])
+    # NEWOBJ needs a class; REDUCE on the class is fine.
+    newobj_on_function = b"\x80\x02cbuiltins\nlen\n)\x81."
+    with pytest.raises(tensorplay.UnsafeCheckpointError):
+        tensorplay.load(_checkpoint(newobj_on_function), backend="numpy")
+
+
+def test_bytes_loads_by_default_and_namespaces_by_preset():
+    assert tensorplay.load(_checkpoint(pickle.dumps({"e": b""}, protocol=2)), backend="numpy") == {"e": b""}
+    ns = argparse.Namespace(lr=0.1, layers=[1, 2], name="run")
+    data = pickle.dumps({"args": ns}, protocol=2)
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="argparse.Namespace"):
+        tensorplay.load(_checkpoint(data), backend="numpy")
+    add_safe_globals(ARGPARSE_PRESET)
+    assert tensorplay.load(_checkpoint(data), backend="numpy")["args"] == ns
+
+
+@needs_torch
+def test_patched_torch_routes_a_third_party_call_path_through_tensorplay():
+    import third_party_loader
+
+    import torch
+
+    protocol_4 = TORCH_FIXTURES / "protocol_4.pt"
+    with pytest.raises(Exception, match="Weights only load failed"):
+        third_party_loader.load_state_dict(protocol_4)  # torch refuses protocol 4
+    with tensorplay.patched_torch():
+        state = third_party_loader.load_state_dict(protocol_4)
+        assert isinstance(state["w"], torch.Tensor) and state["s"] == "x" * 300
+        model = torch.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
+        assert type(model).__name__ == "Sequential"
+        with pytest.raises(tensorplay.UnsafeCheckpointError):
+            torch.load(TORCH_FIXTURES / "whole_module.pt")
+    assert torch.load is not None and not getattr(torch.load, "__tensorplay_patch__", False)
+
+
+@needs_torch
+def test_the_environment_switch_patches_at_import(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import tensorplay, torch; "
+            f"print(torch.load({str(TORCH_FIXTURES / 'protocol_4.pt')!r}, weights_only=True)['s'][:3])")
+    env = {**os.environ, "TENSORPLAY_PATCH_TORCH": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "xxx"
