@@ -123,6 +123,17 @@ pub fn call(
                 Node::Dict(d) => d.items.is_empty() && d.base.is_none(),
                 _ => false,
             };
+            // `func(*args)` runs inside this call: a nested _rebuild_from_type_v2 would
+            // recurse as deep as the file likes.
+            if matches!(
+                arena.get(func),
+                Node::Global(Global::Builtin(Builtin::Rebuild(RebuildFn::FromTypeV2)))
+            ) {
+                return Err(Error::tensor(
+                    format!("{name}: nested _rebuild_from_type_v2 calls"),
+                    at.clone(),
+                ));
+            }
             let base = h.reduce(arena, func, inner, at)?;
             if !matches!(arena.get(base), Node::Tensor(_)) {
                 return Err(Error::tensor(
