@@ -34,6 +34,9 @@ pub struct LoadOptions {
     pub user_globals: UserGlobals,
     pub encoding: StringEncoding,
     pub endianness: Endianness,
+    /// torch's `calculate_storage_offsets`: find payloads from the central directory
+    /// alone when the archive is laid out exactly as torch writes it.
+    pub calculate_offsets: bool,
 }
 
 /// Where a storage's bytes live.
@@ -137,7 +140,11 @@ pub fn is_tar(data: &[u8]) -> bool {
 
 fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
     let data = source.bytes();
-    let index = zip::read_index(data, options.limits.max_zip_entries)?;
+    let index = if options.calculate_offsets {
+        zip::read_index_computed(data, options.limits.max_zip_entries, 64)?
+    } else {
+        zip::read_index(data, options.limits.max_zip_entries)?
+    };
     let layout = Layout::new(index, data)?;
     if layout.is_torchscript() {
         return Err(Error::unsupported(
@@ -348,6 +355,14 @@ impl Checkpoint {
                 Some((start, usize::try_from(s.decl.nbytes).ok()?))
             }
             _ => None,
+        }
+    }
+
+    /// Where a storage's record data starts in the file (torch's `_checkpoint_offset`).
+    pub fn data_offset(&self, id: StorageId) -> Option<u64> {
+        match self.storage(id)?.data {
+            StorageData::Stored { offset } | StorageData::Deflated { offset, .. } => Some(offset),
+            StorageData::View { root, offset } => self.data_offset(root)?.checked_add(offset),
         }
     }
 
