@@ -7,9 +7,13 @@ or copies made once, in parallel, with the GIL released.
 from __future__ import annotations
 
 import argparse
+import enum
 import importlib.util
 import io
+import mmap as _mmap
 import os
+import sys
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +26,14 @@ __all__ = [
     "clear_safe_globals",
     "get_safe_globals",
     "get_unsafe_globals_in_checkpoint",
+    "LoadEndianness",
+    "get_default_load_endianness",
+    "set_default_load_endianness",
+    "get_default_mmap_options",
+    "set_default_mmap_options",
+    "get_crc32_options",
+    "set_crc32_options",
+    "skip_data",
     "ARGPARSE_PRESET",
     "safe_globals",
     "CheckpointError",
@@ -36,6 +48,103 @@ UnsafeCheckpointError = _core.UnsafeCheckpointError
 MalformedCheckpointError = _core.MalformedCheckpointError
 LimitExceededError = _core.LimitExceededError
 UnsupportedCheckpointError = _core.UnsupportedCheckpointError
+
+class LoadEndianness(enum.Enum):
+    """The byte order assumed for files without a ``byteorder`` record (torch's meaning)."""
+
+    NATIVE = 1
+    LITTLE = 2
+    BIG = 3
+
+
+def get_default_load_endianness() -> LoadEndianness | None:
+    return config.load.endianness
+
+
+def set_default_load_endianness(endianness: LoadEndianness | None) -> None:
+    """What a file without a ``byteorder`` record is: None or LITTLE (little-endian, the
+    default), BIG, or NATIVE (never swap). A ``byteorder`` record always wins."""
+    if endianness is not None and not isinstance(endianness, LoadEndianness):
+        # torch.serialization.LoadEndianness members are accepted by name.
+        if type(endianness).__name__ != "LoadEndianness":
+            raise TypeError("Invalid argument type in function set_default_load_endianness")
+        endianness = LoadEndianness[endianness.name]
+    config.load.endianness = endianness
+
+
+def _endianness() -> str:
+    e = config.load.endianness
+    return {None: "little", LoadEndianness.LITTLE: "little", LoadEndianness.BIG: "big",
+            LoadEndianness.NATIVE: "native"}[e]
+
+
+def get_default_mmap_options() -> int | None:
+    return config.load.mmap_flags
+
+
+class set_default_mmap_options:
+    """``mmap.MAP_PRIVATE`` (the default: writes to loaded tensors stay in memory) or
+    ``mmap.MAP_SHARED`` (writes reach the file). Works as a call, which persists,
+    and as a context manager, which restores the previous flags on exit."""
+
+    def __init__(self, flags: int):
+        if sys.platform == "win32":
+            raise RuntimeError("Changing the default mmap options is currently not supported for Windows")
+        if flags not in (_mmap.MAP_PRIVATE, _mmap.MAP_SHARED):
+            raise ValueError("Invalid argument in function set_default_mmap_options, expected mmap.MAP_PRIVATE or "
+                             f"mmap.MAP_SHARED, but got {flags}")
+        self.previous = config.load.mmap_flags
+        config.load.mmap_flags = flags
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        config.load.mmap_flags = self.previous
+
+
+def get_crc32_options() -> bool:
+    return bool(config.save.compute_crc32)
+
+
+def set_crc32_options(compute_crc32: bool) -> None:
+    """Whether ``save`` computes the CRC-32 of every record (zeros otherwise)."""
+    config.save.compute_crc32 = bool(compute_crc32)
+
+
+_skip = threading.local()
+
+
+class skip_data:
+    """Inside this block (per thread), ``load`` gives tensors the right shape, dtype and
+    storage sharing without reading their bytes (the memory is uninitialised), and
+    ``save`` writes the structure and reserves the space of every storage without
+    writing its bytes."""
+
+    def __init__(self, materialize_fake_tensors: bool = False):
+        self.materialize_fake_tensors = materialize_fake_tensors
+        self._saved: list[Any] = []
+
+    def __enter__(self) -> skip_data:
+        self._saved.append(getattr(_skip, "active", None))
+        _skip.active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _skip.active = self._saved.pop()
+
+
+def _skipping() -> skip_data | None:
+    return getattr(_skip, "active", None)
+
+
+def _fake_mode_active() -> bool:
+    if "torch" not in sys.modules:
+        return False
+    import torch
+
+    return torch._guards.detect_fake_mode(None) is not None
+
 
 def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
@@ -90,6 +199,27 @@ def _placement(map_location: Any, backend: str) -> dict[str, Any]:
     if str(map_location) == "meta" and isinstance(map_location, (str, torch.device)):
         return {"data": "meta"}
     return {"restore": torch.serialization._get_restore_location(map_location), "restore_all": True}
+
+
+def _fake_placement(map_location: Any) -> dict[str, Any]:
+    """Under a FakeTensorMode, as in torch: meta storages tagged with their file
+    offset and saved device, and tensors whose fake device is that device mapped."""
+    import torch
+
+    def fake_device(tensor: Any) -> None:
+        location = tensor.untyped_storage()._fake_device
+        tensor.fake_device = torch.device(_mapped_location(map_location, location))
+
+    return {"data": "meta", "fake": fake_device}
+
+
+def _mapped_location(map_location: Any, location: str) -> str:
+    """A saved location under a map_location that is not a callable."""
+    if map_location is None or callable(map_location):
+        return location
+    if isinstance(map_location, dict):
+        return map_location.get(location, location)
+    return str(map_location)
 
 
 def _unsafe_load(f, map_location, pickle_module, mmap, pickle_load_args):
@@ -153,18 +283,27 @@ def load(
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
     backend = _resolve_backend(backend)
-    placement = _placement(map_location, backend)
+    skipping = _skipping()
+    if backend == "torch" and _fake_mode_active():
+        placement = _fake_placement(map_location)
+    else:
+        placement = _placement(map_location, backend)
+        if skipping is not None and placement.get("data") != "meta":
+            placement["data"] = "skip"
+            mmap = False
     names, objects = _allowlist.resolved()
     return _core.load(
         _source(f, mmap),
         backend=backend,
         mmap=mmap,
-        shared=False,
+        shared=mmap and config.load.mmap_flags == _mmap.MAP_SHARED,
         user_names=names,
         user_objects=objects,
         limits=limits,
         encoding=encoding,
+        endianness=_endianness(),
         threads=_copy_threads(),
+        calculate_offsets=bool(config.load.calculate_storage_offsets),
         **placement,
     )
 

@@ -32,6 +32,10 @@ pub struct Builder<'a, 'py> {
     pub storages: Vec<Option<StorageObject<'py>>>,
     pub user_objects: Vec<Bound<'py, PyAny>>,
     pub helpers: Bound<'py, PyModule>,
+    /// Under a FakeTensorMode: called on every dense tensor to set its fake device.
+    pub fake: Option<Bound<'py, PyAny>>,
+    /// Describe tensors (dtype, shape, where their bytes are) instead of building them.
+    pub inspect: bool,
     cache: Vec<Option<Bound<'py, PyAny>>>,
     in_progress: Vec<bool>,
 }
@@ -67,16 +71,18 @@ impl<'a, 'py> Builder<'a, 'py> {
             storages,
             user_objects,
             helpers,
+            fake: None,
+            inspect: false,
             cache: vec![None; n],
             in_progress: vec![false; n],
         }
     }
 
-    fn node(&self, id: NodeId) -> &'a Node {
+    pub(crate) fn node(&self, id: NodeId) -> &'a Node {
         self.checkpoint.arena.get(id)
     }
 
-    fn built(&self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
+    pub(crate) fn built(&self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
         match self.cache.get(id.index()).and_then(Option::as_ref) {
             Some(obj) => Ok(obj.clone()),
             None => Err(self.fail(
@@ -232,6 +238,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             // numpy keeps only the tensor of a tensor-with-attributes; building
             // `torch.Tensor` itself would need torch.
             Node::Tensor(t) => match (&self.backend, &t.kind) {
+                _ if self.inspect => Vec::new(),
                 (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
                 _ => tensor_children(t),
             },
@@ -482,6 +489,17 @@ impl<'a, 'py> Builder<'a, 'py> {
             .decl;
         let nbytes = decl.nbytes;
         let dtype = decl.dtype;
+        if self.inspect {
+            let n = nbytes / dtype.itemsize().max(1);
+            let dense = Dense {
+                storage: id,
+                dtype,
+                offset: 0,
+                shape: Box::new([n]),
+                stride: Box::new([1]),
+            };
+            return self.describe_tensor(&TensorNode::new(TensorKind::Dense(dense), false), false);
+        }
         match &self.backend {
             Backend::Torch(t) => {
                 let dtype_obj = t.dtype(dtype)?;
@@ -515,6 +533,7 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     fn tensor(&self, t: &'a TensorNode) -> PyResult<Bound<'py, PyAny>> {
         match &self.backend {
+            _ if self.inspect => self.describe_tensor(t, false),
             Backend::Torch(_) => self.torch_tensor(t),
             Backend::Numpy(_) => self.numpy_tensor(t),
         }
@@ -559,6 +578,9 @@ impl<'a, 'py> Builder<'a, 'py> {
                     }
                     self.helpers
                         .call_method1("set_tensor_metadata", (&out, md))?;
+                }
+                if let Some(fake) = &self.fake {
+                    fake.call1((&out,))?;
                 }
                 out
             }

@@ -43,8 +43,10 @@ pub fn options_from(
     limits: Option<HashMap<String, u64>>,
     encoding: &str,
     endianness: &str,
+    calculate_offsets: bool,
 ) -> PyResult<LoadOptions> {
     Ok(LoadOptions {
+        calculate_offsets,
         limits: limits_from(limits)?,
         user_globals: UserGlobals::new(user_names),
         encoding: StringEncoding::from_name(encoding)
@@ -76,7 +78,7 @@ pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> 
 /// `restore(storage, location)` is torch's restore_location, called for every
 /// storage when `restore_all`, else for those not saved on the CPU.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, fake=None, calculate_offsets=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -93,6 +95,8 @@ pub fn load<'py>(
     data: &str,
     restore: Option<Bound<'py, PyAny>>,
     restore_all: bool,
+    fake: Option<Bound<'py, PyAny>>,
+    calculate_offsets: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     if user_objects.len() != user_names.len() {
         return Err(PyValueError::new_err(
@@ -109,7 +113,7 @@ pub fn load<'py>(
             )))
         }
     };
-    let options = options_from(user_names, limits, encoding, endianness)?;
+    let options = options_from(user_names, limits, encoding, endianness, calculate_offsets)?;
     let map_mode = match (mmap, shared) {
         (false, _) => MapMode::ReadOnly,
         (true, false) => MapMode::Private,
@@ -131,7 +135,9 @@ pub fn load<'py>(
         other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
     };
     let (mut objects, jobs) = match &backend {
-        Backend::Torch(api) => storages::torch_roots(py, &checkpoint, api, mapped.as_ref(), mode)?,
+        Backend::Torch(api) => {
+            storages::torch_roots(py, &checkpoint, api, mapped.as_ref(), mode, fake.is_some())?
+        }
         Backend::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
     let threads = threads.unwrap_or_else(fill::default_threads);
@@ -154,5 +160,7 @@ pub fn load<'py>(
     }
     storages::resolve_views(py, &checkpoint, &mut objects)?;
     let helpers = py.import("tensorplay._build")?;
-    Builder::new(py, &checkpoint, backend, objects, user_objects, helpers).build(checkpoint.root)
+    let mut builder = Builder::new(py, &checkpoint, backend, objects, user_objects, helpers);
+    builder.fake = fake;
+    builder.build(checkpoint.root)
 }

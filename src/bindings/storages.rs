@@ -64,6 +64,7 @@ pub fn torch_roots<'py>(
     api: &TorchApi<'py>,
     mapped: Option<&Bound<'py, MappedFile>>,
     mode: DataMode,
+    fake: bool,
 ) -> PyResult<(Vec<Option<StorageObject<'py>>>, Vec<Job>)> {
     let mut objects = Vec::with_capacity(checkpoint.storages.len());
     let mut jobs = Vec::new();
@@ -83,6 +84,11 @@ pub fn torch_roots<'py>(
         let object = match in_place {
             _ if mode == DataMode::Meta => {
                 let st = api.untyped_storage.call((n,), Some(&meta))?;
+                // Where the bytes are, for tools that edit checkpoints in place.
+                st.setattr("_checkpoint_offset", checkpoint.data_offset(id))?;
+                if fake {
+                    st.setattr("_fake_device", storage.decl.location.as_str())?;
+                }
                 StorageObject::Torch {
                     storage: st,
                     device: Some(api.device.call1(("meta",))?),
