@@ -15,9 +15,10 @@ from ._core import (
     __version__,
 )
 from ._core import default_limits as _default_limits
+from ._inspect import Inspection, inspect
 from ._patch import patch_from_environment as _patch_from_environment
 from ._patch import patch_torch, patched_torch, unpatch_torch
-from ._types import TensorSpec
+from ._types import TensorInfo, TensorSpec
 from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals
 
 
@@ -38,6 +39,9 @@ __all__ = [
     "safe_globals",
     "default_limits",
     "TensorSpec",
+    "TensorInfo",
+    "inspect",
+    "Inspection",
     "CheckpointError",
     "UnsafeCheckpointError",
     "MalformedCheckpointError",

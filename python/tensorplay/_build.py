@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from . import _core
-from ._types import TensorSpec
+from ._types import TensorInfo, TensorSpec
 
 
 def _refuse(message: str) -> _core.UnsafeCheckpointError:
@@ -180,3 +180,7 @@ def numpy_dtype(descr):
 def numpy_scalar(descr, data):
     import numpy as np
     return np.frombuffer(data, dtype=np.dtype(descr))[0]
+
+
+def tensor_info(**fields):
+    return TensorInfo(**fields)

@@ -11,3 +11,30 @@ class TensorSpec(NamedTuple):
     dtype: str
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+
+
+class TensorInfo(NamedTuple):
+    """Where a tensor's bytes are, as ``inspect`` reports it, without reading them.
+
+    ``storage`` is the storage key in the file (``data/<key>``), ``storage_offset``
+    the tensor's first element within it (in elements), ``offset`` the byte offset
+    of the storage's data in the file and ``nbytes`` the storage's size.
+    """
+
+    dtype: str | None = None
+    shape: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    storage: str | None = None
+    storage_offset: int = 0
+    offset: int | None = None
+    nbytes: int = 0
+    layout: str = "strided"
+    requires_grad: bool = False
+    parameter: bool = False
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n

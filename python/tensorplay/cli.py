@@ -62,6 +62,44 @@ def _scan(args: argparse.Namespace) -> int:
     return exit_code(reports)
 
 
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ._inspect import inspect
+    from ._types import TensorInfo
+
+    status = 0
+    for path in args.paths:
+        try:
+            result = inspect(path)
+        except Exception as e:  # noqa: BLE001 - reported per file; the exit code says it failed
+            print(f"{path}: {type(e).__name__}: {e}", file=sys.stderr)
+            status = EXIT_UNREADABLE
+            continue
+        if args.json:
+            print(json.dumps({"path": path, **result.to_json()}, indent=2))
+            continue
+        totals = result.totals()
+        print(f"{path} ({result.format}, {totals['tensors']} tensors, {totals['parameters']:,} elements)")
+        for name, value in result.entries():
+            if isinstance(value, TensorInfo):
+                where = f"storage {value.storage} @ {value.offset}" if value.storage is not None else value.layout
+                kind = " parameter" if value.parameter else ""
+                print(f"  {name}  {value.dtype} {list(value.shape)} stride {list(value.stride)}  {where} "
+                      f"({_size(value.nbytes)}){kind}")
+            else:
+                print(f"  {name} = {value!r}")
+        per_dtype = ", ".join(f"{d} {_size(n)}" for d, n in totals["bytes_per_dtype"].items())
+        print(f"  total: {per_dtype or 'no storages'}")
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorplay", description="Safe tools for PyTorch checkpoints.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
                       help="also allow this global (repeatable)")
     scan.set_defaults(run=_scan)
+    inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data")
+    inspect.add_argument("paths", nargs="+")
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(run=_inspect)
     return parser
 
 

@@ -5,6 +5,7 @@ use pyo3::types::PyDict;
 
 mod build;
 mod errors;
+mod inspect;
 mod load;
 mod mapping;
 mod numpy_api;
@@ -32,6 +33,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

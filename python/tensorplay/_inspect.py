@@ -1,0 +1,75 @@
+"""``tensorplay.inspect``: a checkpoint's structure, no payload byte read, no torch."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from . import _allowlist, _core
+from ._types import TensorInfo
+
+
+def _walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """(dotted path, leaf) pairs, depth first, iteratively."""
+    stack = [(path, obj)]
+    while stack:
+        here, node = stack.pop()
+        if isinstance(node, TensorInfo):
+            yield here, node
+        elif isinstance(node, dict):
+            for key, value in reversed(list(node.items())):
+                stack.append((f"{here}.{key}" if here else str(key), value))
+        elif isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
+            for i, value in reversed(list(enumerate(node))):
+                stack.append((f"{here}.{i}" if here else str(i), value))
+        else:
+            yield here, node
+
+
+class Inspection(NamedTuple):
+    format: str
+    #: The loaded structure with every tensor replaced by a ``TensorInfo``.
+    tree: Any
+
+    def entries(self) -> Iterator[tuple[str, Any]]:
+        """Every leaf with its dotted path, depth first."""
+        return _walk(self.tree, "")
+
+    def tensors(self) -> list[tuple[str, TensorInfo]]:
+        return [(p, v) for p, v in self.entries() if isinstance(v, TensorInfo)]
+
+    def totals(self) -> dict[str, Any]:
+        """Element count over distinct tensors, and bytes per dtype over distinct storages."""
+        seen_tensors, seen_storages = set(), set()
+        parameters = 0
+        nbytes: dict[str, int] = {}
+        for _, t in self.tensors():
+            key = (t.storage, t.storage_offset, t.shape, t.stride, t.dtype)
+            if key not in seen_tensors:
+                seen_tensors.add(key)
+                parameters += t.numel
+            if t.storage is not None and t.storage not in seen_storages:
+                seen_storages.add(t.storage)
+                nbytes[t.dtype or "?"] = nbytes.get(t.dtype or "?", 0) + t.nbytes
+        return {"tensors": len(self.tensors()), "parameters": parameters, "bytes_per_dtype": nbytes}
+
+    def to_json(self) -> dict[str, Any]:
+        leaves = []
+        for path, value in self.entries():
+            if isinstance(value, TensorInfo):
+                leaves.append({"path": path, **value._asdict(), "shape": list(value.shape),
+                               "stride": list(value.stride)})
+            else:
+                leaves.append({"path": path, "value": repr(value)})
+        return {"format": self.format, "entries": leaves, "totals": self.totals()}
+
+
+def inspect(f: str | os.PathLike[str] | bytes, *, limits: dict[str, int] | None = None) -> Inspection:
+    """The structure of a checkpoint in any format ``load`` reads: the tree of keys,
+    and for each tensor its dtype, shape, stride, storage key, byte offset in the
+    file and size. No payload byte is read and torch is not needed; the same
+    allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses)."""
+    source = f if isinstance(f, bytes) else os.fspath(f)
+    names, objects = _allowlist.resolved()
+    fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=limits)
+    return Inspection(fmt, tree)
