@@ -19,7 +19,7 @@ from ._inspect import Inspection, inspect
 from ._patch import patch_from_environment as _patch_from_environment
 from ._patch import patch_torch, patched_torch, unpatch_torch
 from ._types import TensorInfo, TensorSpec
-from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals
+from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals, save
 
 
 def default_limits() -> dict[str, int]:
@@ -29,6 +29,7 @@ def default_limits() -> dict[str, int]:
 
 __all__ = [
     "load",
+    "save",
     "patch_torch",
     "patched_torch",
     "unpatch_torch",

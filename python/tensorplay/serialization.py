@@ -22,6 +22,7 @@ from .utils.serialization import config
 
 __all__ = [
     "load",
+    "save",
     "add_safe_globals",
     "clear_safe_globals",
     "get_safe_globals",
@@ -312,6 +313,27 @@ def _copy_threads() -> int | None:
     """Threads that copy storages; ``TENSORPLAY_THREADS`` overrides the core count."""
     value = os.environ.get("TENSORPLAY_THREADS")
     return int(value) if value else None
+
+
+def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = 2,
+         _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False) -> None:
+    """Save ``obj`` to ``f`` as ``torch.save`` does, record for record.
+
+    torch tensors are written exactly as torch writes them (each storage once, views
+    keep sharing it, Parameters, ``requires_grad`` and ``_metadata`` survive); numpy
+    arrays are written as the equivalent tensors, so ``torch.load`` opens the file
+    without tensorplay, and a view of a larger array keeps sharing its base.
+    Objects weights-only loading cannot rebuild are still saved, as torch saves them.
+
+    ``f`` is a path, a PathLike or a writable binary file object. A path is written
+    to a temporary file in the same folder, fsynced and renamed over the target, so
+    a failed save leaves the old file intact. ``config.save`` (alignment, CRC-32) and
+    ``skip_data`` apply; ``_use_new_zipfile_serialization=False`` writes the legacy
+    format torch still reads.
+    """
+    from ._save import save as _save
+
+    _save(obj, f, pickle_module, pickle_protocol, _use_new_zipfile_serialization, _disable_byteorder_record)
 
 
 def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:

@@ -9,6 +9,7 @@ mod inspect;
 mod load;
 mod mapping;
 mod numpy_api;
+mod save;
 mod scan;
 mod storages;
 mod torch_api;
@@ -33,6 +34,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
+    m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,0 +1,270 @@
+"""tensorplay.save: torch.save's file record for record, from torch tensors or from
+numpy arrays without torch, written atomically."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
+import fixture_classes
+import numpy as np
+import pytest
+import tensorplay
+from conftest import has_torch, torch_manifest
+from expectations import check_numpy_result, check_torch_result, numpy_cannot_hold
+from tensorplay.serialization import config, set_crc32_options, skip_data
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="torch not installed")
+CASES = [c for c in torch_manifest() if not c["needs_safe_globals"] and c["name"] not in
+         ("whole_module", "sparse_coo_out_of_range", "no_byteorder_big")]
+
+
+def _records(path) -> list[tuple[str, int]]:
+    """(name, payload offset) of every entry, in file order."""
+    data = open(path, "rb").read()
+    with zipfile.ZipFile(path) as z:
+        out = []
+        for info in z.infolist():
+            name_len, extra_len = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little"), \
+                int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+            out.append((info.filename, info.header_offset + 30 + name_len + extra_len))
+    return out
+
+
+@needs_torch
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_every_fixture_saves_byte_identical_to_torch_save(case, tmp_path):
+    import torch
+
+    if case["name"] == "numpy_arrays":
+        pytest.skip("numpy arrays are written as tensors, which torch's weights-only loader can open")
+    if case["name"] == "big_endian_all_dtypes":
+        pytest.skip("torch loads this file with unswapped values; nothing to compare against")
+    obj = torch.load(case["path"], weights_only=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    torch.save(obj, tmp_path / "a" / "ckpt.pt")
+    tensorplay.save(obj, tmp_path / "b" / "ckpt.pt")
+    ours = (tmp_path / "b" / "ckpt.pt").read_bytes()
+    assert ours == (tmp_path / "a" / "ckpt.pt").read_bytes()
+    again = tensorplay.load(tmp_path / "b" / "ckpt.pt", backend="torch")
+    check_torch_result(again, case["expected"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_every_fixture_round_trips_through_the_numpy_backend(case, tmp_path):
+    if numpy_cannot_hold(case["expected"]) or case["name"] in ("bare_storages", "meta_tensor"):
+        pytest.skip("no numpy form to save back")
+    obj = tensorplay.load(case["path"], backend="numpy")
+    tensorplay.save(obj, tmp_path / "again.pt")
+    check_numpy_result(tensorplay.load(tmp_path / "again.pt", backend="numpy"), _numpy_saved(case["expected"]))
+
+
+def _numpy_saved(expected):
+    """What a numpy round trip keeps: tensors stay tensors, without Parameter or grad flags."""
+    if isinstance(expected, dict):
+        out = {k: _numpy_saved(v) for k, v in expected.items()}
+        if out.get("kind") == "tensor":
+            out["parameter"], out["requires_grad"] = False, False
+        return out
+    if isinstance(expected, list):
+        return [_numpy_saved(v) for v in expected]
+    return expected
+
+
+@needs_torch
+def test_views_survive_a_round_trip_as_in_the_serialization_document(tmp_path):
+    import torch
+
+    numbers = torch.arange(1, 10)
+    evens = numbers[1::2]
+    tensorplay.save([numbers, evens], tmp_path / "tensors.pt")
+    loaded_numbers, loaded_evens = torch.load(tmp_path / "tensors.pt", weights_only=True)
+    loaded_evens *= 2
+    assert loaded_numbers.tolist() == [1, 4, 3, 8, 5, 12, 7, 16, 9]
+    with zipfile.ZipFile(tmp_path / "tensors.pt") as z:
+        assert [n for n in z.namelist() if "/data/" in n] == ["tensors/data/0"]
+
+
+NUMPY_STATE = """
+import numpy as np
+
+
+def numpy_state():
+    base = np.arange(12, dtype=np.float32)
+    return {"w": base.reshape(3, 4), "row": base.reshape(3, 4)[1], "col": base.reshape(3, 4)[:, 2],
+            "t": base.reshape(3, 4).T, "f": np.asfortranarray(np.ones((2, 3), dtype=np.float64)),
+            "u16": np.arange(5, dtype=np.uint16), "b": np.array([True, False]), "be": np.arange(3, dtype=">i4"),
+            "neg": base[::-1], "zero_d": np.array(7, dtype=">i8"), "scalar": np.float64(2.5),
+            "meta": {"epoch": 3, "name": "run"}}
+"""
+
+
+def _numpy_state():
+    namespace: dict = {}
+    exec(NUMPY_STATE, namespace)
+    return namespace["numpy_state"]()
+
+
+def test_numpy_arrays_save_without_torch_and_torch_opens_them(tmp_path):
+    """A subprocess where importing torch fails writes the file; torch then reads it."""
+    path = tmp_path / "np.pt"
+    code = "import sys; sys.modules['torch'] = None\nimport tensorplay\n" + NUMPY_STATE + \
+        "tensorplay.save(numpy_state(), sys.argv[1])\n"
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    expected = _numpy_state()
+    ours = tensorplay.load(path, backend="numpy")
+    for key in ("w", "row", "col", "t", "f", "u16", "b", "be", "neg", "zero_d"):
+        assert ours[key].shape == expected[key].shape
+        assert np.array_equal(ours[key], expected[key]) and ours[key].dtype == expected[key].dtype.newbyteorder("=")
+    assert np.shares_memory(ours["w"], ours["row"]) and np.shares_memory(ours["w"], ours["col"])
+    assert ours["scalar"] == 2.5 and ours["meta"] == {"epoch": 3, "name": "run"}
+    if has_torch():
+        import torch
+
+        loaded = torch.load(path, weights_only=False)
+        assert torch.equal(loaded["w"], torch.from_numpy(expected["w"]))
+        loaded["row"][0] = -1
+        assert loaded["w"][1, 0] == -1  # the view still shares its base
+        with_torch = tmp_path / "np2" / "np.pt"
+        with_torch.parent.mkdir()
+        tensorplay.save(expected, with_torch)
+        assert with_torch.read_bytes() == path.read_bytes()
+
+
+def test_the_file_layout_is_torchs(tmp_path):
+    path = tmp_path / "my.model.pt"
+    tensorplay.save({"a": np.ones(3, np.float32), "b": np.zeros(2, np.int64)}, path)
+    records = _records(path)
+    names = [name for name, _ in records]
+    assert names == ["my.model/data.pkl", "my.model/.format_version", "my.model/.storage_alignment",
+                     "my.model/byteorder", "my.model/data/0", "my.model/data/1", "my.model/version",
+                     "my.model/.data/serialization_id"]
+    assert all(offset % 64 == 0 for _, offset in records)
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+        assert z.read("my.model/version") == b"3\n" and z.read("my.model/byteorder") == b"little"
+
+
+def test_crc32_can_be_turned_off_and_alignment_changed(tmp_path):
+    set_crc32_options(False)
+    try:
+        tensorplay.save({"a": np.ones(3, np.float32)}, tmp_path / "nocrc.pt")
+    finally:
+        set_crc32_options(True)
+    with zipfile.ZipFile(tmp_path / "nocrc.pt") as z:
+        assert all(info.CRC == 0 for info in z.infolist())
+        assert z.testzip() == "nocrc/data.pkl"  # zipfile checks CRCs; torch and tensorplay do not
+    with config.patch(**{"save.storage_alignment": 4096}):
+        tensorplay.save({"a": np.ones(3, np.float32)}, tmp_path / "aligned.pt")
+    assert all(offset % 4096 == 0 for _, offset in _records(tmp_path / "aligned.pt"))
+    assert tensorplay.load(tmp_path / "aligned.pt", backend="numpy")["a"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_streams_get_the_archive_root_and_write_only_objects_work():
+    buf = io.BytesIO()
+    tensorplay.save({"a": np.arange(3)}, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        assert z.namelist()[0] == "archive/data.pkl"
+
+    class WriteOnly:
+        def __init__(self):
+            self.chunks = []
+
+        def write(self, b):
+            self.chunks.append(bytes(b))
+            return len(b)
+
+    sink = WriteOnly()
+    tensorplay.save({"a": np.arange(3)}, sink)
+    assert b"".join(sink.chunks) == buf.getvalue()
+    with pytest.raises(AttributeError, match="write"):
+        tensorplay.save({}, object())
+
+
+def test_a_failed_save_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    tensorplay.save({"version": 1}, path)
+    before = path.read_bytes()
+    from tensorplay import _save
+
+    real = _save.write_segments
+
+    def fail_halfway(f, segments, buffers):
+        real(f, segments[: len(segments) // 2], buffers)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_save, "write_segments", fail_halfway)
+    with pytest.raises(OSError, match="disk full"):
+        tensorplay.save({"version": 2, "w": np.ones(1000)}, path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temporary file left behind
+
+
+def test_saving_over_a_file_loaded_with_mmap_is_safe(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    tensorplay.save({"w": np.arange(1000, dtype=np.float32)}, path)
+    mapped = tensorplay.load(path, backend="numpy", mmap=True)
+    tensorplay.save({"w": np.zeros(1000, dtype=np.float32)}, path)
+    assert mapped["w"][:3].tolist() == [0.0, 1.0, 2.0]
+    assert tensorplay.load(path, backend="numpy")["w"][:3].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_skip_data_reserves_space_without_writing_it(tmp_path):
+    path = tmp_path / "skip.pt"
+    with skip_data():
+        tensorplay.save({"w": np.arange(1 << 20, dtype=np.float32)}, path)
+    assert os.path.getsize(path) > 4 << 20
+    assert os.stat(path).st_blocks * 512 < 1 << 20  # a hole, not written zeros
+    with zipfile.ZipFile(path) as z:
+        assert z.getinfo("skip/data/0").CRC == 0
+    assert tensorplay.load(path, backend="numpy")["w"][:3].tolist() == [0.0, 0.0, 0.0]
+    with skip_data():
+        w = tensorplay.load(path, backend="numpy")["w"]
+    assert w.shape == (1 << 20,)
+    with skip_data(), pytest.raises(RuntimeError, match="skip_data"):
+        tensorplay.save({}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_pickle_protocols_and_the_legacy_format(tmp_path, protocol):
+    state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "v": np.arange(6, dtype=np.float32)[::2]}
+    tensorplay.save(state, tmp_path / "p.pt", pickle_protocol=protocol)
+    assert np.array_equal(tensorplay.load(tmp_path / "p.pt", backend="numpy")["w"], state["w"])
+    tensorplay.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False, pickle_protocol=protocol)
+    legacy = tensorplay.load(tmp_path / "legacy.pt", backend="numpy")
+    assert np.array_equal(legacy["v"], state["v"])
+    if has_torch():
+        import torch
+
+        loaded = torch.load(tmp_path / "legacy.pt", weights_only=False)
+        assert loaded["v"].tolist() == [0.0, 2.0, 4.0]
+
+
+def test_objects_weights_only_cannot_rebuild_are_still_saved(tmp_path):
+    path = tmp_path / "obj.pt"
+    tensorplay.save({"p": fixture_classes.Point(1, 2), "w": np.ones(2, np.float32)}, path)
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="fixture_classes.Point"):
+        tensorplay.load(path, backend="numpy")
+    with tensorplay.safe_globals([fixture_classes.Point]):
+        assert tensorplay.load(path, backend="numpy")["p"] == fixture_classes.Point(1, 2)
+    assert pickle.loads(pickle.dumps(fixture_classes.Point(1, 2))) == fixture_classes.Point(1, 2)
+
+
+@needs_torch
+def test_torch_rules_for_storages_hold():
+    import torch
+
+    x = torch.arange(4.0)
+    with pytest.raises(RuntimeError, match="different types"):
+        tensorplay.save([x, x.view(torch.int32)], io.BytesIO())
+    buf = io.BytesIO()
+    param = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    tensorplay.save({"p": param, "sd": torch.nn.Linear(2, 2).state_dict()}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)
+    assert isinstance(loaded["p"], torch.nn.Parameter) and not loaded["p"].requires_grad
+    assert hasattr(loaded["sd"], "_metadata")
