@@ -100,6 +100,24 @@ def _inspect(args: argparse.Namespace) -> int:
     return status
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from ._convert import convert
+
+    progress = _Progress(sys.stderr.isatty())
+
+    def tensor_progress(done: int, total: int) -> None:
+        if progress.enabled:
+            sys.stderr.write(f"\rconverting {done}/{total} tensors")
+            if done == total:
+                sys.stderr.write("\n")
+
+    summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
+                      progress=tensor_progress, report=lambda line: print(line, file=sys.stderr))
+    print(f"wrote {args.target}: {summary['tensors']} tensors, {summary['shared']} shared names in the metadata, "
+          f"{summary['other_values']} other values {'in the metadata' if args.metadata else 'left out'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorplay", description="Safe tools for PyTorch checkpoints.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("paths", nargs="+")
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
+    convert = sub.add_parser("convert", help="convert a checkpoint to safetensors (no torch, no code run)")
+    convert.add_argument("source")
+    convert.add_argument("target", help="OUT.safetensors")
+    convert.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    convert.add_argument("--metadata", action="store_true", help="store non-tensor values as JSON in the metadata")
+    convert.set_defaults(run=_convert)
     return parser
 
 
