@@ -107,7 +107,11 @@ fn overlapping_entries_are_refused() {
         &[Entry::new("a/data.pkl", b"N."), second],
         Options::default(),
     );
-    assert!(archive_error(open(bytes)).contains("overlaps"));
+    let error = archive_error(open(bytes));
+    assert!(
+        error.contains("overlaps") || error.contains("disagree"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -208,13 +212,38 @@ fn unknown_compression_methods_are_named() {
 }
 
 #[test]
-fn the_local_header_is_only_used_for_its_lengths() {
+fn a_local_header_that_contradicts_the_directory_is_refused() {
     let mut e = Entry::new("a/data.pkl", b"N.");
     e.local_name = Some("a/other.pk".into());
     let bytes = zipw::write(&[e, Entry::new("a/version", b"3")], Options::default());
-    let index = read_index(&bytes, 100).unwrap();
-    assert!(!index.entries[0].local_name_matches);
-    assert!(open(bytes).is_ok());
+    let index = tensorplay::archive::zip::read_entries(&bytes, 100).unwrap();
+    assert_eq!(index.entries[0].disagreement, Some("name"));
+    assert!(archive_error(open(bytes)).contains("disagree: name"));
+    let mut sized = Entry::new("a/data.pkl", b"N.");
+    sized.declared_size = Some(7);
+    let bytes = zipw::write(&[sized, Entry::new("a/version", b"3")], Options::default());
+    assert!(archive_error(open(bytes)).contains("disagree"));
+}
+
+#[test]
+fn names_differing_only_in_case_are_refused() {
+    let bytes = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/DATA.PKL", b"N."),
+            Entry::new("a/version", b"3"),
+        ],
+        Options::default(),
+    );
+    assert!(archive_error(open(bytes)).contains("differ only in case"));
+}
+
+#[test]
+fn bytes_after_stop_and_impossible_inflation_are_refused() {
+    let trailing = zipw::checkpoint(b"N.N.", &[]);
+    assert!(matches!(open(trailing), Err(Error::Pickle { .. })));
+    assert!(tensorplay::archive::inflate::check_ratio(100, 200_000, "e").is_err());
+    assert!(tensorplay::archive::inflate::check_ratio(100, 100_000, "e").is_ok());
 }
 
 #[test]

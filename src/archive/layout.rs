@@ -71,6 +71,9 @@ impl Layout {
         };
         let prefix = format!("{root}/");
         let mut by_record = HashMap::with_capacity(index.entries.len());
+        // torch looks records up case-insensitively: two names that differ only in
+        // case would let the file choose which one a reader sees.
+        let mut folded = std::collections::HashSet::with_capacity(index.entries.len());
         let mut pickles = Vec::new();
         for (i, entry) in index.entries.iter().enumerate() {
             let name = std::str::from_utf8(&entry.name).map_err(|_| {
@@ -82,6 +85,12 @@ impl Layout {
                     Location::entry(name),
                 )
             })?;
+            if !folded.insert(record.to_ascii_lowercase()) {
+                return Err(Error::archive(
+                    "two records whose names differ only in case",
+                    Location::entry(name),
+                ));
+            }
             if record.ends_with(".pkl") {
                 pickles.push(i);
             }

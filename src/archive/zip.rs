@@ -41,8 +41,9 @@ pub struct Entry {
     pub header_offset: u64,
     /// Where the (possibly compressed) payload starts.
     pub data_offset: u64,
-    /// Whether the local header repeats the central directory's name.
-    pub local_name_matches: bool,
+    /// How the local header contradicts the central directory (name, method or
+    /// sizes), if it does. A strict read refuses such an entry; a scanner reports it.
+    pub disagreement: Option<&'static str>,
 }
 
 impl Entry {
@@ -225,8 +226,30 @@ fn apply_zip64(
 /// Read and validate the central directory of `data`.
 pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
     let index = read_entries(data, max_entries)?;
-    check_layout(&index.entries, index.directory_offset)?;
+    validate(&index)?;
     Ok(index)
+}
+
+/// The whole-archive rules a load insists on: no encrypted entry, no local header
+/// that contradicts the central directory, no shared bytes, no repeated name.
+pub fn validate(index: &Index) -> Result<(), Error> {
+    for e in &index.entries {
+        let at = || Location {
+            entry: Some(e.name_lossy()),
+            offset: Some(e.header_offset),
+            opcode: None,
+        };
+        if e.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
+            return Err(Error::archive("encrypted entries are not supported", at()));
+        }
+        if let Some(what) = e.disagreement {
+            return Err(Error::archive(
+                format!("the local header and the central directory disagree: {what}"),
+                at(),
+            ));
+        }
+    }
+    check_layout(&index.entries, index.directory_offset)
 }
 
 /// Read the central directory without the whole-archive checks (duplicates,
@@ -253,6 +276,7 @@ pub fn read_index_computed(data: &[u8], max_entries: u64, alignment: u64) -> Res
     if alignment > 0 && alignment <= 0xffff {
         if let Ok(index) = read_entries_with(data, max_entries, Payloads::TorchAligned(alignment)) {
             if laid_out_like_torch(&index) {
+                validate(&index)?;
                 return Ok(index);
             }
         }
@@ -356,16 +380,6 @@ fn read_entries_with(data: &[u8], max_entries: u64, payloads: Payloads) -> Resul
             .get(pos + CDH_LEN + name_len..pos + CDH_LEN + name_len + extra_len)
             .unwrap_or_default();
         let flags = h16(8);
-        if flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
-            return Err(Error::archive(
-                "encrypted entries are not supported",
-                Location {
-                    entry: Some(String::from_utf8_lossy(name).into_owned()),
-                    offset: Some(at),
-                    opcode: None,
-                },
-            ));
-        }
         let (mut usize_, mut csize, mut offset) =
             (u64::from(h32(24)), u64::from(h32(20)), u64::from(h32(42)));
         apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
@@ -389,7 +403,7 @@ fn read_entries_with(data: &[u8], max_entries: u64, payloads: Payloads) -> Resul
                     uncompressed_size: usize_,
                     header_offset: offset,
                     data_offset,
-                    local_name_matches: true,
+                    disagreement: None,
                 }
             }
         };
@@ -437,6 +451,25 @@ fn locate_payload(
         usize::from(le16(lfh, 28).unwrap_or(0)),
     );
     let local_name = data.get(lfh_pos + LFH_LEN..lfh_pos + LFH_LEN + name_len);
+    let local_method = le16(lfh, 8).unwrap_or(0);
+    let local_sizes = (le32(lfh, 18).unwrap_or(0), le32(lfh, 22).unwrap_or(0));
+    let sizes_in_descriptor = le16(lfh, 6).unwrap_or(0) & 0x0008 != 0;
+    let zip64_sizes = local_sizes.0 == u32::MAX || local_sizes.1 == u32::MAX;
+    let disagreement = if local_name != Some(name) {
+        Some("name")
+    } else if local_method != method {
+        Some("compression method")
+    } else if !sizes_in_descriptor
+        && !zip64_sizes
+        && (u64::from(local_sizes.0) != compressed_size
+            || u64::from(local_sizes.1) != uncompressed_size)
+    {
+        Some("sizes")
+    } else if method == 0 && compressed_size != uncompressed_size {
+        Some("a stored entry with two different sizes")
+    } else {
+        None
+    };
     let data_offset = header_offset + (LFH_LEN + name_len + extra_len) as u64;
     let fits = data_offset
         .checked_add(compressed_size)
@@ -453,7 +486,7 @@ fn locate_payload(
         uncompressed_size,
         header_offset,
         data_offset,
-        local_name_matches: local_name == Some(name),
+        disagreement,
     })
 }
 

@@ -256,7 +256,7 @@ fn scan_zip(
         Ok(index) => index,
         Err(e) => return report.problem(location, e),
     };
-    if let Err(e) = zip::check_layout(&index.entries, index.directory_offset) {
+    if let Err(e) = zip::validate(&index) {
         report.problem(location, e);
     }
     // A torch checkpoint: every entry under one root folder, with a data.pkl.
@@ -295,12 +295,6 @@ fn scan_zip(
     for entry in &index.entries {
         let name = entry.name_lossy();
         let here = entry_location(location, entry);
-        if !entry.local_name_matches {
-            report.problem(
-                &here,
-                "the local header names a different file than the central directory",
-            );
-        }
         if is_torch_payload(root.as_deref(), &name) || name.ends_with('/') {
             continue;
         }
