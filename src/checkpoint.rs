@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::archive::inflate::inflate_exact;
+use crate::archive::inflate::{check_ratio, inflate_exact};
 use crate::archive::layout::{method_name, stored_bytes, ByteOrder, Layout};
 use crate::archive::source::Source;
 use crate::archive::zip::{self, Entry};
@@ -85,6 +85,7 @@ fn entry_bytes<'d>(
             stored_bytes(entry, data).map(std::borrow::Cow::Borrowed)
         }
         8 => {
+            check_ratio(entry.compressed_size, entry.uncompressed_size, &name)?;
             limits::check(limit, entry.uncompressed_size, cap, || {
                 Location::entry(&name)
             })?;
@@ -181,6 +182,18 @@ fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
             options.encoding,
         )
         .map_err(|e| e.in_entry(&pickle_entry))?;
+        // torch ignores what follows STOP; a second pickle hidden there is how
+        // polyglot files fool scanners, and no writer puts anything there.
+        if parsed.end < pkl.len() {
+            return Err(Error::pickle(
+                format!("{} bytes follow the pickle's STOP", pkl.len() - parsed.end),
+                Location {
+                    entry: Some(pickle_entry),
+                    offset: Some(parsed.end as u64),
+                    opcode: None,
+                },
+            ));
+        }
         (parsed, hooks.storages)
     };
     let file_order = layout.byteorder.unwrap_or(match options.endianness {
@@ -221,6 +234,7 @@ fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
                 ))
             }
             8 => {
+                check_ratio(entry.compressed_size, decl.nbytes, &entry_name)?;
                 inflated = inflated.saturating_add(decl.nbytes);
                 limits::check(
                     "max_inflated_bytes",

@@ -6,6 +6,19 @@ use miniz_oxide::inflate::{decompress_slice_iter_to_slice, TINFLStatus};
 
 use crate::error::{Error, Location};
 
+/// DEFLATE cannot expand data more than 1032-fold (a 258-byte match costs at least
+/// two bits); a larger declared size is a lie, refused before anything is allocated.
+pub fn check_ratio(compressed: u64, declared: u64, entry: &str) -> Result<(), Error> {
+    const MAX_RATIO: u64 = 1032;
+    if declared > compressed.saturating_mul(MAX_RATIO).saturating_add(1024) {
+        return Err(Error::archive(
+            format!("declares {declared} bytes from {compressed} deflated bytes, more than DEFLATE can produce"),
+            Location::entry(entry),
+        ));
+    }
+    Ok(())
+}
+
 /// Inflate `compressed` into `out`, which must come out exactly full.
 pub fn inflate_exact(compressed: &[u8], out: &mut [u8], entry: &str) -> Result<(), Error> {
     let fail = |reason: String| Error::archive(reason, Location::entry(entry));

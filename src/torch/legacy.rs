@@ -208,6 +208,12 @@ pub fn parse(
         }
         pos = end;
     }
+    if pos < data.len() as u64 {
+        return Err(bad(
+            format!("{} bytes follow the last storage", data.len() as u64 - pos),
+            pos,
+        ));
+    }
     let views: Vec<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
     for (i, decl) in storages.decls().iter().enumerate() {
         let id = StorageId(i as u32);
