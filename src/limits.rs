@@ -31,6 +31,10 @@ pub struct Limits {
     pub max_zip_entries: u64,
     /// Total bytes produced by decompressing entries of one archive.
     pub max_inflated_bytes: u64,
+    /// Values inside one dict key or set item, counted with repetition: Python
+    /// hashes and compares them recursively, so a shared-tuple bomb as a key would
+    /// hang (exponential) or overflow the C stack (deep).
+    pub max_key_values: u64,
 }
 
 impl Default for Limits {
@@ -47,13 +51,14 @@ impl Default for Limits {
             max_storages: 1 << 22,
             max_zip_entries: 1 << 23,
             max_inflated_bytes: 1 << 36,
+            max_key_values: 10_000,
         }
     }
 }
 
 impl Limits {
     /// Names of every limit, in declaration order (used by the bindings and the docs).
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "max_pickle_bytes",
         "max_nodes",
         "max_payload_bytes",
@@ -65,6 +70,7 @@ impl Limits {
         "max_storages",
         "max_zip_entries",
         "max_inflated_bytes",
+        "max_key_values",
     ];
 
     pub fn get(&self, name: &str) -> Option<u64> {
@@ -80,6 +86,7 @@ impl Limits {
             "max_storages" => self.max_storages,
             "max_zip_entries" => self.max_zip_entries,
             "max_inflated_bytes" => self.max_inflated_bytes,
+            "max_key_values" => self.max_key_values,
             _ => return None,
         })
     }
@@ -98,6 +105,7 @@ impl Limits {
             "max_storages" => &mut self.max_storages,
             "max_zip_entries" => &mut self.max_zip_entries,
             "max_inflated_bytes" => &mut self.max_inflated_bytes,
+            "max_key_values" => &mut self.max_key_values,
             _ => return false,
         };
         *slot = value;
@@ -118,6 +126,7 @@ impl Limits {
             max_storages: 1 << 10,
             max_zip_entries: 1 << 10,
             max_inflated_bytes: 1 << 24,
+            max_key_values: 1 << 10,
         }
     }
 }

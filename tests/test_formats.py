@@ -40,13 +40,15 @@ def _float_tensor_pickle(numel: int) -> bytes:
 def _declare_size(data: bytes, name: str, size: int) -> bytes:
     """Rewrite the uncompressed size the central directory declares for ``name``."""
     full = f"archive/{name}".encode()
-    at = data.find(b"PK\x01\x02", data.find(b"PK\x01\x02"))
-    while at != -1:
-        name_len = struct.unpack_from("<H", data, at + 28)[0]
-        if data[at + 46:at + 46 + name_len] == full:
-            return data[:at + 24] + struct.pack("<I", size) + data[at + 28:]
-        at = data.find(b"PK\x01\x02", at + 4)
-    raise KeyError(name)
+    # The local header repeats the size (zipfile writes no data descriptor): change both.
+    for signature, name_at, size_at in ((b"PK\x01\x02", 46, 24), (b"PK\x03\x04", 30, 22)):
+        at = data.find(signature)
+        while at != -1 and data[at + name_at:at + name_at + len(full)] != full:
+            at = data.find(signature, at + 4)
+        if at == -1:
+            raise KeyError(name)
+        data = data[:at + size_at] + struct.pack("<I", size) + data[at + size_at + 4:]
+    return data
 
 
 def _zip(records: dict[str, bytes], compress: set[str] = frozenset()) -> bytes:

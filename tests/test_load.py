@@ -261,3 +261,16 @@ def test_numpy_arrays_and_scalars_load_by_default(tmp_path, backend, protocol):
 def test_object_structured_and_string_arrays_are_refused(tmp_path, array):
     with pytest.raises(tensorplay.UnsafeCheckpointError, match="numpy"):
         tensorplay.load(_checkpoint_of(tmp_path, {"x": array}), backend="numpy")
+
+
+def test_a_shared_tuple_bomb_as_a_dict_key_is_refused_quickly(tmp_path):
+    # t0 = (1, 1); t(i+1) = (t(i), t(i)): 2**40 values to hash for a 100-byte file.
+    bomb = b"K\x01K\x01\x86" + b"2\x86" * 40
+    path = _checkpoint_of(tmp_path, None)
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}" + bomb + b"K\x00s.")
+        z.writestr("archive/version", b"3\n")
+    with pytest.raises(tensorplay.LimitExceededError, match="max_key_values"):
+        tensorplay.load(path, backend="numpy")

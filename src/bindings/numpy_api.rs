@@ -56,16 +56,41 @@ impl<'py> NumpyApi<'py> {
     }
 
     /// A fresh uninitialised uint8 array of `n` bytes, and where its data starts.
-    pub fn alloc(&self, n: usize) -> Buffer<'py> {
-        // SAFETY: an uninitialised array is only handed out after the loader has
-        // filled every byte of it (or, for n == 0, has nothing to fill).
-        let array = unsafe { PyArray1::<u8>::new(self.py, [n], false) };
-        let ptr = array.data();
-        Buffer {
-            base: array.into_any(),
+    /// Allocation failure is a Python MemoryError, never a panic.
+    pub fn alloc(&self, n: usize) -> PyResult<Buffer<'py>> {
+        let py = self.py;
+        let descr = self
+            .descr(DType::UInt8)?
+            .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyTypeError, _>("uint8"))?;
+        let mut dims = [n as npy_intp];
+        // SAFETY: dims outlives the call; NewFromDescr steals the descriptor reference
+        // we hand it and returns null (with an exception set) when it cannot allocate.
+        let array = unsafe {
+            let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
+                py,
+                npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+                descr.clone().into_ptr() as *mut npyffi::PyArray_Descr,
+                1,
+                dims.as_mut_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+            );
+            if ptr.is_null() {
+                let cause = PyErr::fetch(py);
+                return Err(pyo3::exceptions::PyMemoryError::new_err(format!(
+                    "cannot allocate {n} bytes for a storage: {cause}"
+                )));
+            }
+            Bound::from_owned_ptr(py, ptr)
+        };
+        let ptr = array.cast::<PyArray1<u8>>()?.data();
+        Ok(Buffer {
+            base: array,
             ptr,
             writable: true,
-        }
+        })
     }
 
     /// An array of `descr` over `buf.ptr + byte_offset`, with `buf.base` as its base.

@@ -113,7 +113,11 @@ pub fn torch_roots<'py>(
                 }
             }
             _ => {
-                let st = api.untyped_storage.call1((n,))?;
+                let st = api.untyped_storage.call1((n,)).map_err(|e| {
+                    pyo3::exceptions::PyMemoryError::new_err(format!(
+                        "cannot allocate {n} bytes for a storage: {e}"
+                    ))
+                })?;
                 if n > 0 && mode == DataMode::Read {
                     let ptr: usize = st.call_method0("data_ptr")?.extract()?;
                     jobs.push((id, ptr, n));
@@ -159,7 +163,7 @@ pub fn numpy_roots<'py>(
                 }
             }
             None => {
-                let buf = api.alloc(n);
+                let buf = api.alloc(n)?;
                 if n > 0 && mode == DataMode::Read {
                     jobs.push((id, buf.ptr as usize, n));
                 }
