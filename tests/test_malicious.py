@@ -38,31 +38,8 @@ BIG_FILES = {"zipbomb_record_past_declared.pt"}  # a DEFLATE bomb needs ~64 KiB 
 # Where tensorplay disagrees with the manifest today: bugs for the core, tracked here so
 # the suite stays green. strict=True: a fix makes the test XPASS and fail, so the entry
 # must then be removed. Keys are file names (all variants) or (file, backend, mmap).
-_TRAILING = ("bytes after data.pkl's STOP are ignored, so a malicious pickle smuggled after a benign one "
-             "loads silently instead of being refused as malformed")
-_LOCAL_HEADER = ("a local header that disagrees with the central directory (name, sizes, method) is not "
-                 "refused (zip.rs computes local_name_matches but nothing checks it); only the payload's "
-                 "global is refused, as unsafe")
-KNOWN: dict = {
-    "two_pickles_second_malicious.pt": _TRAILING,
-    "data_after_stop.pt": _TRAILING,
-    "lfh_cd_name_mismatch.pt": _LOCAL_HEADER,
-    "lfh_sizes_zero.pt": _LOCAL_HEADER,
-    "lfh_cd_method_mismatch.pt": _LOCAL_HEADER,
-    "cd_stored_sizes_differ.pt": ("a stored data.pkl whose central directory sizes differ (compressed != "
-                                  "uncompressed) is read anyway: storages get this check, data.pkl does not"),
-    "duplicate_data_pkl_case.pt": ("entry names that differ only in case are not refused although torch's "
-                                   "record lookup is case-insensitive (layout.rs says it refuses them): "
-                                   "the benign data.pkl loads"),
-    "memo_bomb_dict_key.pt": "hang: building a dict whose key is a memo bomb hashes 1000**10 items",
-    "deep_tuple_dict_key.pt": ("crash (SIGSEGV): building a dict whose key is a 1,000,000-deep tuple "
-                               "overflows the C stack in hash()"),
-}
-if sys.platform.startswith("linux"):  # where the address-space cap applies (a big machine without it could pass)
-    KNOWN["zipbomb_declared_60gib.pt"] = (
-        "a deflated record declaring 60 GiB is allocated before it is inflated; the allocation fails and the "
-        "numpy backend raises pyo3's PanicException ('PyObject pointer is null', NumpyApi::alloc), the torch "
-        "backend torch's RuntimeError, instead of a CheckpointError")
+# Files where tensorplay disagrees with the manifest: each entry is a bug to fix.
+KNOWN: dict = {}
 
 # Files that hung in one variant are not retried in the others (each hang costs LOAD_TIMEOUT).
 HUNG: dict[str, str] = {}

@@ -994,8 +994,9 @@ def resource_family(c: Corpus) -> None:
     tiny = deflate([(b"\x00", 1024)])
     absurd = 1 << 62
     add("zipbomb_declared_absurd.pt", fam,
-        "data/0 declares 2**62 bytes (ZIP64) for a storage of 2**60 floats; the stream holds 1 KiB",
-        LIMIT, checkpoint(pkl(tensor(storage_pid(numel=absurd // 4))),
+        "data/0 declares 2**62 bytes (ZIP64) for a storage of 2**60 floats; the stream holds 1 KiB: "
+        "more than DEFLATE can produce from it, refused before anything is allocated",
+        MALFORMED, checkpoint(pkl(tensor(storage_pid(numel=absurd // 4))),
                           {"0": Entry("archive/data/0", tiny, method=8, usize=absurd, crc=0)}))
     big = 60 << 30
     add("zipbomb_declared_60gib.pt", fam,
