@@ -11,6 +11,7 @@ use crate::archive::zip::{self, Entry};
 use crate::error::{Error, Location};
 use crate::limits::{self, Limits};
 use crate::pickle::globals::UserGlobals;
+use crate::pickle::keys;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::value::{Arena, NodeId};
 use crate::torch::legacy;
@@ -111,15 +112,50 @@ pub enum Format {
 
 /// Open a checkpoint held in `source` and validate it completely.
 pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
-    let data = source.bytes();
+    let c = read(source.bytes(), options)?;
+    Ok(Checkpoint {
+        source,
+        arena: c.arena,
+        root: c.root,
+        storages: c.storages,
+        protocol: c.protocol,
+        pickle_entry: c.pickle_entry,
+        format: c.format,
+    })
+}
+
+/// Everything a load checks, on borrowed bytes: what a scanner runs to tell a
+/// loadable file from one a load would refuse.
+pub fn validate(data: &[u8], options: &LoadOptions) -> Result<Format, Error> {
+    read(data, options).map(|c| c.format)
+}
+
+/// A checkpoint's values and storages, before they are tied to their source.
+struct Contents {
+    arena: Arena,
+    root: NodeId,
+    storages: Vec<Storage>,
+    protocol: Option<u8>,
+    pickle_entry: String,
+    format: Format,
+}
+
+fn read(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
+    let contents = read_format(data, options)?;
+    keys::check_keys(&contents.arena, options.limits.max_key_values)
+        .map_err(|e| e.in_entry(&contents.pickle_entry))?;
+    Ok(contents)
+}
+
+fn read_format(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
     if data.is_empty() {
         return Err(Error::archive("the file is empty", Location::default()));
     }
     if data.starts_with(b"PK\x03\x04") {
-        return open_zip(source.clone(), options);
+        return open_zip(data, options);
     }
     if legacy::is_legacy(data) {
-        return open_legacy(source.clone(), options);
+        return open_legacy(data, options);
     }
     if is_tar(data) {
         return Err(Error::unsupported(
@@ -139,8 +175,7 @@ pub fn is_tar(data: &[u8]) -> bool {
     data.get(257..262) == Some(b"ustar")
 }
 
-fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
-    let data = source.bytes();
+fn open_zip(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
     let index = if options.calculate_offsets {
         zip::read_index_computed(data, options.limits.max_zip_entries, 64)?
     } else {
@@ -256,8 +291,7 @@ fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
         };
         Ok((data, entry_name))
     })?;
-    Ok(Checkpoint {
-        source,
+    Ok(Contents {
         arena,
         root: parsed.root,
         storages,
@@ -267,9 +301,9 @@ fn open_zip(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     })
 }
 
-fn open_legacy(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
+fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
     let parsed = legacy::parse(
-        source.bytes(),
+        data,
         &options.user_globals,
         &options.limits,
         options.encoding,
@@ -288,8 +322,7 @@ fn open_legacy(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint,
             format!("legacy storage '{}'", decl.key),
         ))
     })?;
-    Ok(Checkpoint {
-        source,
+    Ok(Contents {
         arena: parsed.arena,
         root: parsed.root,
         storages,

@@ -5,9 +5,6 @@
 
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-
 use pyo3::prelude::*;
 use pyo3::types::{
     PyByteArray, PyBytes, PyComplex, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple,
@@ -39,9 +36,6 @@ pub struct Builder<'a, 'py> {
     pub fake: Option<Bound<'py, PyAny>>,
     /// Describe tensors (dtype, shape, where their bytes are) instead of building them.
     pub inspect: bool,
-    /// `max_key_values`: how much Python may hash and compare for one key.
-    pub max_key_values: u64,
-    key_sizes: RefCell<HashMap<NodeId, u64>>,
     cache: Vec<Option<Bound<'py, PyAny>>>,
     in_progress: Vec<bool>,
 }
@@ -79,8 +73,6 @@ impl<'a, 'py> Builder<'a, 'py> {
             helpers,
             fake: None,
             inspect: false,
-            max_key_values: crate::limits::Limits::default().max_key_values,
-            key_sizes: RefCell::new(HashMap::new()),
             cache: vec![None; n],
             in_progress: vec![false; n],
         }
@@ -298,7 +290,6 @@ impl<'a, 'py> Builder<'a, 'py> {
                 flat.extend(d.items.iter().flat_map(|(k, v)| [*k, *v]));
                 for kv in flat.chunks_exact(2) {
                     if let [k, v] = kv {
-                        self.check_hashable(*k)?;
                         obj.set_item(self.built(*k)?, self.built(*v)?)
                             .map_err(|e| {
                                 wrap_build_error(self.py, e, "cannot insert a dict item")
@@ -313,7 +304,6 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Set(_) => {
                 let set = obj.cast::<PySet>()?;
                 for item in self.fill_children(id) {
-                    self.check_hashable(item)?;
                     set.add(self.built(item)?)
                         .map_err(|e| wrap_build_error(self.py, e, "cannot add a set item"))?;
                 }
@@ -380,10 +370,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 let objs = self
                     .children(id)
                     .iter()
-                    .map(|i| {
-                        self.check_hashable(*i)?;
-                        self.built(*i)
-                    })
+                    .map(|i| self.built(*i))
                     .collect::<PyResult<Vec<_>>>()?;
                 PyFrozenSet::new(py, objs)
                     .map_err(|e| wrap_build_error(py, e, "cannot build a frozenset"))?
@@ -462,60 +449,6 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Opaque => return Err(self.fail(id, "an unresolved value")),
         };
         Ok(obj)
-    }
-
-    /// Refuse a key (or set item) whose recursive hash would visit more than
-    /// `max_key_values` values. Sizes count repetition and are memoised per node,
-    /// so checking costs O(distinct nodes) however the file shares them.
-    fn check_hashable(&self, key: NodeId) -> PyResult<()> {
-        let children = |id: NodeId| -> &[NodeId] {
-            match self.node(id) {
-                Node::Tuple(items) => items,
-                Node::Set(s) if s.frozen => &s.items,
-                _ => &[],
-            }
-        };
-        if children(key).is_empty() {
-            return Ok(());
-        }
-        let max = self.max_key_values;
-        let mut sizes = self.key_sizes.borrow_mut();
-        let mut stack = vec![(key, false)];
-        while let Some((id, expanded)) = stack.pop() {
-            if sizes.contains_key(&id) {
-                continue;
-            }
-            if !expanded {
-                stack.push((id, true));
-                stack.extend(
-                    children(id)
-                        .iter()
-                        .filter(|c| !sizes.contains_key(c))
-                        .map(|c| (*c, false)),
-                );
-                continue;
-            }
-            let total = children(id).iter().fold(1u64, |acc, c| {
-                acc.saturating_add(sizes.get(c).copied().unwrap_or(1))
-            });
-            sizes.insert(id, total.min(max.saturating_add(1)));
-        }
-        if sizes.get(&key).copied().unwrap_or(0) > max {
-            let class = crate::bindings::errors::classes(self.py)?
-                .limit
-                .bind(self.py)
-                .clone();
-            return Err(PyErr::from_type(
-                class,
-                format!(
-                    "limit exceeded: max_key_values (at most {max}): a dict key or set item holds more values than \
-                     Python may hash (value #{} of {})",
-                    key.index(),
-                    self.checkpoint.pickle_entry
-                ),
-            ));
-        }
-        Ok(())
     }
 
     fn builtin(&self, b: Builtin) -> PyResult<Bound<'py, PyAny>> {

@@ -141,6 +141,5 @@ pub fn inspect<'py>(
         helpers,
     );
     builder.inspect = true;
-    builder.max_key_values = options.limits.max_key_values;
     Ok((format.to_owned(), builder.build(checkpoint.root)?))
 }

@@ -162,6 +162,5 @@ pub fn load<'py>(
     let helpers = py.import("tensorplay._build")?;
     let mut builder = Builder::new(py, &checkpoint, backend, objects, user_objects, helpers);
     builder.fake = fake;
-    builder.max_key_values = options.limits.max_key_values;
     builder.build(checkpoint.root)
 }

@@ -13,6 +13,7 @@
 
 pub mod cursor;
 pub mod globals;
+pub mod keys;
 pub mod machine;
 pub mod opcodes;
 pub mod text;
