@@ -212,3 +212,24 @@ def test_corpus_on_disk_matches_the_generator(tmp_path):
     assert fresh == sorted(p.name for p in FILES.iterdir())
     for name in fresh:
         assert (tmp_path / "files" / name).read_bytes() == (FILES / name).read_bytes(), f"{name} differs"
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_scan_flags_every_file(entry, tmp_path, monkeypatch):
+    """The scanner never calls a file clean; it names every code-execution global."""
+    from tensorplay import scanner
+
+    monkeypatch.chdir(tmp_path)
+    report = scanner.scan(FILES / entry["file"])
+    assert report.verdict == entry["scan_verdict"], (report.findings, report.problems)
+    dangerous = {f.name for f in report.findings if f.dangerous}
+    assert set(entry["dangerous_globals"]) <= dangerous, report.findings
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_the_scan_command_exits_1_on_the_corpus():
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(FILES)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    verdicts = {pathlib.Path(r["path"]).name: r["verdict"] for r in json.loads(result.stdout)}
+    assert verdicts == {e["file"]: e["scan_verdict"] for e in MANIFEST}

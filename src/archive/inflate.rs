@@ -36,6 +36,31 @@ pub fn inflate_exact(compressed: &[u8], out: &mut [u8], entry: &str) -> Result<(
     }
 }
 
+/// How many bytes `compressed` inflates to, counted through a small window so
+/// nothing the size of the output is allocated; stops past `limit`.
+pub fn inflated_len(compressed: &[u8], limit: u64) -> Result<u64, String> {
+    use miniz_oxide::inflate::core::{decompress, DecompressorOxide};
+    const WINDOW: usize = 1 << 15;
+    let mut state = Box::<DecompressorOxide>::default();
+    let mut window = vec![0u8; WINDOW];
+    let (mut consumed, mut at, mut total) = (0usize, 0usize, 0u64);
+    loop {
+        let input = compressed.get(consumed..).unwrap_or_default();
+        let (status, read, written) = decompress(&mut state, input, &mut window, at, 0);
+        consumed += read;
+        at = (at + written) % WINDOW;
+        total = total.saturating_add(written as u64);
+        if total > limit {
+            return Err(format!("inflates to more than {limit} bytes"));
+        }
+        match status {
+            TINFLStatus::Done => return Ok(total),
+            TINFLStatus::HasMoreOutput => continue,
+            other => return Err(format!("corrupt deflate stream ({other:?})")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +76,7 @@ mod tests {
         assert!(inflate_exact(HELLO, &mut [0u8; 5], "e").is_err());
         assert!(inflate_exact(HELLO, &mut [0u8; 40], "e").is_err());
         assert!(inflate_exact(b"\xff\xff\xff", &mut [0u8; 4], "e").is_err());
+        assert_eq!(inflated_len(HELLO, 100), Ok(17));
+        assert!(inflated_len(HELLO, 10).is_err());
     }
 }

@@ -86,6 +86,8 @@ struct Directory {
     entries: u64,
     size: u64,
     offset: u64,
+    /// Where the directory must end: the (ZIP64) end record that follows it.
+    end_at: u64,
 }
 
 /// Find the end-of-central-directory record: the last signature whose record and
@@ -129,6 +131,7 @@ fn read_directory(data: &[u8], eocd: usize) -> Result<Directory, Error> {
         entries: u64::from(field16(10)?),
         size: u64::from(field32(12)?),
         offset: u64::from(field32(16)?),
+        end_at: eocd as u64,
     };
     // A ZIP64 locator sits right before the classic record; torch always writes one.
     let Some(locator) = eocd.checked_sub(ZIP64_LOCATOR_LEN) else {
@@ -174,6 +177,7 @@ fn read_directory(data: &[u8], eocd: usize) -> Result<Directory, Error> {
         entries: field(32)?,
         size: field(40)?,
         offset: field(48)?,
+        end_at: z64 as u64,
     };
     Ok(dir)
 }
@@ -255,7 +259,14 @@ pub fn validate(index: &Index) -> Result<(), Error> {
 /// Read the central directory without the whole-archive checks (duplicates,
 /// overlaps), so a scanner can still look inside a file that breaks them.
 pub fn read_entries(data: &[u8], max_entries: u64) -> Result<Index, Error> {
-    read_entries_with(data, max_entries, Payloads::FromLocalHeaders)
+    read_entries_with(data, max_entries, Payloads::FromLocalHeaders, false)
+}
+
+/// The central directory of an archive that may follow other bytes (a zip glued
+/// after a pickle, a self-extractor): offsets are shifted by the prefix, as
+/// Python's zipfile and Info-ZIP do. For scanners; a load never does this.
+pub fn read_entries_after_prefix(data: &[u8], max_entries: u64) -> Result<Index, Error> {
+    read_entries_with(data, max_entries, Payloads::FromLocalHeaders, true)
 }
 
 /// How payload offsets are found.
@@ -274,7 +285,9 @@ enum Payloads {
 /// headers, so the offsets are always the true ones.
 pub fn read_index_computed(data: &[u8], max_entries: u64, alignment: u64) -> Result<Index, Error> {
     if alignment > 0 && alignment <= 0xffff {
-        if let Ok(index) = read_entries_with(data, max_entries, Payloads::TorchAligned(alignment)) {
+        if let Ok(index) =
+            read_entries_with(data, max_entries, Payloads::TorchAligned(alignment), false)
+        {
             if laid_out_like_torch(&index) {
                 validate(&index)?;
                 return Ok(index);
@@ -330,9 +343,21 @@ fn torch_payload_offset(
     start.checked_add((alignment - start % alignment) % alignment)
 }
 
-fn read_entries_with(data: &[u8], max_entries: u64, payloads: Payloads) -> Result<Index, Error> {
+fn read_entries_with(
+    data: &[u8],
+    max_entries: u64,
+    payloads: Payloads,
+    prefix: bool,
+) -> Result<Index, Error> {
     let eocd = find_eocd(data)?;
-    let dir = read_directory(data, eocd)?;
+    let mut dir = read_directory(data, eocd)?;
+    let shift = if prefix {
+        dir.end_at
+            .saturating_sub(dir.offset.saturating_add(dir.size))
+    } else {
+        0
+    };
+    dir.offset = dir.offset.saturating_add(shift);
     limits::check("max_zip_entries", dir.entries, max_entries, || {
         Location::at(eocd as u64)
     })?;
@@ -383,6 +408,7 @@ fn read_entries_with(data: &[u8], max_entries: u64, payloads: Payloads) -> Resul
         let (mut usize_, mut csize, mut offset) =
             (u64::from(h32(24)), u64::from(h32(20)), u64::from(h32(42)));
         apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
+        let offset = offset.saturating_add(shift);
         let entry = match payloads {
             Payloads::FromLocalHeaders => {
                 locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?
@@ -537,4 +563,61 @@ pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Erro
         }
     }
     Ok(())
+}
+
+/// Local headers read one after another from the start, as a streaming reader
+/// sees an archive whose central directory is missing or damaged. For scanners:
+/// what such a reader could extract is what must be inspected.
+pub fn walk_local_headers(data: &[u8], max_entries: u64) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut pos = 0usize;
+    while (entries.len() as u64) < max_entries {
+        let Some(head) = data.get(pos..pos.saturating_add(LFH_LEN)) else {
+            break;
+        };
+        if le32(head, 0) != Some(LFH_SIG) {
+            break;
+        }
+        let h16 = |o: usize| le16(head, o).unwrap_or(0);
+        let h32 = |o: usize| le32(head, o).unwrap_or(0);
+        let (flags, method, name_len, extra_len) =
+            (h16(6), h16(8), usize::from(h16(26)), usize::from(h16(28)));
+        let start = pos + LFH_LEN + name_len + extra_len;
+        let Some(name) = data.get(pos + LFH_LEN..pos + LFH_LEN + name_len) else {
+            break;
+        };
+        let declared = u64::from(h32(18));
+        let size = if flags & 0x0008 != 0 && declared == 0 {
+            // Sizes live in a data descriptor: the entry runs to the next signature.
+            let rest = data.get(start..).unwrap_or_default();
+            let next = rest
+                .windows(4)
+                .position(|w| w == b"PK\x07\x08" || w == b"PK\x03\x04" || w == b"PK\x01\x02");
+            next.unwrap_or(rest.len()) as u64
+        } else {
+            declared
+        };
+        let Some(end) = (start as u64)
+            .checked_add(size)
+            .filter(|end| *end <= data.len() as u64)
+        else {
+            break;
+        };
+        entries.push(Entry {
+            name: name.into(),
+            method,
+            flags,
+            crc32: h32(14),
+            compressed_size: size,
+            uncompressed_size: u64::from(h32(22)),
+            header_offset: pos as u64,
+            data_offset: start as u64,
+            disagreement: None,
+        });
+        pos = end as usize;
+        if data.get(pos..pos + 4) == Some(b"PK\x07\x08") {
+            pos += 16;
+        }
+    }
+    entries
 }

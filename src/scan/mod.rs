@@ -17,9 +17,9 @@
 pub mod dangerous;
 pub mod stream;
 
-use crate::archive::inflate::inflate_exact;
+use crate::archive::inflate::{inflate_exact, inflated_len};
 use crate::archive::zip::{self, Entry};
-use crate::checkpoint::is_tar;
+use crate::checkpoint::{self, is_tar, LoadOptions};
 use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
@@ -191,6 +191,48 @@ fn scan_into(
         }
         _ => scan_pickle(data, location, options, report, top),
     }
+    if kind != "zip" {
+        scan_trailing_zip(data, location, depth, options, report);
+    }
+    if top
+        && report.findings.is_empty()
+        && matches!(kind, "zip" | "torch-legacy")
+        && report.format != "zip"
+    {
+        // Fully parsed and no unsafe global: would a load accept it? A tensor that
+        // reaches outside its storage, or a limit, makes the file unreadable, not clean.
+        let load = LoadOptions {
+            limits: options.limits,
+            user_globals: options.user_globals.clone(),
+            ..LoadOptions::default()
+        };
+        if let Err(e) = checkpoint::validate(data, &load) {
+            report.problem(location, format!("a load would refuse it: {e}"));
+        }
+    }
+}
+
+/// A zip glued after another file (a pickle, an .npy): Python's zipfile opens it.
+fn scan_trailing_zip(
+    data: &[u8],
+    location: &str,
+    depth: u32,
+    options: &ScanOptions,
+    report: &mut Report,
+) {
+    let tail_start = data.len().saturating_sub(22 + 0xffff + 64);
+    let has_end_record = data
+        .get(tail_start..)
+        .is_some_and(|tail| tail.windows(4).any(|w| w == b"PK\x05\x06"));
+    if !has_end_record {
+        return;
+    }
+    if let Ok(index) = zip::read_entries_after_prefix(data, options.limits.max_zip_entries) {
+        if !index.entries.is_empty() {
+            report.problem(location, "a zip archive is appended to the file");
+            scan_zip(data, location, depth + 1, options, report, false);
+        }
+    }
 }
 
 fn scan_pickle(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report, top: bool) {
@@ -252,9 +294,31 @@ fn scan_zip(
     report: &mut Report,
     top: bool,
 ) {
-    let index = match zip::read_entries(data, options.limits.max_zip_entries) {
+    let max = options.limits.max_zip_entries;
+    let index = match zip::read_entries(data, max) {
         Ok(index) => index,
-        Err(e) => return report.problem(location, e),
+        // Other readers still extract something: a zip after a prefix (Python's
+        // zipfile shifts the offsets), or, with no directory, the local headers.
+        Err(e) => match zip::read_entries_after_prefix(data, max) {
+            Ok(index) => {
+                report.problem(
+                    location,
+                    "the archive follows other bytes; offsets are shifted by them",
+                );
+                index
+            }
+            Err(_) => {
+                report.problem(
+                    location,
+                    format!("{e}; reading the local headers one by one instead"),
+                );
+                let entries = zip::walk_local_headers(data, max);
+                zip::Index {
+                    entries,
+                    directory_offset: data.len() as u64,
+                }
+            }
+        },
     };
     if let Err(e) = zip::validate(&index) {
         report.problem(location, e);
@@ -296,6 +360,7 @@ fn scan_zip(
         let name = entry.name_lossy();
         let here = entry_location(location, entry);
         if is_torch_payload(root.as_deref(), &name) || name.ends_with('/') {
+            check_compressed_payload(data, entry, &here, report);
             continue;
         }
         let bytes = match entry_data(entry, data, &options.limits) {
@@ -313,6 +378,29 @@ fn scan_zip(
         if scan_it || bytes.first() == Some(&0x80) {
             scan_into(&bytes, &here, depth + 1, options, report, false);
         }
+    }
+}
+
+/// A compressed storage record must inflate to exactly what it declares (a load
+/// would find out only when copying it); counted without keeping the output.
+fn check_compressed_payload(data: &[u8], entry: &Entry, location: &str, report: &mut Report) {
+    if entry.method != 8 {
+        return;
+    }
+    let start = usize::try_from(entry.data_offset).ok();
+    let raw = start
+        .and_then(|s| data.get(s..s.checked_add(usize::try_from(entry.compressed_size).ok()?)?));
+    match raw.map(|raw| inflated_len(raw, entry.uncompressed_size)) {
+        Some(Ok(n)) if n == entry.uncompressed_size => {}
+        Some(Ok(n)) => report.problem(
+            location,
+            format!(
+                "inflates to {n} bytes, declares {}",
+                entry.uncompressed_size
+            ),
+        ),
+        Some(Err(e)) => report.problem(location, e),
+        None => report.problem(location, "entry data lies outside the file"),
     }
 }
 
