@@ -199,22 +199,26 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     /// Prefix of another container's items that a snapshot (`Counter(d)`, `set(l)`) sees.
     fn snapshot_items(&self, base: Option<(NodeId, usize)>, out: &mut Vec<NodeId>) {
-        let Some((base, len)) = base else { return };
-        match self.node(base) {
-            Node::List(items) => out.extend(items.iter().take(len)),
-            Node::Tuple(items) => out.extend(items.iter().take(len)),
-            Node::Set(s) => {
-                self.snapshot_items(s.base, out);
-                out.extend(s.items.iter().take(len));
+        // Snapshots of snapshots form a chain; walk it without recursion, then emit
+        // the deepest base's items first.
+        let mut chain = Vec::new();
+        let mut next = base;
+        while let Some((id, len)) = next {
+            chain.push((id, len));
+            next = match self.node(id) {
+                Node::Set(s) => s.base,
+                Node::Dict(d) => d.base,
+                _ => None,
+            };
+        }
+        for (id, len) in chain.into_iter().rev() {
+            match self.node(id) {
+                Node::List(items) => out.extend(items.iter().take(len)),
+                Node::Tuple(items) => out.extend(items.iter().take(len)),
+                Node::Set(s) => out.extend(s.items.iter().take(len)),
+                Node::Dict(d) => out.extend(d.items.iter().take(len).flat_map(|(k, v)| [*k, *v])),
+                _ => {}
             }
-            Node::Dict(d) => {
-                self.snapshot_items(d.base, out);
-                for (k, v) in d.items.iter().take(len) {
-                    out.push(*k);
-                    out.push(*v);
-                }
-            }
-            _ => {}
         }
     }
 

@@ -621,6 +621,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             EMPTY_SET => self.push_new(Node::Set(Box::new(SetNode {
                 frozen: false,
                 base: None,
+                inherited: 0,
                 items: Vec::new(),
             })))?,
             FROZENSET => {
@@ -628,6 +629,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 self.push_new(Node::Set(Box::new(SetNode {
                     frozen: true,
                     base: None,
+                    inherited: 0,
                     items,
                 })))?;
             }
@@ -833,6 +835,7 @@ fn empty_dict() -> Node {
     Node::Dict(Box::new(DictNode {
         class: DictClass::Dict,
         base: None,
+        inherited: 0,
         items: Vec::new(),
         state: Vec::new(),
     }))

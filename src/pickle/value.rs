@@ -33,6 +33,8 @@ pub enum DictClass {
 pub struct DictNode {
     pub class: DictClass,
     pub base: Option<(NodeId, usize)>,
+    /// Items the snapshot `base` holds in all (its own base's included).
+    pub inherited: u64,
     pub items: Vec<(NodeId, NodeId)>,
     /// BUILD states applied to the object (`_metadata` of a state dict), in order.
     pub state: Vec<NodeId>,
@@ -43,6 +45,8 @@ pub struct DictNode {
 pub struct SetNode {
     pub frozen: bool,
     pub base: Option<(NodeId, usize)>,
+    /// Items the snapshot `base` holds in all (its own base's included).
+    pub inherited: u64,
     pub items: Vec<NodeId>,
 }
 
@@ -156,6 +160,8 @@ impl Node {
 #[derive(Debug)]
 pub struct Arena {
     nodes: Vec<Node>,
+    /// Values charged by `charge_nodes`, counted against `max_nodes` with the nodes.
+    charged: u64,
     payload_bytes: u64,
     max_nodes: u64,
     max_payload_bytes: u64,
@@ -166,6 +172,7 @@ impl Arena {
     pub fn new(limits: &Limits) -> Self {
         Arena {
             nodes: Vec::new(),
+            charged: 0,
             payload_bytes: 0,
             max_nodes: limits.max_nodes.min(u64::from(u32::MAX)),
             max_payload_bytes: limits.max_payload_bytes,
@@ -183,7 +190,12 @@ impl Arena {
 
     pub fn push(&mut self, node: Node) -> Result<NodeId, Error> {
         let n = self.nodes.len() as u64;
-        limits::check("max_nodes", n + 1, self.max_nodes, Location::default)?;
+        limits::check(
+            "max_nodes",
+            n + self.charged + 1,
+            self.max_nodes,
+            Location::default,
+        )?;
         let payload = match &node {
             Node::Str(b) | Node::Bytes(b) | Node::ByteArray(b) | Node::BigInt(b) => b.len() as u64,
             Node::DecimalInt(s) => s.len() as u64,
@@ -194,6 +206,36 @@ impl Arena {
         }
         self.nodes.push(node);
         Ok(NodeId(n as u32))
+    }
+
+    /// Charge `n` values that will be built without nodes of their own: the items a
+    /// snapshot (`Counter(d)`, `set(l)`) copies when it becomes a Python object. A
+    /// file may pass one big container to many such calls, so copies are paid for:
+    /// they count against `max_nodes`, and may not outnumber the values the file
+    /// itself spelled out, which keeps what is built linear in the file's size.
+    pub fn charge_nodes(&mut self, n: u64) -> Result<(), Error> {
+        let copies = self.charged.saturating_add(n);
+        let total = (self.nodes.len() as u64).saturating_add(copies);
+        limits::check("max_nodes", total, self.max_nodes, Location::default)?;
+        if copies > self.nodes.len() as u64 {
+            return Err(Error::Limit {
+                limit: "max_nodes",
+                max: self.nodes.len() as u64,
+                location: Location::default(),
+            });
+        }
+        self.charged = copies;
+        Ok(())
+    }
+
+    /// Bytes of str, bytes and bytearray payloads so far.
+    pub fn payload_bytes(&self) -> u64 {
+        self.payload_bytes
+    }
+
+    /// Values charged for copies (`charge_nodes`).
+    pub fn charged(&self) -> u64 {
+        self.charged
     }
 
     /// Charge payload bytes before they are allocated.

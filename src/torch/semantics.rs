@@ -3,6 +3,8 @@
 //! In scan mode the same rules run, but a refusal is recorded instead of raised,
 //! so the scanner reports exactly the globals a load would refuse.
 
+use std::collections::HashMap;
+
 use crate::error::{Error, Location, Refusal};
 use crate::limits::Limits;
 use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
@@ -47,6 +49,9 @@ pub struct TorchHooks<'u> {
     pub storages: Storages,
     pub id_format: IdFormat,
     pub found: Vec<FoundGlobal>,
+    /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
+    /// that encodes one big string many times shares one result instead of copying it.
+    encoded: HashMap<(NodeId, String), NodeId>,
 }
 
 impl<'u> TorchHooks<'u> {
@@ -58,6 +63,7 @@ impl<'u> TorchHooks<'u> {
             storages: Storages::default(),
             id_format,
             found: Vec::new(),
+            encoded: HashMap::new(),
         }
     }
 
@@ -107,35 +113,43 @@ impl<'u> TorchHooks<'u> {
                 } else {
                     DictClass::OrderedDict
                 };
-                let base = match a.len() {
-                    0 => None,
+                let (base, inherited) = match a.len() {
+                    0 => (None, 0),
                     _ => match a.node(0)? {
-                        Node::Dict(d) => Some((a.id(0)?, d.items.len())),
+                        Node::Dict(d) => (
+                            Some((a.id(0)?, d.items.len())),
+                            d.inherited + d.items.len() as u64,
+                        ),
                         other => {
                             return Err(a.fail(format!("expects a dict, got {}", other.kind_name())))
                         }
                     },
                 };
+                // The new dict holds a copy of every item the snapshot sees.
+                arena.charge_nodes(2 * inherited)?;
                 Node::Dict(Box::new(DictNode {
                     class,
                     base,
+                    inherited,
                     items: Vec::new(),
                     state: Vec::new(),
                 }))
             }
             Builtin::Set => {
                 a.arity(0, 1)?;
-                let base = match a.len() {
-                    0 => None,
-                    _ => Some((
-                        a.id(0)?,
-                        snapshot_len(a.node(0)?)
-                            .ok_or_else(|| a.fail("expects a list, tuple or set"))?,
-                    )),
+                let (base, inherited) = match a.len() {
+                    0 => (None, 0),
+                    _ => {
+                        let (own, inherited) = snapshot_len(a.node(0)?)
+                            .ok_or_else(|| a.fail("expects a list, tuple or set"))?;
+                        (Some((a.id(0)?, own)), inherited + own as u64)
+                    }
                 };
+                arena.charge_nodes(inherited)?;
                 Node::Set(Box::new(SetNode {
                     frozen: false,
                     base,
+                    inherited,
                     items: Vec::new(),
                 }))
             }
@@ -173,16 +187,22 @@ impl<'u> TorchHooks<'u> {
                 } else {
                     "utf-8"
                 };
-                Node::Bytes(
-                    encode(text, codec)
-                        .ok_or_else(|| a.fail(format!("cannot encode with codec {codec:?}")))?
-                        .into(),
-                )
+                let key = (a.id(0)?, codec.to_owned());
+                if let Some(done) = self.encoded.get(&key) {
+                    return Ok(*done);
+                }
+                let bytes = encode(text, codec)
+                    .ok_or_else(|| a.fail(format!("cannot encode with codec {codec:?}")))?;
+                let id = arena.push(Node::Bytes(bytes.into()))?;
+                self.encoded.insert(key, id);
+                return Ok(id);
             }
             Builtin::ByteArray | Builtin::Bytes => {
                 a.arity(0, 2)?;
                 let bytes: Vec<u8> = match (a.len(), a.node(0)) {
                     (0, _) => Vec::new(),
+                    // bytes are immutable: bytes(b) is b itself, shared, not a copy.
+                    (1, Ok(Node::Bytes(_))) if b == Builtin::Bytes => return a.id(0),
                     (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => b.to_vec(),
                     (1, Ok(Node::Int(n))) => {
                         let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
@@ -304,12 +324,13 @@ fn arena_budget(a: &Args) -> u64 {
     a.arena.payload_left()
 }
 
-/// How many items of a list, tuple or set a `set(x)` call sees now.
-fn snapshot_len(node: &Node) -> Option<usize> {
+/// How many of its own items a list, tuple or set has now, and how many it
+/// inherits from a snapshot of its own.
+fn snapshot_len(node: &Node) -> Option<(usize, u64)> {
     match node {
-        Node::List(items) => Some(items.len()),
-        Node::Tuple(items) => Some(items.len()),
-        Node::Set(s) => Some(s.items.len()),
+        Node::List(items) => Some((items.len(), 0)),
+        Node::Tuple(items) => Some((items.len(), 0)),
+        Node::Set(s) => Some((s.items.len(), s.inherited)),
         _ => None,
     }
 }

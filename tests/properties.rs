@@ -1,0 +1,139 @@
+//! Properties that hold for every input: the VM never panics, and what it builds
+//! stays linear in the input, memo bombs and shared references included.
+
+mod common;
+
+use proptest::prelude::*;
+use tensorplay::pickle::machine::StringEncoding;
+use tensorplay::Limits;
+
+/// Pieces of pickle that can be strung together in any order: values, containers,
+/// memo operations, allowed and refused globals, calls. Any sequence is a valid
+/// byte stream for the VM to judge; most are malformed, which is the point.
+fn token() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"N".to_vec()),
+        Just(b"\x88".to_vec()),
+        any::<u8>().prop_map(|v| vec![b'K', v]),
+        any::<i32>().prop_map(|v| [&[b'J'][..], &v.to_le_bytes()].concat()),
+        "[a-z]{0,12}".prop_map(|s| [&[0x8c, s.len() as u8][..], s.as_bytes()].concat()),
+        proptest::collection::vec(any::<u8>(), 0..16).prop_map(|b| [
+            &[b'C', b.len() as u8][..],
+            &b
+        ]
+        .concat()),
+        Just(b")".to_vec()),
+        Just(b"]".to_vec()),
+        Just(b"}".to_vec()),
+        Just(b"(".to_vec()),
+        Just(b"t".to_vec()),
+        Just(b"l".to_vec()),
+        Just(b"d".to_vec()),
+        Just(b"a".to_vec()),
+        Just(b"e".to_vec()),
+        Just(b"s".to_vec()),
+        Just(b"u".to_vec()),
+        Just(b"\x85".to_vec()),
+        Just(b"\x86".to_vec()),
+        Just(b"\x87".to_vec()),
+        Just(b"2".to_vec()),
+        Just(b"0".to_vec()),
+        Just(b"1".to_vec()),
+        (0u8..8).prop_map(|i| vec![b'q', i]),
+        (0u8..8).prop_map(|i| vec![b'h', i]),
+        Just(b"\x94".to_vec()),
+        Just(b"R".to_vec()),
+        Just(b"\x81".to_vec()),
+        Just(b"b".to_vec()),
+        Just(b"\x93".to_vec()),
+        Just(b"\x8f".to_vec()),
+        Just(b"\x90".to_vec()),
+        Just(b"\x91".to_vec()),
+        Just(b"ccollections\nCounter\n".to_vec()),
+        Just(b"ccollections\nOrderedDict\n".to_vec()),
+        Just(b"c__builtin__\nset\n".to_vec()),
+        Just(b"c_codecs\nencode\n".to_vec()),
+        Just(b"ctorch\nSize\n".to_vec()),
+        Just(b"cos\nsystem\n".to_vec()),
+        Just(b"cbuiltins\nprint\n".to_vec()),
+    ]
+}
+
+fn stream() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(token(), 0..200).prop_map(|tokens| {
+        let mut out = b"\x80\x04".to_vec();
+        for t in tokens {
+            out.extend(t);
+        }
+        out.push(b'.');
+        out
+    })
+}
+
+fn check_linear(data: &[u8]) {
+    let limits = Limits::default();
+    if let Ok((arena, _)) = common::run_with(data, &limits, StringEncoding::Utf8) {
+        let n = data.len() as u64;
+        // Every opcode byte makes at most two values (INST/OBJ: the args and the call).
+        assert!(
+            arena.len() as u64 <= 2 * n + 2,
+            "{} nodes from {n} bytes",
+            arena.len()
+        );
+        // Strings are stored once; encode results and bytes(b) are shared, not copied.
+        assert!(
+            arena.payload_bytes() <= 2 * n,
+            "{} payload bytes from {n}",
+            arena.payload_bytes()
+        );
+        // Copies made by snapshots never outnumber the values the file spelled out.
+        assert!(arena.charged() <= arena.len() as u64);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = common::run(&data);
+        let _ = common::run_with(&data, &Limits::tight(), StringEncoding::Latin1);
+    }
+
+    #[test]
+    fn streams_of_opcodes_never_panic_and_stay_linear(data in stream()) {
+        check_linear(&data);
+        let _ = tensorplay::scan::scan_bytes(&data, &tensorplay::scan::ScanOptions::default());
+    }
+
+    #[test]
+    fn memo_bombs_stay_linear(depth in 1usize..60, width in 2u8..4) {
+        // A list put in the memo, then `depth` levels of tuples of `width` copies.
+        let mut data = b"\x80\x02]q\x00".to_vec();
+        for _ in 0..depth {
+            for _ in 1..width {
+                data.push(b'2');
+            }
+            data.push(0x84 + width);
+        }
+        data.push(b'.');
+        check_linear(&data);
+    }
+
+    #[test]
+    fn repeated_encodes_and_snapshots_are_shared_or_paid_for(repeats in 1usize..200, len in 0usize..2000) {
+        // One big string encoded `repeats` times; one list copied into `repeats` sets.
+        let text = "x".repeat(len);
+        let mut data = b"\x80\x02(".to_vec();
+        data.extend_from_slice(&[b'X']);
+        data.extend_from_slice(&(len as u32).to_le_bytes());
+        data.extend_from_slice(text.as_bytes());
+        data.extend_from_slice(b"q\x00]q\x01(K\x01K\x02K\x03e");
+        for _ in 0..repeats {
+            data.extend_from_slice(b"c_codecs\nencode\nh\x00X\x06\x00\x00\x00latin1\x86R");
+            data.extend_from_slice(b"c__builtin__\nset\nh\x01\x85R");
+        }
+        data.extend_from_slice(b"t.");
+        check_linear(&data);
+    }
+}
