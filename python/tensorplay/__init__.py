@@ -14,18 +14,12 @@ from ._core import (
     UnsupportedCheckpointError,
     __version__,
 )
-from ._core import default_limits as _default_limits
 from ._inspect import Inspection, inspect
+from ._limits import default_limits, set_default_limits
 from ._patch import patch_from_environment as _patch_from_environment
 from ._patch import patch_torch, patched_torch, unpatch_torch
 from ._types import TensorInfo, TensorSpec
 from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals, save
-
-
-def default_limits() -> dict[str, int]:
-    """The default resource limits, by name; ``load(limits={...})`` overrides them."""
-    return dict(_default_limits())
-
 
 __all__ = [
     "load",
@@ -39,6 +33,7 @@ __all__ = [
     "get_safe_globals",
     "safe_globals",
     "default_limits",
+    "set_default_limits",
     "TensorSpec",
     "TensorInfo",
     "inspect",

@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from . import _allowlist, _core
+from . import _allowlist, _core, _limits
 from ._types import TensorInfo
 
 
@@ -71,5 +71,5 @@ def inspect(f: str | os.PathLike[str] | bytes, *, limits: dict[str, int] | None 
     allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses)."""
     source = f if isinstance(f, bytes) else os.fspath(f)
     names, objects = _allowlist.resolved()
-    fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=limits)
+    fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits))
     return Inspection(fmt, tree)

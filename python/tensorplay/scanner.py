@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from . import _core
+from . import _core, _limits
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = ()) -> Sca
     source = bytes(f) if isinstance(f, (bytes, bytearray, memoryview)) else os.fspath(f)
     path = "<bytes>" if isinstance(source, bytes) else source
     try:
-        raw = _core.scan(source, user_names=list(allow))
+        raw = _core.scan(source, user_names=list(allow), limits=_limits.merged(None))
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",))
     findings = tuple(GlobalFinding(**g) for g in raw["findings"])

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from . import _allowlist, _core
+from . import _allowlist, _core, _limits
 from .utils.serialization import config
 
 __all__ = [
@@ -264,7 +264,8 @@ def load(
             each storage once. None uses ``config.load.mmap``.
         backend: ``"torch"`` (tensors, as ``torch.load`` returns them), ``"numpy"``
             (numpy arrays, no torch needed), or None for torch when it is installed.
-        limits: overrides of resource limits by name (see ``tensorplay.default_limits()``).
+        limits: resource limits for this call, by name (``tensorplay.default_limits()`` lists
+            them; ``tensorplay.set_default_limits`` changes them for the process).
         pickle_load_args: ``encoding`` for Python 2 strings (default ``"utf-8"``).
 
     Raises:
@@ -300,7 +301,7 @@ def load(
         shared=mmap and config.load.mmap_flags == _mmap.MAP_SHARED,
         user_names=names,
         user_objects=objects,
-        limits=limits,
+        limits=_limits.merged(limits),
         encoding=encoding,
         endianness=_endianness(),
         threads=_copy_threads(),
@@ -346,7 +347,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     unless an unsafe global was found before the break.
     """
     names, _ = _allowlist.resolved()
-    return _core.unsafe_globals(_source(f, mmap=False), user_names=names)
+    return _core.unsafe_globals(_source(f, mmap=False), user_names=names, limits=_limits.merged(None))
 
 
 #: Opt-in preset: ``add_safe_globals(ARGPARSE_PRESET)`` lets ``argparse.Namespace``
