@@ -1,0 +1,269 @@
+"""One measurement process for run.py: ``python benches/_child.py JOBS_JSON``.
+
+JOBS_JSON is a list of jobs ``{"op": ID, "path": FILE, "payload": BYTES}``. The child
+imports what the operations need first, so import time is never charged; then, for
+each job, it resets the peak-RSS counter, times the operation, and prints one JSON
+line with the wall time and memory. run.py starts a fresh child for every run of
+every operation (only the CI smoke mode batches several jobs into one child).
+
+The process ends with os._exit: interpreter teardown is not part of any operation,
+and skipping it keeps the runs short.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import mmap
+import os
+import resource
+import sys
+import time
+
+# Which modules each operation needs, imported before any timing.
+IMPORTS = {
+    "tp_torch": ["torch", "tensorplay", "tensorplay._build"],
+    "tp_numpy": ["numpy", "ml_dtypes", "tensorplay", "tensorplay._build"],
+    "torch_load": ["torch"],
+    "st_torch": ["torch", "safetensors.torch"],
+    "st_numpy": ["numpy", "ml_dtypes", "safetensors.numpy"],
+    "tp_scan_api": ["tensorplay"],
+    "torch_scan": ["torch"],
+    "picklescan_api": ["picklescan.scanner"],
+    "floor_read": [],
+    "floor_memcpy": [],
+}
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def family(op: str) -> str:
+    for prefix in ("tp_torch", "tp_numpy", "torch_load", "st_torch", "st_numpy"):
+        if op.startswith(prefix):
+            return prefix
+    return op
+
+
+# --- memory -------------------------------------------------------------------------
+
+
+def proc_status() -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon, RssFile of this process, in KiB (Linux)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                    out[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def reset_peak() -> bool:
+    """Reset VmHWM (and so ru_maxrss) to the current RSS: Linux's clear_refs 5."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# --- touching every loaded tensor ---------------------------------------------------
+
+
+def leaves(obj) -> list:
+    out, stack = [], [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif hasattr(o, "data_ptr") or hasattr(o, "__array_interface__"):
+            out.append(o)
+    return out
+
+
+def extent(x) -> tuple[int, int] | None:
+    """The address range of memory behind a tensor (its whole storage) or array."""
+    if hasattr(x, "untyped_storage"):  # torch
+        s = x.untyped_storage()
+        return (s.data_ptr(), s.data_ptr() + s.nbytes()) if s.nbytes() else None
+    ai = x.__array_interface__
+    if x.size == 0:
+        return None
+    lo = hi = ai["data"][0]
+    for n, st in zip(x.shape, x.strides):
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
+    return lo, hi + x.itemsize
+
+
+def touch(obj) -> int:
+    """Read one byte of every page of every tensor's memory: pays for lazy loading
+    without the arithmetic a real sum would add. Returns how many tensors it saw."""
+    import numpy as np
+
+    xs = leaves(obj)
+    spans = sorted(e for e in map(extent, xs) if e)
+    merged: list[list[int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    total = 0
+    for lo, hi in merged:
+        view = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo), dtype=np.uint8)
+        total += int(view[::PAGE].sum()) + int(view[-1])
+    return len(xs)
+
+
+# --- the operations -------------------------------------------------------------------
+
+
+def operation(op: str, path: str, payload: int):
+    """(setup-free callable timed as the operation, whether to touch afterwards)."""
+    touch_after = op.endswith("_touch")
+    base = op.removesuffix("_touch")
+    if base.startswith("tp_"):
+        import tensorplay
+
+        if base == "tp_scan_api":
+            return (lambda: tensorplay.serialization.get_unsafe_globals_in_checkpoint(path)), False
+        backend = "torch" if base.startswith("tp_torch") else "numpy"
+        use_mmap = base.endswith("_mmap")
+        return (lambda: tensorplay.load(path, mmap=use_mmap, backend=backend)), touch_after
+    if base.startswith("torch_load"):
+        import torch
+
+        use_mmap = base.endswith("_mmap")
+        return (lambda: torch.load(path, weights_only=True, mmap=use_mmap)), touch_after
+    if base == "st_torch":
+        import safetensors.torch
+
+        return (lambda: safetensors.torch.load_file(path)), touch_after
+    if base == "st_numpy":
+        import safetensors.numpy
+
+        return (lambda: safetensors.numpy.load_file(path)), touch_after
+    if base == "torch_scan":
+        import torch.serialization
+
+        return (lambda: torch.serialization.get_unsafe_globals_in_checkpoint(path)), False
+    if base == "picklescan_api":
+        from picklescan.scanner import scan_file_path
+
+        return (lambda: scan_file_path(path)), False
+    if base == "floor_read":
+
+        def read():
+            # Fresh anonymous memory, faulted in by the read itself (a bytearray(n)
+            # would zero-fill it first: a second pass no loader makes).
+            size = os.path.getsize(path)
+            buf = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            view = memoryview(buf)[:size]
+            with open(path, "rb", buffering=0) as f:
+                n = 0
+                while n < size:
+                    got = f.readinto(view[n:])
+                    if not got:
+                        break
+                    n += got
+            view.release()
+            return buf
+
+        return read, False
+    if base == "floor_memcpy":
+        # One memcpy into fresh anonymous memory, faulted in by the copy. Not numpy's
+        # copy: numpy madvises huge pages for big arrays, and with THP defrag on
+        # "madvise" the kernel then compacts memory on the first faults, which made
+        # that "floor" slower and noisier than reading the file.
+        # The source is a resident 64 MiB buffer (bigger than any cache) copied over
+        # and over: a payload-sized source would double the fresh memory the child
+        # needs, and on a VM first-touching memory is the noisiest cost there is.
+        src = memoryview(bytearray(b"\x01") * min(payload, 64 << 20))
+
+        def memcpy():
+            dst = mmap.mmap(-1, max(payload, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            view, step = memoryview(dst), len(src)
+            for off in range(0, payload, step):
+                n = min(step, payload - off)
+                view[off:off + n] = src[:n]
+            view.release()
+            return dst
+
+        return memcpy, False
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def describe(result) -> str:
+    """A short fact about the result, so a broken loader is noticed."""
+    if hasattr(result, "issues_count"):  # picklescan
+        return f"{len(result.globals)} globals, {result.issues_count} issues, scan_err={result.scan_err}"
+    if isinstance(result, list):
+        return f"{len(result)} unsafe globals"
+    if isinstance(result, (bytearray, bytes, mmap.mmap)):
+        return f"{len(result)} bytes"
+    if hasattr(result, "nbytes") and not isinstance(result, dict):
+        return f"{result.nbytes} bytes"
+    return f"{len(leaves(result))} tensors"
+
+
+def run_job(job: dict) -> dict:
+    op, path = job["op"], job["path"]
+    fn, touch_after = operation(op, path, job.get("payload", 0))
+    gc.collect()
+    reset_ok = reset_peak()
+    before = proc_status()
+    t0 = time.perf_counter()
+    result = fn()
+    t1 = time.perf_counter()
+    if touch_after:
+        touch(result)
+    t2 = time.perf_counter()
+    after = proc_status()
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rec = {
+        "op": op,
+        "ms": (t2 - t0) * 1e3,
+        "load_ms": (t1 - t0) * 1e3,
+        "touch_ms": (t2 - t1) * 1e3 if touch_after else None,
+        "rss_before_kib": before.get("VmRSS"),
+        "peak_kib": after.get("VmHWM") if reset_ok else maxrss,
+        "maxrss_kib": maxrss,
+        "peak_reset": reset_ok,
+        "anon_delta_kib": after.get("RssAnon", 0) - before.get("RssAnon", 0),
+        "file_delta_kib": after.get("RssFile", 0) - before.get("RssFile", 0),
+        "result": describe(result),
+    }
+    rec["peak_delta_kib"] = rec["peak_kib"] - (rec["rss_before_kib"] or 0)
+    del result
+    return rec
+
+
+def main() -> None:
+    jobs = json.loads(sys.argv[1])
+    mods = {m for job in jobs for m in IMPORTS.get(family(job["op"].removesuffix("_touch")), [])}
+    if any(job["op"].endswith("_touch") for job in jobs):
+        mods.add("numpy")
+    for m in sorted(mods):
+        __import__(m)
+    for job in jobs:
+        try:
+            rec = run_job(job)
+        except Exception as e:  # reported, not raised: run.py records the failure
+            rec = {"op": job["op"], "error": f"{type(e).__name__}: {e}"[:500]}
+        print(json.dumps(rec), flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
