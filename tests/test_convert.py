@@ -40,9 +40,8 @@ def _flat_torch(obj):
 @pytest.mark.skipif(not has_torch(), reason="the reference values come from torch.load")
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_converted_files_load_to_torchs_tensors(case, tmp_path):
-    from safetensors.torch import load_file
-
     import torch
+    from safetensors.torch import load_file
 
     out = tmp_path / "out.safetensors"
     try:

@@ -245,9 +245,8 @@ def test_meta_map_location_reads_no_payload_and_tags_offsets():
 
 @needs_torch
 def test_fake_tensor_mode_gives_fake_tensors_with_checkpoint_offsets():
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     path = TORCH_FIXTURES / "seed_mymodule_state_dict.pt"
     with FakeTensorMode():

@@ -142,7 +142,6 @@ def test_bytes_loads_by_default_and_namespaces_by_preset():
 @needs_torch
 def test_patched_torch_routes_a_third_party_call_path_through_tensorplay():
     import third_party_loader
-
     import torch
 
     protocol_4 = TORCH_FIXTURES / "protocol_4.pt"
