@@ -27,9 +27,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from safetensors.torch import save_file
-
 import torch
+from safetensors.torch import save_file
 
 SCALES = {
     "small": {
