@@ -14,6 +14,7 @@ pub mod error;
 pub mod fill;
 pub mod limits;
 pub mod pickle;
+pub mod raw;
 pub mod save;
 pub mod scan;
 pub mod torch;

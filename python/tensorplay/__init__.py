@@ -18,11 +18,13 @@ from ._inspect import Inspection, inspect
 from ._limits import default_limits, set_default_limits
 from ._patch import patch_from_environment as _patch_from_environment
 from ._patch import patch_torch, patched_torch, unpatch_torch
+from ._tensordict import load_memmap
 from ._types import TensorInfo, TensorSpec
 from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals, save
 
 __all__ = [
     "load",
+    "load_memmap",
     "save",
     "patch_torch",
     "patched_torch",

@@ -69,15 +69,18 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = ()) -> Sca
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every file under the given paths; directories are walked without following links."""
+    """Every file under the given paths; directories are walked without following links.
+    TensorDict leaves (``*.memmap`` next to a ``meta.json``) are raw tensor bytes that
+    no reader unpickles, and are skipped."""
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p) and not os.path.islink(p):
             for root, dirs, files in os.walk(p):
                 dirs.sort()
+                tensordict_level = "meta.json" in files
                 for name in sorted(files):
                     full = os.path.join(root, name)
-                    if not os.path.islink(full):
+                    if not os.path.islink(full) and not (tensordict_level and name.endswith(".memmap")):
                         yield full
         else:
             yield p

@@ -11,6 +11,7 @@
     )
 )]
 
+pub mod decompress;
 pub mod inflate;
 pub mod layout;
 pub mod source;

@@ -3,12 +3,14 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+mod archive;
 mod build;
 mod errors;
 mod inspect;
 mod load;
 mod mapping;
 mod numpy_api;
+mod pickle;
 mod save;
 mod scan;
 mod storages;
@@ -37,6 +39,9 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(pickle::loads, m)?)?;
+    m.add_function(wrap_pyfunction!(archive::zip_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(archive::inflate_entries, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

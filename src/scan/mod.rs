@@ -356,10 +356,15 @@ fn scan_zip(
             _ => "zip".into(),
         };
     }
+    let names: std::collections::HashSet<String> =
+        index.entries.iter().map(Entry::name_lossy).collect();
     for entry in &index.entries {
         let name = entry.name_lossy();
         let here = entry_location(location, entry);
-        if is_torch_payload(root.as_deref(), &name) || name.ends_with('/') {
+        if is_torch_payload(root.as_deref(), &name)
+            || is_tensordict_leaf(&names, &name)
+            || name.ends_with('/')
+        {
             check_compressed_payload(data, entry, &here, report);
             continue;
         }
@@ -379,6 +384,17 @@ fn scan_zip(
             scan_into(&bytes, &here, depth + 1, options, report, false);
         }
     }
+}
+
+/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
+/// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
+/// is never mistaken for a broken pickle.
+fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
+    let meta = match name.rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/meta.json"),
+        None => "meta.json".to_owned(),
+    };
+    name.ends_with(".memmap") && names.contains(&meta)
 }
 
 /// A compressed storage record must inflate to exactly what it declares (a load

@@ -1,0 +1,174 @@
+//! `_core.zip_entries` and `_core.inflate_entries`: the strict zip index of an
+//! archive, and its compressed entries decoded in parallel with the GIL released,
+//! each into a fresh writable numpy buffer of exactly the size the caller expects.
+//! The archive is named by an open file descriptor (so it is the very file the
+//! caller checked and mapped), a path, or a bytes object.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::archive::decompress::{self, Job};
+use crate::archive::source::{MapMode, Source};
+use crate::archive::zip;
+use crate::bindings::errors::to_pyerr;
+use crate::bindings::load::{limits_from, open_source};
+use crate::bindings::numpy_api::NumpyApi;
+use crate::error::{Error, Location};
+use crate::limits;
+
+/// Map a file descriptor the caller keeps open, read-only.
+#[cfg(unix)]
+fn map_fd(fd: i32) -> Result<Source, Error> {
+    use std::os::fd::BorrowedFd;
+    let describe = |what: &str, e: std::io::Error| Error::io(format!("cannot {what} fd {fd}"), e);
+    if fd < 0 {
+        return Err(describe(
+            "use",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "negative descriptor"),
+        ));
+    }
+    // SAFETY: the descriptor belongs to the caller, who keeps it open for this call;
+    // it is duplicated at once, and only the duplicate is used.
+    let owned = unsafe { BorrowedFd::borrow_raw(fd) }
+        .try_clone_to_owned()
+        .map_err(|e| describe("duplicate", e))?;
+    let file = std::fs::File::from(owned);
+    let meta = file.metadata().map_err(|e| describe("stat", e))?;
+    if !meta.is_file() {
+        return Err(describe(
+            "map",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+        ));
+    }
+    if meta.len() == 0 {
+        return Ok(Source::Empty);
+    }
+    // SAFETY: a read-only map that lives as long as the returned value; another
+    // process truncating the file meanwhile would fault on access, as any mmap load.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| describe("map", e))?;
+    Ok(Source::ReadOnly(map))
+}
+
+/// The archive's bytes: an open descriptor, a path or a bytes object.
+fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Source> {
+    #[cfg(unix)]
+    if let Ok(fd) = source.extract::<i32>() {
+        return py.detach(|| map_fd(fd)).map_err(|e| to_pyerr(py, e));
+    }
+    open_source(py, source, MapMode::ReadOnly)
+}
+
+/// Every entry of the archive, validated as a load validates an archive (no
+/// duplicate names, overlaps, encryption, or local headers that disagree), as
+/// dicts: `name` (bytes), `method`, `flags`, `crc32`, `compressed_size`, `size`,
+/// `data_offset`, plus the file's `length`.
+#[pyfunction]
+#[pyo3(signature = (source, *, limits=None))]
+pub fn zip_entries<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    limits: Option<HashMap<String, u64>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let limits = limits_from(limits)?;
+    let data = archive_source(py, source)?;
+    let index = py
+        .detach(|| zip::read_index(data.bytes(), limits.max_zip_entries))
+        .map_err(|e| to_pyerr(py, e))?;
+    let out = PyList::empty(py);
+    for e in &index.entries {
+        let d = PyDict::new(py);
+        d.set_item("name", PyBytes::new(py, &e.name))?;
+        d.set_item("method", e.method)?;
+        d.set_item("flags", e.flags)?;
+        d.set_item("crc32", e.crc32)?;
+        d.set_item("compressed_size", e.compressed_size)?;
+        d.set_item("size", e.uncompressed_size)?;
+        d.set_item("data_offset", e.data_offset)?;
+        d.set_item("length", data.bytes().len())?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// One requested entry: `(data_offset, compressed_size, expected_size, method,
+/// flags, name)`, with `method` and `flags` as the index gives them.
+type Request = (u64, u64, u64, u16, u16, String);
+
+/// The raw payload of a request, checked to lie inside the archive.
+fn payload<'d>(data: &'d [u8], request: &Request) -> Result<&'d [u8], Error> {
+    let (offset, compressed, _, _, _, name) = request;
+    let range = usize::try_from(*offset).ok().and_then(|start| {
+        let end = start.checked_add(usize::try_from(*compressed).ok()?)?;
+        data.get(start..end)
+    });
+    range.ok_or_else(|| Error::archive("entry data lies outside the file", Location::entry(name)))
+}
+
+/// Decode the given entries of the archive, on up to `threads` threads with the
+/// GIL released. Each comes back as a writable uint8 numpy array of exactly its
+/// expected size; an entry that decodes to any other size is an error naming it.
+#[pyfunction]
+#[pyo3(signature = (source, entries, threads=1, *, limits=None))]
+pub fn inflate_entries<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    entries: Vec<Request>,
+    threads: usize,
+    limits: Option<HashMap<String, u64>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let limits = limits_from(limits)?;
+    let data = archive_source(py, source)?;
+    let mut total = 0u64;
+    for request in &entries {
+        let (_, compressed, expected, method, _, name) = request;
+        decompress::check_entry(*method, *compressed, *expected, name)
+            .map_err(|e| to_pyerr(py, e))?;
+        payload(data.bytes(), request).map_err(|e| to_pyerr(py, e))?;
+        total = total.saturating_add(*expected);
+        limits::check(
+            "max_inflated_bytes",
+            total,
+            limits.max_inflated_bytes,
+            || Location::entry(name),
+        )
+        .map_err(|e| to_pyerr(py, e))?;
+    }
+    let api = NumpyApi::new(py)?;
+    let mut buffers = Vec::with_capacity(entries.len());
+    for (_, _, expected, _, _, name) in &entries {
+        let len = usize::try_from(*expected).map_err(|_| {
+            PyValueError::new_err(format!("entry '{name}' is too large for this machine"))
+        })?;
+        let buffer = api.alloc(len)?;
+        buffers.push((buffer.base, buffer.ptr as usize, len));
+    }
+    let targets: Vec<(usize, usize)> = buffers.iter().map(|(_, ptr, len)| (*ptr, *len)).collect();
+    py.detach(|| {
+        let mut jobs = Vec::with_capacity(entries.len());
+        for (request, (ptr, len)) in entries.iter().zip(targets) {
+            let out: &mut [u8] = if len == 0 {
+                &mut []
+            } else {
+                // SAFETY: each pointer starts a distinct numpy allocation of `len`
+                // bytes, owned by an array in `buffers` that outlives this call and
+                // that no other code can reach before we return it.
+                unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+            };
+            jobs.push(Job {
+                method: request.3,
+                flags: request.4,
+                compressed: payload(data.bytes(), request)?,
+                out,
+                entry: request.5.clone(),
+            });
+        }
+        decompress::decompress_all(jobs, threads)
+    })
+    .map_err(|e| to_pyerr(py, e))?;
+    PyList::new(py, buffers.into_iter().map(|(base, _, _)| base))
+}
