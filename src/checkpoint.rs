@@ -237,15 +237,18 @@ fn open_zip(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
         Endianness::Native => ByteOrder::native(),
     });
     let mut inflated = 0u64;
+    let mut record = String::new();
     let storages = bind_storages(storages, file_order, |_, decl| {
-        let record = format!("data/{}", decl.key);
-        let entry_name = format!("{}/{record}", layout.root);
+        record.clear();
+        record.push_str("data/");
+        record.push_str(&decl.key);
         let entry = layout.entry(&record).ok_or_else(|| {
             Error::archive(
                 format!("storage '{}' has no record {record}", decl.key),
-                Location::entry(&entry_name),
+                Location::entry(&format!("{}/{record}", layout.root)),
             )
         })?;
+        let entry_name = entry.name_lossy();
         if entry.uncompressed_size != decl.nbytes {
             return Err(Error::tensor(
                 format!(
@@ -340,16 +343,19 @@ fn bind_storages(
     mut locate: impl FnMut(StorageId, &StorageDecl) -> Result<(StorageData, String), Error>,
 ) -> Result<Vec<Storage>, Error> {
     let (decls, views) = storages.into_parts();
+    let mut view_of = vec![None; decls.len()];
+    for (view, root, offset) in views {
+        if let Some(slot @ None) = view_of.get_mut(view.index()) {
+            *slot = Some((root, offset));
+        }
+    }
     let mut out = Vec::with_capacity(decls.len());
-    for (i, decl) in decls.into_iter().enumerate() {
-        if let Some((_, root, offset)) = views.iter().find(|(v, _, _)| v.index() == i) {
+    for (i, (decl, view)) in decls.into_iter().zip(view_of).enumerate() {
+        if let Some((root, offset)) = view {
             let entry = format!("view of storage #{}", root.index());
             out.push(Storage {
                 decl,
-                data: StorageData::View {
-                    root: *root,
-                    offset: *offset,
-                },
+                data: StorageData::View { root, offset },
                 entry,
                 swap: None,
             });

@@ -236,6 +236,16 @@ fn names_differing_only_in_case_are_refused() {
         Options::default(),
     );
     assert!(archive_error(open(bytes)).contains("differ only in case"));
+    let both_upper = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"N."),
+            Entry::new("a/data/Key", b"x"),
+            Entry::new("a/data/kEY", b"x"),
+            Entry::new("a/version", b"3"),
+        ],
+        Options::default(),
+    );
+    assert!(archive_error(open(both_upper)).contains("differ only in case"));
 }
 
 #[test]

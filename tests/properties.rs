@@ -111,9 +111,7 @@ proptest! {
         // A list put in the memo, then `depth` levels of tuples of `width` copies.
         let mut data = b"\x80\x02]q\x00".to_vec();
         for _ in 0..depth {
-            for _ in 1..width {
-                data.push(b'2');
-            }
+            data.extend(std::iter::repeat_n(b'2', usize::from(width) - 1));
             data.push(0x84 + width);
         }
         data.push(b'.');
@@ -125,7 +123,7 @@ proptest! {
         // One big string encoded `repeats` times; one list copied into `repeats` sets.
         let text = "x".repeat(len);
         let mut data = b"\x80\x02(".to_vec();
-        data.extend_from_slice(&[b'X']);
+        data.push(b'X');
         data.extend_from_slice(&(len as u32).to_le_bytes());
         data.extend_from_slice(text.as_bytes());
         data.extend_from_slice(b"q\x00]q\x01(K\x01K\x02K\x03e");

@@ -45,6 +45,9 @@ pub struct Layout {
     pub root: String,
     pub entries: Vec<Entry>,
     by_record: HashMap<String, usize>,
+    /// `data/<n>` records by `n`: torch names storages by number, so finding one
+    /// is an index instead of a hash of its name.
+    numbered: Vec<Option<usize>>,
     pub version: u64,
     pub byteorder: Option<ByteOrder>,
     /// Every pickle in the archive (`data.pkl`, and TorchScript's `constants.pkl` etc.).
@@ -70,11 +73,10 @@ impl Layout {
             }
         };
         let prefix = format!("{root}/");
-        let mut by_record = HashMap::with_capacity(index.entries.len());
-        // torch looks records up case-insensitively: two names that differ only in
-        // case would let the file choose which one a reader sees.
-        let mut folded = std::collections::HashSet::with_capacity(index.entries.len());
+        let mut by_record = HashMap::new();
+        let mut numbered = vec![None; index.entries.len()];
         let mut pickles = Vec::new();
+        let mut with_upper = Vec::new();
         for (i, entry) in index.entries.iter().enumerate() {
             let name = std::str::from_utf8(&entry.name).map_err(|_| {
                 Error::archive("entry name is not UTF-8", Location::at(entry.header_offset))
@@ -85,21 +87,48 @@ impl Layout {
                     Location::entry(name),
                 )
             })?;
-            if !folded.insert(record.to_ascii_lowercase()) {
+            if record.ends_with(".pkl") {
+                pickles.push(i);
+            }
+            if record.bytes().any(|b| b.is_ascii_uppercase()) {
+                with_upper.push((record, name));
+            }
+            let slot = match storage_number(record, index.entries.len()) {
+                Some(n) => numbered.get_mut(n),
+                None => None,
+            };
+            let duplicate = match slot {
+                Some(slot) => slot.replace(i).is_some(),
+                None => by_record.insert(record.to_owned(), i).is_some(),
+            };
+            if duplicate {
+                return Err(Error::archive(
+                    "duplicate entry name",
+                    Location::entry(name),
+                ));
+            }
+        }
+        // torch looks records up case-insensitively: two names that differ only in
+        // case would let the file choose which one a reader sees. Of two such names
+        // at least one has an upper-case letter, so only those need folding.
+        let mut folded = std::collections::HashSet::with_capacity(with_upper.len());
+        for (record, name) in with_upper {
+            let lower = record.to_ascii_lowercase();
+            let numbered_twin = storage_number(&lower, numbered.len())
+                .and_then(|n| numbered.get(n).copied().flatten())
+                .is_some();
+            if numbered_twin || by_record.contains_key(&lower) || !folded.insert(lower) {
                 return Err(Error::archive(
                     "two records whose names differ only in case",
                     Location::entry(name),
                 ));
             }
-            if record.ends_with(".pkl") {
-                pickles.push(i);
-            }
-            by_record.insert(record.to_owned(), i);
         }
         let mut layout = Layout {
             root,
             entries: index.entries,
             by_record,
+            numbered,
             version: 0,
             byteorder: None,
             pickles,
@@ -139,9 +168,11 @@ impl Layout {
 
     /// The entry of `record` (a name relative to the root folder).
     pub fn entry(&self, record: &str) -> Option<&Entry> {
-        self.by_record
-            .get(record)
-            .and_then(|i| self.entries.get(*i))
+        let index = match storage_number(record, self.numbered.len()) {
+            Some(n) => self.numbered.get(n).copied().flatten(),
+            None => self.by_record.get(record).copied(),
+        };
+        index.and_then(|i| self.entries.get(i))
     }
 
     pub fn entry_name(&self, entry: &Entry) -> String {
@@ -175,6 +206,19 @@ impl Layout {
             )),
         }
     }
+}
+
+/// `n` of a `data/<n>` record written as torch writes numbers (no sign, no
+/// leading zero), when `n < bound`.
+fn storage_number(record: &str, bound: usize) -> Option<usize> {
+    let digits = record.strip_prefix("data/")?;
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !canonical || digits.len() > 19 {
+        return None;
+    }
+    digits.parse::<usize>().ok().filter(|n| *n < bound)
 }
 
 /// The payload of a stored entry.

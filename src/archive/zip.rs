@@ -518,20 +518,17 @@ fn locate_payload(
 
 /// No two entries may share a name or a byte, and none may reach into the directory.
 pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
-    let mut by_name: Vec<&Entry> = entries.iter().collect();
-    by_name.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    for pair in by_name.windows(2) {
-        if let [a, b] = pair {
-            if a.name == b.name {
-                return Err(Error::archive(
-                    "duplicate entry name",
-                    Location {
-                        entry: Some(b.name_lossy()),
-                        offset: Some(b.header_offset),
-                        opcode: None,
-                    },
-                ));
-            }
+    let mut names = std::collections::HashSet::with_capacity(entries.len());
+    for entry in entries {
+        if !names.insert(&*entry.name) {
+            return Err(Error::archive(
+                "duplicate entry name",
+                Location {
+                    entry: Some(entry.name_lossy()),
+                    offset: Some(entry.header_offset),
+                    opcode: None,
+                },
+            ));
         }
     }
     let mut by_offset: Vec<&Entry> = entries.iter().collect();

@@ -5,6 +5,9 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use pyo3::prelude::*;
 use pyo3::types::{
     PyByteArray, PyBytes, PyComplex, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple,
@@ -16,9 +19,9 @@ use crate::bindings::storages::StorageObject;
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::Checkpoint;
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Constructor, DictClass, Mutation, Node, NodeId};
+use crate::pickle::value::{Arena, Constructor, DictClass, Mutation, Node, NodeId};
 use crate::torch::dtype::DType;
-use crate::torch::tensor::{Dense, QParams, StorageId, TensorKind, TensorNode};
+use crate::torch::tensor::{Dense, Dims, QParams, StorageId, TensorKind, TensorNode};
 
 pub enum Backend<'py> {
     Torch(TorchApi<'py>),
@@ -38,6 +41,7 @@ pub struct Builder<'a, 'py> {
     pub inspect: bool,
     cache: Vec<Option<Bound<'py, PyAny>>>,
     in_progress: Vec<bool>,
+    dims_tuples: RefCell<HashMap<&'a [u64], Bound<'py, PyTuple>>>,
 }
 
 enum Frame {
@@ -75,11 +79,16 @@ impl<'a, 'py> Builder<'a, 'py> {
             inspect: false,
             cache: vec![None; n],
             in_progress: vec![false; n],
+            dims_tuples: RefCell::default(),
         }
     }
 
     pub(crate) fn node(&self, id: NodeId) -> &'a Node {
         self.checkpoint.arena.get(id)
+    }
+
+    fn arena(&self) -> &'a Arena {
+        &self.checkpoint.arena
     }
 
     pub(crate) fn built(&self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
@@ -115,6 +124,16 @@ impl<'a, 'py> Builder<'a, 'py> {
         PyErr::from_type(class, reason)
     }
 
+    /// A shape or stride as a tuple; state dicts repeat a few shapes many times.
+    fn dims_tuple(&self, dims: &'a [u64]) -> PyResult<Bound<'py, PyTuple>> {
+        if let Some(t) = self.dims_tuples.borrow().get(dims) {
+            return Ok(t.clone());
+        }
+        let t = tuple_of(self.py, dims)?;
+        self.dims_tuples.borrow_mut().insert(dims, t.clone());
+        Ok(t)
+    }
+
     fn store(&mut self, id: NodeId, obj: Bound<'py, PyAny>) {
         if let Some(slot) = self.cache.get_mut(id.index()) {
             *slot = Some(obj);
@@ -123,6 +142,7 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     /// Build the object of `root` and everything it reaches.
     pub fn build(mut self, root: NodeId) -> PyResult<Bound<'py, PyAny>> {
+        let _paused = crate::bindings::gc::pause(self.py)?;
         let mut stack = vec![Frame::Enter(root)];
         while let Some(frame) = stack.pop() {
             match frame {
@@ -160,7 +180,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         // Mutable containers exist before their items, so they can contain themselves.
         let mutable = match node {
             Node::List(_) => Some(PyList::empty(py).into_any()),
-            Node::Dict(d) => Some(match d.class {
+            Node::Dict(class, _) => Some(match class {
                 DictClass::Dict => PyDict::new(py).into_any(),
                 DictClass::OrderedDict => {
                     py.import("collections")?.getattr("OrderedDict")?.call0()?
@@ -207,16 +227,23 @@ impl<'a, 'py> Builder<'a, 'py> {
             chain.push((id, len));
             next = match self.node(id) {
                 Node::Set(s) => s.base,
-                Node::Dict(d) => d.base,
+                Node::Dict(_, d) => self.arena().dict(*d).base,
                 _ => None,
             };
         }
         for (id, len) in chain.into_iter().rev() {
             match self.node(id) {
                 Node::List(items) => out.extend(items.iter().take(len)),
-                Node::Tuple(items) => out.extend(items.iter().take(len)),
+                Node::Tuple(items) => out.extend(self.arena().items(*items).iter().take(len)),
                 Node::Set(s) => out.extend(s.items.iter().take(len)),
-                Node::Dict(d) => out.extend(d.items.iter().take(len).flat_map(|(k, v)| [*k, *v])),
+                Node::Dict(_, d) => out.extend(
+                    self.arena()
+                        .dict(*d)
+                        .items
+                        .iter()
+                        .take(len)
+                        .flat_map(|(k, v)| [*k, *v]),
+                ),
                 _ => {}
             }
         }
@@ -225,7 +252,7 @@ impl<'a, 'py> Builder<'a, 'py> {
     /// Children needed before a node can be finished.
     fn children(&self, id: NodeId) -> Vec<NodeId> {
         match self.node(id) {
-            Node::Tuple(items) => items.to_vec(),
+            Node::Tuple(items) => self.arena().items(*items).to_vec(),
             Node::Set(s) => {
                 let mut out = Vec::new();
                 self.snapshot_items(s.base, &mut out);
@@ -241,10 +268,10 @@ impl<'a, 'py> Builder<'a, 'py> {
             },
             // numpy keeps only the tensor of a tensor-with-attributes; building
             // `torch.Tensor` itself would need torch.
-            Node::Tensor(t) => match (&self.backend, &t.kind) {
+            Node::Tensor(t) => match (&self.backend, &self.arena().tensor(*t).kind) {
                 _ if self.inspect => Vec::new(),
                 (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
-                _ => tensor_children(t),
+                _ => tensor_children(self.arena().tensor(*t)),
             },
             _ => Vec::new(),
         }
@@ -254,7 +281,8 @@ impl<'a, 'py> Builder<'a, 'py> {
     fn fill_children(&self, id: NodeId) -> Vec<NodeId> {
         match self.node(id) {
             Node::List(items) => items.clone(),
-            Node::Dict(d) => {
+            Node::Dict(_, d) => {
+                let d = self.arena().dict(*d);
                 let mut out = Vec::new();
                 self.snapshot_items(d.base, &mut out);
                 out.extend(d.items.iter().flat_map(|(k, v)| [*k, *v]));
@@ -288,7 +316,8 @@ impl<'a, 'py> Builder<'a, 'py> {
                     list.append(self.built(*item)?)?;
                 }
             }
-            Node::Dict(d) => {
+            Node::Dict(_, d) => {
+                let d = self.arena().dict(*d);
                 let mut flat = Vec::new();
                 self.snapshot_items(d.base, &mut flat);
                 flat.extend(d.items.iter().flat_map(|(k, v)| [*k, *v]));
@@ -355,16 +384,18 @@ impl<'a, 'py> Builder<'a, 'py> {
                 .map_err(|e| wrap_build_error(py, e, "invalid int literal"))?,
             Node::Float(f) => f.into_pyobject(py)?.into_any(),
             Node::Complex(re, im) => PyComplex::from_doubles(py, *re, *im).into_any(),
-            Node::Str(bytes) => match std::str::from_utf8(bytes) {
+            Node::Str(bytes) => match std::str::from_utf8(self.arena().payload(*bytes)) {
                 Ok(s) => PyString::new(py, s).into_any(),
-                Err(_) => PyBytes::new(py, bytes)
+                Err(_) => PyBytes::new(py, self.arena().payload(*bytes))
                     .call_method1("decode", ("utf-8", "surrogatepass"))
                     .map_err(|e| wrap_build_error(py, e, "invalid string"))?,
             },
-            Node::Bytes(b) => PyBytes::new(py, b).into_any(),
-            Node::ByteArray(b) => PyByteArray::new(py, b).into_any(),
+            Node::Bytes(b) => PyBytes::new(py, self.arena().payload(*b)).into_any(),
+            Node::ByteArray(b) => PyByteArray::new(py, self.arena().payload(*b)).into_any(),
             Node::Tuple(items) => {
-                let objs = items
+                let objs = self
+                    .arena()
+                    .items(*items)
                     .iter()
                     .map(|i| self.built(*i))
                     .collect::<PyResult<Vec<_>>>()?;
@@ -402,7 +433,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 Backend::Numpy(_) => PyString::new(py, l.name()).into_any(),
             },
             Node::Storage(s) => self.bare_storage(*s)?,
-            Node::Tensor(t) => self.tensor(t)?,
+            Node::Tensor(t) => self.tensor(self.arena().tensor(*t))?,
             Node::Object(o) => {
                 let result = match o.constructor {
                     Constructor::Call { func, args } => {
@@ -431,7 +462,9 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .as_ref()
                     .ok_or_else(|| self.fail(id, "a numpy array without its state"))?;
                 let data = match self.node(state.data) {
-                    Node::Bytes(b) | Node::ByteArray(b) => PyBytes::new(py, b),
+                    Node::Bytes(b) | Node::ByteArray(b) => {
+                        PyBytes::new(py, self.arena().payload(*b))
+                    }
                     _ => return Err(self.fail(id, "numpy array data is not bytes")),
                 };
                 let shape = tuple_of(py, &state.shape)?;
@@ -443,13 +476,13 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::NpDtype(d) => self.helpers.call_method1("numpy_dtype", (d.descr(),))?,
             Node::NpScalar(d, data) => {
                 let data = match self.node(*data) {
-                    Node::Bytes(b) => PyBytes::new(py, b),
+                    Node::Bytes(b) => PyBytes::new(py, self.arena().payload(*b)),
                     _ => return Err(self.fail(id, "numpy scalar data is not bytes")),
                 };
                 self.helpers
                     .call_method1("numpy_scalar", (d.descr(), data))?
             }
-            Node::List(_) | Node::Dict(_) => return self.built(id),
+            Node::List(_) | Node::Dict(..) => return self.built(id),
             Node::Opaque => return Err(self.fail(id, "an unresolved value")),
         };
         Ok(obj)
@@ -499,8 +532,8 @@ impl<'a, 'py> Builder<'a, 'py> {
                 storage: id,
                 dtype,
                 offset: 0,
-                shape: Box::new([n]),
-                stride: Box::new([1]),
+                shape: Dims::from(&[n][..]),
+                stride: Dims::from(&[1][..]),
             };
             return self.describe_tensor(&TensorNode::new(TensorKind::Dense(dense), false), false);
         }
@@ -527,8 +560,8 @@ impl<'a, 'py> Builder<'a, 'py> {
                     storage: id,
                     dtype: view_dtype,
                     offset: 0,
-                    shape: Box::new([n]),
-                    stride: Box::new([1]),
+                    shape: Dims::from(&[n][..]),
+                    stride: Dims::from(&[1][..]),
                 };
                 self.numpy_dense(&dense)
             }
@@ -564,12 +597,12 @@ impl<'a, 'py> Builder<'a, 'py> {
                     Some(device) => api.empty_on(d.dtype, device)?,
                 };
                 out.call_method1(
-                    "set_",
+                    pyo3::intern!(py, "set_"),
                     (
                         storage,
                         d.offset,
-                        tuple_of(py, &d.shape)?,
-                        tuple_of(py, &d.stride)?,
+                        self.dims_tuple(&d.shape)?,
+                        self.dims_tuple(&d.stride)?,
                     ),
                 )?;
                 if t.conj || t.neg {

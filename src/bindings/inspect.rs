@@ -33,7 +33,7 @@ impl<'py> Builder<'_, 'py> {
             info.set_item("dtype", d.dtype.name())?;
             info.set_item("shape", PyTuple::new(py, d.shape.iter().copied())?)?;
             info.set_item("stride", PyTuple::new(py, d.stride.iter().copied())?)?;
-            info.set_item("storage", storage.map(|s| s.decl.key.as_str()))?;
+            info.set_item("storage", storage.map(|s| &*s.decl.key))?;
             info.set_item("storage_offset", d.offset)?;
             info.set_item("offset", self.checkpoint.data_offset(d.storage))?;
             info.set_item("nbytes", storage.map_or(0, |s| s.decl.nbytes))?;
@@ -62,7 +62,9 @@ impl<'py> Builder<'_, 'py> {
             }
             TensorKind::Parameter { data, .. } | TensorKind::FromType { base: data, .. } => {
                 let inner = match self.node(*data) {
-                    crate::pickle::value::Node::Tensor(inner) => inner,
+                    crate::pickle::value::Node::Tensor(inner) => {
+                        self.checkpoint.arena.tensor(*inner)
+                    }
                     _ => {
                         return Err(pyo3::exceptions::PyValueError::new_err(
                             "a parameter without a tensor",
@@ -94,7 +96,7 @@ impl<'py> Builder<'_, 'py> {
 impl Builder<'_, '_> {
     fn dense_dtype(&self, id: crate::pickle::value::NodeId) -> Option<&'static str> {
         match self.node(id) {
-            crate::pickle::value::Node::Tensor(t) => match &t.kind {
+            crate::pickle::value::Node::Tensor(t) => match &self.checkpoint.arena.tensor(*t).kind {
                 TensorKind::Dense(d) => Some(d.dtype.name()),
                 _ => None,
             },

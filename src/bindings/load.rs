@@ -134,6 +134,7 @@ pub fn load<'py>(
         "numpy" => Backend::Numpy(NumpyApi::new(py)?),
         other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
     };
+    let _paused = crate::bindings::gc::pause(py)?;
     let (mut objects, jobs) = match &backend {
         Backend::Torch(api) => {
             storages::torch_roots(py, &checkpoint, api, mapped.as_ref(), mode, fake.is_some())?

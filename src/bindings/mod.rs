@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 mod archive;
 mod build;
 mod errors;
+mod gc;
 mod inspect;
 mod load;
 mod mapping;

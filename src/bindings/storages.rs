@@ -87,7 +87,7 @@ pub fn torch_roots<'py>(
                 // Where the bytes are, for tools that edit checkpoints in place.
                 st.setattr("_checkpoint_offset", checkpoint.data_offset(id))?;
                 if fake {
-                    st.setattr("_fake_device", storage.decl.location.as_str())?;
+                    st.setattr("_fake_device", &*storage.decl.location)?;
                 }
                 StorageObject::Torch {
                     storage: st,
@@ -119,7 +119,7 @@ pub fn torch_roots<'py>(
                     ))
                 })?;
                 if n > 0 && mode == DataMode::Read {
-                    let ptr: usize = st.call_method0("data_ptr")?.extract()?;
+                    let ptr: usize = st.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
                     jobs.push((id, ptr, n));
                 }
                 StorageObject::Torch {
@@ -189,7 +189,7 @@ pub fn relocate<'py>(
         };
         let location = checkpoint
             .storage(StorageId(i as u32))
-            .map_or("cpu", |s| s.decl.location.as_str());
+            .map_or("cpu", |s| &*s.decl.location);
         if !every_storage && location == "cpu" {
             continue;
         }

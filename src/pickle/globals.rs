@@ -96,7 +96,7 @@ pub enum Builtin {
 
 impl Builtin {
     /// The `module.name` under which the built-in is allowlisted.
-    pub fn full_name(self) -> String {
+    pub fn full_name(self) -> Cow<'static, str> {
         match self {
             Builtin::OrderedDict => "collections.OrderedDict".into(),
             Builtin::Counter => "collections.Counter".into(),
@@ -110,29 +110,26 @@ impl Builtin {
             Builtin::Bytes => "builtins.bytes".into(),
             Builtin::Set => "builtins.set".into(),
             Builtin::Complex => "builtins.complex".into(),
-            Builtin::Dtype(d) => format!("torch.{}", d.name()),
+            Builtin::Dtype(d) => Cow::Owned(format!("torch.{}", d.name())),
             Builtin::LegacyTensorType {
                 dtype,
                 cuda,
                 sparse,
-            } => format!(
+            } => Cow::Owned(format!(
                 "torch.{}{}{}",
                 if cuda { "cuda." } else { "" },
                 if sparse { "sparse." } else { "" },
                 dtype.legacy_tensor_name().unwrap_or("?")
-            ),
+            )),
             Builtin::TypedStorageClass => "torch.storage.TypedStorage".into(),
             Builtin::UntypedStorageClass => "torch.storage.UntypedStorage".into(),
-            Builtin::StorageType { dtype, cuda } => format!(
+            Builtin::StorageType { dtype, cuda } => Cow::Owned(format!(
                 "torch.{}{}",
                 if cuda { "cuda." } else { "" },
                 dtype.legacy_storage_name().unwrap_or("?")
-            ),
-            Builtin::QScheme(q) => format!("torch.{}", q.name()),
-            Builtin::Rebuild(f) => match f {
-                RebuildFn::FromTypeV2 => "torch._tensor._rebuild_from_type_v2".into(),
-                other => format!("torch._utils.{}", rebuild_fn_name(other)),
-            },
+            )),
+            Builtin::QScheme(q) => Cow::Owned(format!("torch.{}", q.name())),
+            Builtin::Rebuild(f) => rebuild_fn_full_name(f).into(),
             Builtin::NumpyReconstruct => "numpy._core.multiarray._reconstruct".into(),
             Builtin::NumpyNdarray => "numpy.ndarray".into(),
             Builtin::NumpyDtype => "numpy.dtype".into(),
@@ -209,21 +206,23 @@ const REBUILD_FNS: [RebuildFn; 13] = [
     RebuildFn::FromTypeV2,
 ];
 
-fn rebuild_fn_name(f: RebuildFn) -> &'static str {
+fn rebuild_fn_full_name(f: RebuildFn) -> &'static str {
     match f {
-        RebuildFn::Tensor => "_rebuild_tensor",
-        RebuildFn::TensorV2 => "_rebuild_tensor_v2",
-        RebuildFn::TensorV3 => "_rebuild_tensor_v3",
-        RebuildFn::Parameter => "_rebuild_parameter",
-        RebuildFn::ParameterWithState => "_rebuild_parameter_with_state",
-        RebuildFn::QTensor => "_rebuild_qtensor",
-        RebuildFn::SparseTensor => "_rebuild_sparse_tensor",
-        RebuildFn::MetaTensorNoStorage => "_rebuild_meta_tensor_no_storage",
-        RebuildFn::NestedTensor => "_rebuild_nested_tensor",
-        RebuildFn::WrapperSubclass => "_rebuild_wrapper_subclass",
-        RebuildFn::DeviceTensorFromNumpy => "_rebuild_device_tensor_from_numpy",
-        RebuildFn::DeviceTensorFromCpuTensor => "_rebuild_device_tensor_from_cpu_tensor",
-        RebuildFn::FromTypeV2 => "_rebuild_from_type_v2",
+        RebuildFn::Tensor => "torch._utils._rebuild_tensor",
+        RebuildFn::TensorV2 => "torch._utils._rebuild_tensor_v2",
+        RebuildFn::TensorV3 => "torch._utils._rebuild_tensor_v3",
+        RebuildFn::Parameter => "torch._utils._rebuild_parameter",
+        RebuildFn::ParameterWithState => "torch._utils._rebuild_parameter_with_state",
+        RebuildFn::QTensor => "torch._utils._rebuild_qtensor",
+        RebuildFn::SparseTensor => "torch._utils._rebuild_sparse_tensor",
+        RebuildFn::MetaTensorNoStorage => "torch._utils._rebuild_meta_tensor_no_storage",
+        RebuildFn::NestedTensor => "torch._utils._rebuild_nested_tensor",
+        RebuildFn::WrapperSubclass => "torch._utils._rebuild_wrapper_subclass",
+        RebuildFn::DeviceTensorFromNumpy => "torch._utils._rebuild_device_tensor_from_numpy",
+        RebuildFn::DeviceTensorFromCpuTensor => {
+            "torch._utils._rebuild_device_tensor_from_cpu_tensor"
+        }
+        RebuildFn::FromTypeV2 => "torch._tensor._rebuild_from_type_v2",
     }
 }
 
@@ -373,7 +372,8 @@ pub fn builtin(module: &str, name: &str) -> Option<Builtin> {
         ("numpy", "ndarray") => Builtin::NumpyNdarray,
         ("numpy", "dtype") => Builtin::NumpyDtype,
         ("torch._utils", f) => {
-            Builtin::Rebuild(*REBUILD_FNS.iter().find(|r| rebuild_fn_name(**r) == f)?)
+            let name = |r: &&RebuildFn| rebuild_fn_full_name(**r).strip_prefix("torch._utils.");
+            Builtin::Rebuild(*REBUILD_FNS.iter().find(|r| name(r) == Some(f))?)
         }
         ("torch", n) => {
             if let Some(d) = DType::from_name(n) {

@@ -24,7 +24,7 @@ struct KeyChecker<'a> {
 impl KeyChecker<'_> {
     fn children(&self, id: NodeId) -> &[NodeId] {
         match self.arena.get(id) {
-            Node::Tuple(items) => items,
+            Node::Tuple(items) => self.arena.items(*items),
             Node::Set(s) if s.frozen => &s.items,
             _ => &[],
         }
@@ -33,7 +33,7 @@ impl KeyChecker<'_> {
     fn leaf(&self, id: NodeId) -> Cost {
         match self.arena.get(id) {
             Node::List(_) => Cost::Unhashable("list"),
-            Node::Dict(_) => Cost::Unhashable("dict"),
+            Node::Dict(..) => Cost::Unhashable("dict"),
             Node::Set(s) if !s.frozen => Cost::Unhashable("set"),
             Node::ByteArray(_) => Cost::Unhashable("bytearray"),
             _ => Cost::Values(1),
@@ -42,6 +42,10 @@ impl KeyChecker<'_> {
 
     /// The cost of hashing `key`, computed iteratively (keys may be a million deep).
     fn cost(&mut self, key: NodeId) -> Cost {
+        // Nearly every key is a str or an int: no bookkeeping for those.
+        if self.children(key).is_empty() {
+            return self.leaf(key);
+        }
         let mut stack = vec![(key, false)];
         while let Some((id, expanded)) = stack.pop() {
             if self.costs.contains_key(&id) {
@@ -105,8 +109,8 @@ pub fn check_keys(arena: &Arena, max_key_values: u64) -> Result<(), Error> {
     };
     for node in arena.nodes() {
         match node {
-            Node::Dict(d) => {
-                for (key, _) in &d.items {
+            Node::Dict(_, d) => {
+                for (key, _) in &arena.dict(*d).items {
                     checker.check(*key, "dict key")?;
                 }
             }

@@ -157,6 +157,7 @@ pub fn run<H: Hooks>(
         limits.max_pickle_bytes,
         Location::default,
     )?;
+    arena.reserve_for_pickle(data.len());
     let mut machine = Machine {
         cursor: Cursor::new(data),
         hooks,
@@ -237,16 +238,38 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             .ok_or_else(|| self.err("stack underflow"))
     }
 
+    /// Pop the innermost MARK; the items above it are `self.stack[start..]`.
+    fn pop_mark_start(&mut self) -> Result<usize, Error> {
+        let mark = self.marks.pop().ok_or_else(|| self.err("MARK not found"))?;
+        let start = mark.min(self.stack.len());
+        self.arena.check_len(self.stack.len() - start)?;
+        Ok(start)
+    }
+
     /// Pop everything down to the innermost MARK, and the MARK.
     fn pop_mark(&mut self) -> Result<Vec<NodeId>, Error> {
-        let mark = self.marks.pop().ok_or_else(|| self.err("MARK not found"))?;
-        let items = self.stack.split_off(mark.min(self.stack.len()));
-        self.arena.check_len(items.len())?;
-        Ok(items)
+        let start = self.pop_mark_start()?;
+        Ok(self.stack.split_off(start))
+    }
+
+    /// A tuple of the stack items from `start` up, which leave the stack.
+    fn tuple_from_stack(&mut self, start: usize) -> Result<NodeId, Error> {
+        let items = self.stack.get(start..).unwrap_or_default();
+        let id = self.arena.push_tuple(items)?;
+        self.stack.truncate(start);
+        Ok(id)
     }
 
     fn memo_put(&mut self, index: u64) -> Result<(), Error> {
         let top = self.top()?;
+        // The usual case: picklers number memo slots densely from 0.
+        if index == self.memo.dense.len() as u64
+            && self.memo.sparse.is_empty()
+            && index < self.limits.max_memo_entries
+        {
+            self.memo.dense.push(top);
+            return Ok(());
+        }
         if self.memo.get(index).is_none() {
             limits::check(
                 "max_memo_entries",
@@ -276,19 +299,22 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
         if !text::is_utf8_surrogatepass(bytes) {
             return Err(self.err("string is not valid UTF-8"));
         }
-        self.push_new(Node::Str(bytes.into()))
+        let id = self.arena.push_str(bytes)?;
+        self.push(id)
     }
 
     /// The py2 `str` opcodes decode with the caller's encoding, as pickle's `encoding=` does.
-    fn py2_string(&mut self, bytes: Vec<u8>) -> Result<(), Error> {
-        let node = match self.encoding {
-            StringEncoding::Bytes => Node::Bytes(bytes.into()),
-            StringEncoding::Latin1 => Node::Str(text::latin1_to_utf8(&bytes).into()),
-            StringEncoding::Ascii if bytes.is_ascii() => Node::Str(bytes.into()),
-            StringEncoding::Utf8 if std::str::from_utf8(&bytes).is_ok() => Node::Str(bytes.into()),
+    fn py2_string(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let id = match self.encoding {
+            StringEncoding::Bytes => self.arena.push_bytes(bytes)?,
+            StringEncoding::Latin1 => self.arena.push_str(&text::latin1_to_utf8(bytes))?,
+            StringEncoding::Ascii if bytes.is_ascii() => self.arena.push_str(bytes)?,
+            StringEncoding::Utf8 if std::str::from_utf8(bytes).is_ok() => {
+                self.arena.push_str(bytes)?
+            }
             enc => return Err(self.err(format!("string cannot be decoded as {enc:?}"))),
         };
-        self.push_new(node)
+        self.push(id)
     }
 
     fn int_from_le_bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
@@ -385,17 +411,20 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
         let pairs = flat
             .chunks_exact(2)
             .filter_map(|kv| Some((*kv.first()?, *kv.get(1)?)));
+        if let Node::Dict(_, dict) = *self.arena.get(target) {
+            let Some(dict) = self.arena.dict_mut(dict) else {
+                return Err(self.err("a dict that is not in the arena"));
+            };
+            limits::check(
+                "max_container_len",
+                (dict.items.len() + flat.len() / 2) as u64,
+                max_len,
+                Location::default,
+            )?;
+            dict.items.extend(pairs);
+            return Ok(());
+        }
         match self.arena.get_mut(target) {
-            Some(Node::Dict(dict)) => {
-                limits::check(
-                    "max_container_len",
-                    (dict.items.len() + flat.len() / 2) as u64,
-                    max_len,
-                    Location::default,
-                )?;
-                dict.items.extend(pairs);
-                Ok(())
-            }
             Some(Node::Object(obj)) => {
                 obj.mutations
                     .extend(pairs.map(|(k, v)| Mutation::SetItem(k, v)));
@@ -548,7 +577,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 };
                 let bytes = text::escape_decode(body)
                     .ok_or_else(|| self.err("invalid escape in STRING"))?;
-                self.py2_string(bytes)?;
+                self.py2_string(&bytes)?;
             }
             BINSTRING | SHORT_BINSTRING => {
                 let n = if self.op == SHORT_BINSTRING {
@@ -558,14 +587,15 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                     u64::try_from(n)
                         .map_err(|_| self.err("BINSTRING pickle has negative byte count"))?
                 };
-                let bytes = self.cursor.take_counted(n)?.to_vec();
+                let bytes = self.cursor.take_counted(n)?;
                 self.py2_string(bytes)?;
             }
             UNICODE => {
                 let line = self.cursor.line()?;
                 let decoded = text::raw_unicode_escape(line)
                     .ok_or_else(|| self.err("invalid raw-unicode-escape in UNICODE"))?;
-                self.push_new(Node::Str(decoded.into()))?;
+                let id = self.arena.push_str(&decoded)?;
+                self.push(id)?;
             }
             BINUNICODE | SHORT_BINUNICODE | BINUNICODE8 => {
                 let width = match self.op {
@@ -585,36 +615,43 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 };
                 let n = self.cursor.count(width)?;
                 let bytes = self.cursor.take_counted(n)?;
-                let node = if self.op == BYTEARRAY8 {
-                    Node::ByteArray(bytes.into())
+                let id = if self.op == BYTEARRAY8 {
+                    self.arena.push_bytearray(bytes)?
                 } else {
-                    Node::Bytes(bytes.into())
+                    self.arena.push_bytes(bytes)?
                 };
-                self.push_new(node)?;
+                self.push(id)?;
             }
 
-            EMPTY_TUPLE => self.push_new(Node::Tuple(Box::new([])))?,
+            EMPTY_TUPLE => {
+                let id = self.arena.push_tuple(&[])?;
+                self.push(id)?;
+            }
             TUPLE1 | TUPLE2 | TUPLE3 => {
                 let n = usize::from(self.op - TUPLE1 + 1);
                 if self.stack.len() < self.floor() + n {
                     return Err(self.err("stack underflow"));
                 }
-                let items = self.stack.split_off(self.stack.len() - n);
-                self.push_new(Node::Tuple(items.into()))?;
+                let id = self.tuple_from_stack(self.stack.len() - n)?;
+                self.push(id)?;
             }
             TUPLE => {
-                let items = self.pop_mark()?;
-                self.push_new(Node::Tuple(items.into()))?;
+                let start = self.pop_mark_start()?;
+                let id = self.tuple_from_stack(start)?;
+                self.push(id)?;
             }
             EMPTY_LIST => self.push_new(Node::List(Vec::new()))?,
             LIST => {
                 let items = self.pop_mark()?;
                 self.push_new(Node::List(items))?;
             }
-            EMPTY_DICT => self.push_new(empty_dict())?,
+            EMPTY_DICT => {
+                let id = self.arena.push_dict(DictClass::Dict, empty_dict())?;
+                self.push(id)?;
+            }
             DICT => {
                 let flat = self.pop_mark()?;
-                let id = self.new_node(empty_dict())?;
+                let id = self.arena.push_dict(DictClass::Dict, empty_dict())?;
                 self.set_items(id, flat)?;
                 self.push(id)?;
             }
@@ -724,8 +761,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             STACK_GLOBAL => {
                 let name = self.pop()?;
                 let module = self.pop()?;
-                let (module, name) = match (self.arena.get(module), self.arena.get(name)) {
-                    (Node::Str(m), Node::Str(n)) => (m.clone(), n.clone()),
+                let (module, name) = match (self.arena.str(module), self.arena.str(name)) {
+                    (Some(m), Some(n)) => (m.to_vec(), n.to_vec()),
                     _ => {
                         let at = self.here();
                         let id = self.hooks.unresolved_global(self.arena, &at)?;
@@ -758,18 +795,20 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
             INST => {
                 let (module, name) = self.read_global_lines()?;
-                let items = self.pop_mark()?;
+                let start = self.pop_mark_start()?;
                 let cls = self.call_global(module, name)?;
-                let args = self.new_node(Node::Tuple(items.into()))?;
+                let args = self.tuple_from_stack(start)?;
                 let id = self.reduce(cls, args)?;
                 self.push(id)?;
             }
             OBJ => {
-                let items = self.pop_mark()?;
-                let (&cls, rest) = items
-                    .split_first()
+                let start = self.pop_mark_start()?;
+                let cls = *self
+                    .stack
+                    .get(start)
                     .ok_or_else(|| self.err("OBJ without a class"))?;
-                let args = self.new_node(Node::Tuple(rest.into()))?;
+                let args = self.tuple_from_stack(start + 1)?;
+                self.stack.truncate(start);
                 let id = self.reduce(cls, args)?;
                 self.push(id)?;
             }
@@ -801,7 +840,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 if !line.is_ascii() {
                     return Err(self.err("persistent IDs in protocol 0 must be ASCII strings"));
                 }
-                let pid = self.new_node(Node::Str(line.into()))?;
+                let pid = self.arena.push_str(line)?;
                 let at = self.here();
                 let id = self.hooks.persistent_load(self.arena, pid, &at)?;
                 self.push(id)?;
@@ -831,12 +870,11 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
     }
 }
 
-fn empty_dict() -> Node {
-    Node::Dict(Box::new(DictNode {
-        class: DictClass::Dict,
+fn empty_dict() -> DictNode {
+    DictNode {
         base: None,
         inherited: 0,
         items: Vec::new(),
         state: Vec::new(),
-    }))
+    }
 }

@@ -6,7 +6,7 @@ use crate::error::{Error, Location};
 use crate::limits::{self, Limits};
 use crate::pickle::globals::Global;
 use crate::torch::numpy::{NdArrayNode, NpDtype};
-use crate::torch::tensor::{Layout, StorageId, TensorNode};
+use crate::torch::tensor::{Layout, StorageId, TensorKind, TensorNode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(u32);
@@ -16,6 +16,32 @@ impl NodeId {
         self.0 as usize
     }
 }
+
+/// A run of bytes (str, bytes, bytearray payloads) or of ids (tuple items) in one
+/// of the arena's pools: one allocation for all of them instead of one each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    pub fn len(self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A dict node's contents, in the arena's dict pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DictId(u32);
+
+/// A tensor node's description, in the arena's tensor pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorId(u32);
 
 /// Which Python class a dict node becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +57,6 @@ pub enum DictClass {
 /// the file passes the same `d`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DictNode {
-    pub class: DictClass,
     pub base: Option<(NodeId, usize)>,
     /// Items the snapshot `base` holds in all (its own base's included).
     pub inherited: u64,
@@ -90,12 +115,12 @@ pub enum Node {
     Float(f64),
     Complex(f64, f64),
     /// UTF-8 text; may hold lone surrogates, as pickle's `surrogatepass` allows.
-    Str(Box<[u8]>),
-    Bytes(Box<[u8]>),
-    ByteArray(Box<[u8]>),
-    Tuple(Box<[NodeId]>),
+    Str(Span),
+    Bytes(Span),
+    ByteArray(Span),
+    Tuple(Span),
     List(Vec<NodeId>),
-    Dict(Box<DictNode>),
+    Dict(DictClass, DictId),
     Set(Box<SetNode>),
     /// An allowlisted global itself: a class, a function, a dtype, a storage type...
     Global(Global),
@@ -108,7 +133,7 @@ pub enum Node {
     /// A storage named by a persistent id.
     Storage(StorageId),
     /// Any kind of tensor, or a Parameter.
-    Tensor(Box<TensorNode>),
+    Tensor(TensorId),
     /// An instance of a user-allowlisted class.
     Object(Box<ObjectNode>),
     /// A numpy array rebuilt from its raw bytes.
@@ -134,7 +159,7 @@ impl Node {
             Node::ByteArray(_) => "bytearray",
             Node::Tuple(_) => "tuple",
             Node::List(_) => "list",
-            Node::Dict(d) => match d.class {
+            Node::Dict(class, _) => match class {
                 DictClass::Dict => "dict",
                 DictClass::OrderedDict => "collections.OrderedDict",
                 DictClass::Counter => "collections.Counter",
@@ -156,10 +181,32 @@ impl Node {
     }
 }
 
+static EMPTY_DICT: DictNode = DictNode {
+    base: None,
+    inherited: 0,
+    items: Vec::new(),
+    state: Vec::new(),
+};
+
+static NO_TENSOR: TensorNode = TensorNode {
+    kind: TensorKind::Empty {
+        dtype: crate::torch::dtype::DType::UInt8,
+    },
+    requires_grad: false,
+    conj: false,
+    neg: false,
+};
+
 /// The arena: every node, plus the accounting that keeps it bounded.
 #[derive(Debug)]
 pub struct Arena {
     nodes: Vec<Node>,
+    /// Payloads of str, bytes and bytearray nodes.
+    bytes: Vec<u8>,
+    /// Items of tuple nodes.
+    ids: Vec<NodeId>,
+    dicts: Vec<DictNode>,
+    tensors: Vec<TensorNode>,
     /// Values charged by `charge_nodes`, counted against `max_nodes` with the nodes.
     charged: u64,
     payload_bytes: u64,
@@ -172,6 +219,10 @@ impl Arena {
     pub fn new(limits: &Limits) -> Self {
         Arena {
             nodes: Vec::new(),
+            bytes: Vec::new(),
+            ids: Vec::new(),
+            dicts: Vec::new(),
+            tensors: Vec::new(),
             charged: 0,
             payload_bytes: 0,
             max_nodes: limits.max_nodes.min(u64::from(u32::MAX)),
@@ -182,6 +233,23 @@ impl Arena {
 
     pub fn len(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Make room for what a pickle of `len` bytes usually builds, so the node and
+    /// id vectors do not copy themselves while they grow. torch's state dicts
+    /// make about one node per two bytes and one tuple item per four; the guess
+    /// is capped, and only reserves address space until it is written.
+    pub fn reserve_for_pickle(&mut self, len: usize) {
+        const MAX_GUESS: usize = 1 << 22;
+        let nodes = (len / 2).min(MAX_GUESS).min(self.max_nodes as usize);
+        self.nodes.reserve(nodes.saturating_sub(self.nodes.len()));
+        self.ids
+            .reserve((len / 4).min(MAX_GUESS).saturating_sub(self.ids.len()));
+        // About one tensor, and one dict of backward hooks, per 50 bytes.
+        self.tensors
+            .reserve((len / 64).min(MAX_GUESS).saturating_sub(self.tensors.len()));
+        self.dicts
+            .reserve((len / 64).min(MAX_GUESS).saturating_sub(self.dicts.len()));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -197,7 +265,7 @@ impl Arena {
             Location::default,
         )?;
         let payload = match &node {
-            Node::Str(b) | Node::Bytes(b) | Node::ByteArray(b) | Node::BigInt(b) => b.len() as u64,
+            Node::BigInt(b) => b.len() as u64,
             Node::DecimalInt(s) => s.len() as u64,
             _ => 0,
         };
@@ -206,6 +274,91 @@ impl Arena {
         }
         self.nodes.push(node);
         Ok(NodeId(n as u32))
+    }
+
+    fn push_payload(&mut self, bytes: &[u8]) -> Result<Span, Error> {
+        self.charge_payload(bytes.len() as u64)?;
+        let span = Span {
+            start: self.bytes.len(),
+            len: bytes.len(),
+        };
+        self.bytes.extend_from_slice(bytes);
+        Ok(span)
+    }
+
+    pub fn push_str(&mut self, utf8: &[u8]) -> Result<NodeId, Error> {
+        let span = self.push_payload(utf8)?;
+        self.push(Node::Str(span))
+    }
+
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> Result<NodeId, Error> {
+        let span = self.push_payload(bytes)?;
+        self.push(Node::Bytes(span))
+    }
+
+    pub fn push_bytearray(&mut self, bytes: &[u8]) -> Result<NodeId, Error> {
+        let span = self.push_payload(bytes)?;
+        self.push(Node::ByteArray(span))
+    }
+
+    pub fn push_tuple(&mut self, items: &[NodeId]) -> Result<NodeId, Error> {
+        self.check_len(items.len())?;
+        let span = Span {
+            start: self.ids.len(),
+            len: items.len(),
+        };
+        self.ids.extend_from_slice(items);
+        self.push(Node::Tuple(span))
+    }
+
+    pub fn push_dict(&mut self, class: DictClass, dict: DictNode) -> Result<NodeId, Error> {
+        let id = DictId(self.dicts.len() as u32);
+        let node = self.push(Node::Dict(class, id))?;
+        self.dicts.push(dict);
+        Ok(node)
+    }
+
+    pub fn push_tensor(&mut self, tensor: TensorNode) -> Result<NodeId, Error> {
+        let id = TensorId(self.tensors.len() as u32);
+        let node = self.push(Node::Tensor(id))?;
+        self.tensors.push(tensor);
+        Ok(node)
+    }
+
+    /// The contents of a dict node. Ids come only from `push_dict`, so they are in
+    /// range; an empty dict stands in for a stale one rather than a panic.
+    pub fn dict(&self, id: DictId) -> &DictNode {
+        self.dicts.get(id.0 as usize).unwrap_or(&EMPTY_DICT)
+    }
+
+    pub fn dict_mut(&mut self, id: DictId) -> Option<&mut DictNode> {
+        self.dicts.get_mut(id.0 as usize)
+    }
+
+    /// The dict contents of node `id`, if it is a dict.
+    pub fn as_dict(&self, id: NodeId) -> Option<&DictNode> {
+        match self.get(id) {
+            Node::Dict(_, d) => Some(self.dict(*d)),
+            _ => None,
+        }
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &TensorNode {
+        self.tensors.get(id.0 as usize).unwrap_or(&NO_TENSOR)
+    }
+
+    /// The payload of a str, bytes or bytearray node.
+    pub fn payload(&self, span: Span) -> &[u8] {
+        self.bytes
+            .get(span.start..span.start.saturating_add(span.len))
+            .unwrap_or_default()
+    }
+
+    /// The items of a tuple node.
+    pub fn items(&self, span: Span) -> &[NodeId] {
+        self.ids
+            .get(span.start..span.start.saturating_add(span.len))
+            .unwrap_or_default()
     }
 
     /// Charge `n` values that will be built without nodes of their own: the items a
@@ -285,7 +438,15 @@ impl Arena {
 
     pub fn str(&self, id: NodeId) -> Option<&[u8]> {
         match self.get(id) {
-            Node::Str(s) => Some(s),
+            Node::Str(s) => Some(self.payload(*s)),
+            _ => None,
+        }
+    }
+
+    /// The payload of a bytes or bytearray node.
+    pub fn bytes(&self, id: NodeId) -> Option<&[u8]> {
+        match self.get(id) {
+            Node::Bytes(b) | Node::ByteArray(b) => Some(self.payload(*b)),
             _ => None,
         }
     }
@@ -300,7 +461,7 @@ impl Arena {
 
     pub fn tuple(&self, id: NodeId) -> Option<&[NodeId]> {
         match self.get(id) {
-            Node::Tuple(items) => Some(items),
+            Node::Tuple(items) => Some(self.items(*items)),
             _ => None,
         }
     }

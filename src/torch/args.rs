@@ -5,7 +5,7 @@ use crate::error::{Error, Location};
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
-use crate::torch::tensor::StorageId;
+use crate::torch::tensor::{Dims, StorageId};
 
 pub struct Args<'a> {
     pub arena: &'a Arena,
@@ -25,7 +25,7 @@ impl<'a> Args<'a> {
         match arena.get(args) {
             Node::Tuple(items) => Ok(Args {
                 arena,
-                items,
+                items: arena.items(*items),
                 at,
                 func,
             }),
@@ -106,19 +106,19 @@ impl<'a> Args<'a> {
 
     pub fn str(&self, i: usize, what: &str) -> Result<&'a str, Error> {
         match self.node(i)? {
-            Node::Str(s) => {
-                std::str::from_utf8(s).map_err(|_| self.fail(format!("{what} is not valid text")))
-            }
+            Node::Str(s) => std::str::from_utf8(self.arena.payload(*s))
+                .map_err(|_| self.fail(format!("{what} is not valid text"))),
             // encoding='bytes' leaves py2 strings as bytes; torch ascii-decodes them.
-            Node::Bytes(b) if b.is_ascii() => {
-                std::str::from_utf8(b).map_err(|_| self.fail(format!("{what} is not ASCII")))
+            Node::Bytes(b) if self.arena.payload(*b).is_ascii() => {
+                std::str::from_utf8(self.arena.payload(*b))
+                    .map_err(|_| self.fail(format!("{what} is not ASCII")))
             }
             other => Err(self.fail(format!("{what} must be a str, got {}", other.kind_name()))),
         }
     }
 
     /// A shape or stride: a tuple (or torch.Size) of non-negative ints, at most `max_ndim` long.
-    pub fn dims(&self, i: usize, what: &str, max_ndim: u64) -> Result<Box<[u64]>, Error> {
+    pub fn dims(&self, i: usize, what: &str, max_ndim: u64) -> Result<Dims, Error> {
         let check_len = |n: usize| {
             if n as u64 > max_ndim {
                 Err(Error::Limit {
@@ -131,33 +131,36 @@ impl<'a> Args<'a> {
             }
         };
         let items: Option<&[NodeId]> = match self.node(i)? {
-            Node::Tuple(items) => Some(items),
+            Node::Tuple(items) => Some(self.arena.items(*items)),
             Node::List(items) => Some(items),
             _ => None,
         };
         if let Some(items) = items {
             check_len(items.len())?;
-            return items
-                .iter()
-                .map(|id| match self.arena.get(*id) {
+            let mut dims = Dims::zeros(items.len());
+            for (dim, id) in dims.iter_mut().zip(items) {
+                *dim = match self.arena.get(*id) {
                     Node::Int(v) => u64::try_from(*v)
-                        .map_err(|_| self.fail(format!("{what} has a negative entry {v}"))),
-                    other => Err(self.fail(format!(
-                        "{what} entries must be ints, got {}",
-                        other.kind_name()
-                    ))),
-                })
-                .collect();
+                        .map_err(|_| self.fail(format!("{what} has a negative entry {v}")))?,
+                    other => {
+                        return Err(self.fail(format!(
+                            "{what} entries must be ints, got {}",
+                            other.kind_name()
+                        )))
+                    }
+                };
+            }
+            return Ok(dims);
         }
         match self.node(i)? {
-            Node::Size(dims) => {
-                check_len(dims.len())?;
-                dims.iter()
-                    .map(|v| {
-                        u64::try_from(*v)
-                            .map_err(|_| self.fail(format!("{what} has a negative entry {v}")))
-                    })
-                    .collect()
+            Node::Size(sizes) => {
+                check_len(sizes.len())?;
+                let mut dims = Dims::zeros(sizes.len());
+                for (dim, v) in dims.iter_mut().zip(sizes.iter()) {
+                    *dim = u64::try_from(*v)
+                        .map_err(|_| self.fail(format!("{what} has a negative entry {v}")))?;
+                }
+                Ok(dims)
             }
             other => Err(self.fail(format!(
                 "{what} must be a tuple of ints, got {}",

@@ -142,7 +142,9 @@ pub fn parse(
         Node::List(items) => items
             .iter()
             .map(|id| match keys_arena.get(*id) {
-                Node::Str(s) | Node::Bytes(s) => String::from_utf8(s.to_vec()).ok(),
+                Node::Str(s) | Node::Bytes(s) => {
+                    String::from_utf8(keys_arena.payload(*s).to_vec()).ok()
+                }
                 Node::Int(i) => Some(i.to_string()),
                 _ => None,
             })
@@ -164,7 +166,7 @@ pub fn parse(
         .decls()
         .iter()
         .enumerate()
-        .map(|(i, d)| (d.key.as_str(), StorageId(i as u32)))
+        .map(|(i, d)| (&*d.key, StorageId(i as u32)))
         .collect();
     let mut offsets = HashMap::with_capacity(keys.len());
     for key in &keys {

@@ -9,6 +9,7 @@ use crate::error::{Error, Location};
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::args::Args;
+use crate::torch::tensor::Dims;
 
 /// A plain numpy dtype: kind (`b`, `i`, `u`, `f`, `c`), size in bytes, byte order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +58,7 @@ pub struct NdArrayNode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NdArrayState {
-    pub shape: Box<[u64]>,
+    pub shape: Dims,
     pub dtype: NpDtype,
     pub fortran: bool,
     /// A bytes node holding exactly the array's data.
@@ -99,8 +100,8 @@ pub fn build_dtype(
     }
     let item = |i: usize| items.get(i).map_or(&Node::Opaque, |id| arena.get(*id));
     let order = match item(1) {
-        Node::Str(s) if matches!(&**s, b"<" | b">" | b"|" | b"=") => {
-            s.first().copied().unwrap_or(b'=')
+        Node::Str(s) if matches!(arena.payload(*s), b"<" | b">" | b"|" | b"=") => {
+            arena.payload(*s).first().copied().unwrap_or(b'=')
         }
         _ => return Err(refuse("a dtype byte order that is not one of < > | =", at)),
     };
@@ -161,7 +162,7 @@ pub fn build_array(
 fn checked_state(
     a: &Args,
     i: usize,
-    shape: Box<[u64]>,
+    shape: Dims,
     dtype: NpDtype,
     fortran: bool,
 ) -> Result<NdArrayState, Error> {

@@ -120,7 +120,10 @@ pub fn call(
             let plain = matches!(a.node(1)?, Node::Global(Global::Builtin(Builtin::Tensor)));
             let no_state = match a.node(3)? {
                 Node::None => true,
-                Node::Dict(d) => d.items.is_empty() && d.base.is_none(),
+                Node::Dict(_, d) => {
+                    let d = arena.dict(*d);
+                    d.items.is_empty() && d.base.is_none()
+                }
                 _ => false,
             };
             // `func(*args)` runs inside this call: a nested _rebuild_from_type_v2 would
@@ -152,7 +155,7 @@ pub fn call(
             TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
         }
     };
-    arena.push(Node::Tensor(Box::new(node)))
+    arena.push_tensor(node)
 }
 
 /// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
@@ -191,8 +194,14 @@ fn dense(
 fn hooks_arg(a: &Args, i: usize) -> Result<(), Error> {
     match a.node(i)? {
         Node::None => Ok(()),
-        Node::Dict(d) if d.items.is_empty() && d.base.is_none() => Ok(()),
-        Node::Dict(_) => Err(a.fail("backward hooks cannot be loaded")),
+        Node::Dict(_, d) => {
+            let d = a.arena.dict(*d);
+            if d.items.is_empty() && d.base.is_none() {
+                Ok(())
+            } else {
+                Err(a.fail("backward hooks cannot be loaded"))
+            }
+        }
         other => Err(a.fail(format!(
             "backward_hooks must be an OrderedDict, got {}",
             other.kind_name()
@@ -204,7 +213,7 @@ fn hooks_arg(a: &Args, i: usize) -> Result<(), Error> {
 fn metadata(a: &Args, i: usize, t: &mut TensorNode) -> Result<(), Error> {
     let items = match a.node(i)? {
         Node::None => return Ok(()),
-        Node::Dict(d) if d.base.is_none() => &d.items,
+        Node::Dict(_, d) if a.arena.dict(*d).base.is_none() => &a.arena.dict(*d).items,
         other => {
             return Err(a.fail(format!(
                 "tensor metadata must be a dict, got {}",

@@ -116,10 +116,13 @@ impl<'u> TorchHooks<'u> {
                 let (base, inherited) = match a.len() {
                     0 => (None, 0),
                     _ => match a.node(0)? {
-                        Node::Dict(d) => (
-                            Some((a.id(0)?, d.items.len())),
-                            d.inherited + d.items.len() as u64,
-                        ),
+                        Node::Dict(_, d) => {
+                            let d = arena.dict(*d);
+                            (
+                                Some((a.id(0)?, d.items.len())),
+                                d.inherited + d.items.len() as u64,
+                            )
+                        }
                         other => {
                             return Err(a.fail(format!("expects a dict, got {}", other.kind_name())))
                         }
@@ -127,13 +130,15 @@ impl<'u> TorchHooks<'u> {
                 };
                 // The new dict holds a copy of every item the snapshot sees.
                 arena.charge_nodes(2 * inherited)?;
-                Node::Dict(Box::new(DictNode {
+                return arena.push_dict(
                     class,
-                    base,
-                    inherited,
-                    items: Vec::new(),
-                    state: Vec::new(),
-                }))
+                    DictNode {
+                        base,
+                        inherited,
+                        items: Vec::new(),
+                        state: Vec::new(),
+                    },
+                );
             }
             Builtin::Set => {
                 a.arity(0, 1)?;
@@ -193,7 +198,7 @@ impl<'u> TorchHooks<'u> {
                 }
                 let bytes = encode(text, codec)
                     .ok_or_else(|| a.fail(format!("cannot encode with codec {codec:?}")))?;
-                let id = arena.push(Node::Bytes(bytes.into()))?;
+                let id = arena.push_bytes(&bytes)?;
                 self.encoded.insert(key, id);
                 return Ok(id);
             }
@@ -203,7 +208,7 @@ impl<'u> TorchHooks<'u> {
                     (0, _) => Vec::new(),
                     // bytes are immutable: bytes(b) is b itself, shared, not a copy.
                     (1, Ok(Node::Bytes(_))) if b == Builtin::Bytes => return a.id(0),
-                    (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => b.to_vec(),
+                    (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => a.arena.payload(*b).to_vec(),
                     (1, Ok(Node::Int(n))) => {
                         let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
                         // Charged before allocating: `bytearray(n)` is an allocation request.
@@ -227,11 +232,11 @@ impl<'u> TorchHooks<'u> {
                     }
                     (_, Err(e)) => return Err(e),
                 };
-                if b == Builtin::Bytes {
-                    Node::Bytes(bytes.into())
+                return if b == Builtin::Bytes {
+                    arena.push_bytes(&bytes)
                 } else {
-                    Node::ByteArray(bytes.into())
-                }
+                    arena.push_bytearray(&bytes)
+                };
             }
             Builtin::Complex => {
                 a.arity(0, 2)?;
@@ -267,10 +272,7 @@ impl<'u> TorchHooks<'u> {
                     Builtin::LegacyTensorType { dtype, .. } => dtype,
                     _ => DType::Float32,
                 };
-                Node::Tensor(Box::new(TensorNode::new(
-                    TensorKind::Empty { dtype },
-                    false,
-                )))
+                return arena.push_tensor(TensorNode::new(TensorKind::Empty { dtype }, false));
             }
             _ => {
                 return Err(Error::forbidden(
@@ -297,18 +299,18 @@ impl<'u> TorchHooks<'u> {
             true
         };
         let data = match items.len() {
-            0 => arena.push(Node::Tensor(Box::new(TensorNode::new(
+            0 => arena.push_tensor(TensorNode::new(
                 TensorKind::Empty {
                     dtype: DType::Float32,
                 },
                 false,
-            ))))?,
+            ))?,
             _ => a.tensor(0, "data")?,
         };
-        arena.push(Node::Tensor(Box::new(TensorNode::new(
+        arena.push_tensor(TensorNode::new(
             TensorKind::Parameter { data, state: None },
             requires_grad,
-        ))))
+        ))
     }
 
     fn object(&mut self, arena: &mut Arena, constructor: Constructor) -> Result<NodeId, Error> {
@@ -455,9 +457,11 @@ impl Hooks for TorchHooks<'_> {
         kwargs: Option<NodeId>,
         at: &Location,
     ) -> Result<NodeId, Error> {
-        let no_kwargs = kwargs.is_none_or(
-            |k| matches!(arena.get(k), Node::Dict(d) if d.items.is_empty() && d.base.is_none()),
-        );
+        let no_kwargs = kwargs.is_none_or(|k| {
+            arena
+                .as_dict(k)
+                .is_some_and(|d| d.items.is_empty() && d.base.is_none())
+        });
         let cls_node = arena.get(cls).clone();
         let result = match &cls_node {
             Node::Global(Global::User(_)) => self.object(arena, Constructor::New { cls, args, kwargs }),
@@ -476,7 +480,7 @@ impl Hooks for TorchHooks<'_> {
             Node::Global(Global::Builtin(b @ (Builtin::OrderedDict | Builtin::Counter | Builtin::Set | Builtin::ByteArray)))
                 if no_kwargs =>
             {
-                let empty = arena.push(Node::Tuple(Box::new([])))?;
+                let empty = arena.push_tuple(&[])?;
                 let b = *b;
                 self.call_builtin(arena, b, empty, at)
             }
@@ -489,7 +493,7 @@ impl Hooks for TorchHooks<'_> {
                 format!(
                     "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
                     match other {
-                        Node::Global(Global::Builtin(b)) => b.full_name(),
+                        Node::Global(Global::Builtin(b)) => b.full_name().into_owned(),
                         other => other.kind_name().to_owned(),
                     }
                 ),
@@ -553,17 +557,23 @@ fn build_container(
     state: NodeId,
     at: &Location,
 ) -> Result<(), Error> {
-    let state_is_dict = matches!(arena.get(state), Node::Dict(_));
+    let state_is_dict = matches!(arena.get(state), Node::Dict(..));
     let kind = arena.get(inst).kind_name();
-    match arena.get_mut(inst) {
-        Some(Node::Dict(d)) if d.class != DictClass::Dict => {
-            if state_is_dict {
-                d.state.push(state);
-                Ok(())
-            } else {
-                Err(Error::tensor(format!("BUILD state of an {kind} must be a dict"), at.clone()))
-            }
+    if let Node::Dict(class, d) = *arena.get(inst) {
+        if class != DictClass::Dict {
+            return match arena.dict_mut(d) {
+                Some(d) if state_is_dict => {
+                    d.state.push(state);
+                    Ok(())
+                }
+                _ => Err(Error::tensor(
+                    format!("BUILD state of an {kind} must be a dict"),
+                    at.clone(),
+                )),
+            };
         }
+    }
+    match arena.get_mut(inst) {
         Some(Node::Object(obj)) => {
             obj.mutations.push(Mutation::Build(state));
             Ok(())

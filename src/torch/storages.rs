@@ -2,7 +2,9 @@
 //! checkpoints, plus a sixth `view_metadata` item in the legacy format. Storages are
 //! cached by key: the first id with a key decides its dtype and size, as in torch.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::error::{Error, Location};
 use crate::limits;
@@ -23,7 +25,9 @@ pub enum IdFormat {
 #[derive(Debug, Default)]
 pub struct Storages {
     decls: Vec<StorageDecl>,
-    by_key: HashMap<String, StorageId>,
+    by_key: HashMap<Arc<str>, StorageId>,
+    /// The location of the last storage declared: nearly all share one.
+    last_location: Option<Arc<str>>,
     /// Legacy sub-storages: `(view storage, root storage, byte offset)`.
     views: Vec<(StorageId, StorageId, u64)>,
 }
@@ -67,6 +71,17 @@ impl Storages {
         Ok(id)
     }
 
+    fn intern_location(&mut self, location: &str) -> Arc<str> {
+        match &self.last_location {
+            Some(last) if &**last == location => last.clone(),
+            _ => {
+                let interned: Arc<str> = Arc::from(location);
+                self.last_location = Some(interned.clone());
+                interned
+            }
+        }
+    }
+
     /// Interpret a persistent id; returns the storage it names.
     pub fn load(
         &mut self,
@@ -78,7 +93,7 @@ impl Storages {
     ) -> Result<StorageId, Error> {
         let forbidden = |msg: String| Error::forbidden(msg, at.clone());
         let items = match arena.get(pid) {
-            Node::Tuple(items) => items,
+            Node::Tuple(items) => arena.items(*items),
             Node::Int(_) => {
                 return Err(forbidden(
                     "persistent_load id must be a ('storage', ...) tuple, got an int".into(),
@@ -93,7 +108,7 @@ impl Storages {
         };
         let tag = items.first().map(|id| arena.get(*id));
         let is_storage = match tag {
-            Some(Node::Str(s)) | Some(Node::Bytes(s)) => &**s == b"storage",
+            Some(Node::Str(s)) | Some(Node::Bytes(s)) => arena.payload(*s) == b"storage",
             _ => false,
         };
         if !is_storage {
@@ -129,9 +144,9 @@ impl Storages {
                 ))
             }
         };
-        let key = text(item(2))
+        let key = text(arena, item(2))
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
-        let location = text(item(3))
+        let location = text(arena, item(3))
             .ok_or_else(|| Error::tensor("the storage location must be a str", at.clone()))?;
         let numel = match item(4) {
             Node::Int(n) if *n >= 0 => *n as u64,
@@ -142,9 +157,11 @@ impl Storages {
                 ))
             }
         };
-        if let Some(id) = self.by_key.get(&key) {
+        if let Some(id) = self.by_key.get(&*key) {
             return Ok(*id);
         }
+        let key: Arc<str> = Arc::from(&*key);
+        let location = self.intern_location(&location);
         let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
             Error::tensor(
                 format!("storage '{key}' of {numel} elements overflows"),
@@ -164,7 +181,9 @@ impl Storages {
         }
         match item(5) {
             Node::None => self.declare(decl, max_storages, at),
-            Node::Tuple(view) => self.legacy_view(arena, view, decl, max_storages, at),
+            Node::Tuple(view) => {
+                self.legacy_view(arena, arena.items(*view), decl, max_storages, at)
+            }
             other => Err(Error::tensor(
                 format!(
                     "legacy view metadata must be None or a tuple, got {}",
@@ -194,7 +213,7 @@ impl Storages {
         let [key, offset, size] = view else {
             return Err(bad());
         };
-        let view_key = text(arena.get(*key)).ok_or_else(bad)?;
+        let view_key = text(arena, arena.get(*key)).ok_or_else(bad)?;
         let (Some(offset), Some(size)) = (arena.int(*offset), arena.int(*size)) else {
             return Err(bad());
         };
@@ -206,7 +225,7 @@ impl Storages {
             Some(id) => *id,
             None => self.declare(root.clone(), max_storages, at)?,
         };
-        if let Some(id) = self.by_key.get(&view_key) {
+        if let Some(id) = self.by_key.get(&*view_key) {
             return Ok(*id);
         }
         let root_nbytes = self.get(root_id).map_or(0, |d| d.nbytes);
@@ -226,7 +245,7 @@ impl Storages {
             ));
         };
         let decl = StorageDecl {
-            key: view_key,
+            key: Arc::from(&*view_key),
             nbytes,
             ..root
         };
@@ -237,11 +256,15 @@ impl Storages {
 }
 
 /// A key or location: str, ascii bytes (encoding='bytes'), or an int key (torch formats it with str).
-fn text(node: &Node) -> Option<String> {
+fn text<'a>(arena: &'a Arena, node: &Node) -> Option<Cow<'a, str>> {
     match node {
-        Node::Str(s) => String::from_utf8(s.to_vec()).ok(),
-        Node::Bytes(b) if b.is_ascii() => String::from_utf8(b.to_vec()).ok(),
-        Node::Int(i) => Some(i.to_string()),
+        Node::Str(s) => std::str::from_utf8(arena.payload(*s))
+            .ok()
+            .map(Cow::Borrowed),
+        Node::Bytes(b) if arena.payload(*b).is_ascii() => std::str::from_utf8(arena.payload(*b))
+            .ok()
+            .map(Cow::Borrowed),
+        Node::Int(i) => Some(Cow::Owned(i.to_string())),
         _ => None,
     }
 }

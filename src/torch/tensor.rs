@@ -2,6 +2,8 @@
 //! descriptions that point into them. Every dense tensor's extent is checked
 //! against its storage when it is created, before anything could view the bytes.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Location};
 use crate::pickle::globals::QScheme;
 use crate::pickle::value::NodeId;
@@ -20,12 +22,12 @@ impl StorageId {
 /// dtype and size, as in torch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageDecl {
-    pub key: String,
+    pub key: Arc<str>,
     /// The element type of the storage class (`uint8` for an `UntypedStorage`).
     pub dtype: DType,
     pub nbytes: u64,
     /// The saved location tag (`cpu`, `cuda:0`...).
-    pub location: String,
+    pub location: Arc<str>,
     /// Whether the id named a typed (legacy) storage class rather than `UntypedStorage`.
     pub typed: bool,
     /// Element size of the tensors viewing it, when they agree; decides byte swapping.
@@ -71,14 +73,72 @@ impl Layout {
     }
 }
 
+/// Dims held without an allocation: every tensor up to 5-D.
+const INLINE_DIMS: usize = 5;
+
+/// A shape or stride. Nearly every tensor's fit inline, so describing a tensor
+/// costs no allocation for them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Dims {
+    Inline { len: u8, dims: [u64; INLINE_DIMS] },
+    Heap(Box<[u64]>),
+}
+
+impl Dims {
+    /// `len` zeros, to be filled in place.
+    pub fn zeros(len: usize) -> Dims {
+        match u8::try_from(len) {
+            Ok(n) if len <= INLINE_DIMS => Dims::Inline {
+                len: n,
+                dims: [0; INLINE_DIMS],
+            },
+            _ => Dims::Heap(vec![0; len].into_boxed_slice()),
+        }
+    }
+}
+
+impl From<&[u64]> for Dims {
+    fn from(values: &[u64]) -> Dims {
+        let mut dims = Dims::zeros(values.len());
+        dims.copy_from_slice(values);
+        dims
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        match self {
+            Dims::Inline { len, dims } => dims.get(..usize::from(*len)).unwrap_or_default(),
+            Dims::Heap(dims) => dims,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Dims {
+    fn deref_mut(&mut self) -> &mut [u64] {
+        match self {
+            Dims::Inline { len, dims } => dims.get_mut(..usize::from(*len)).unwrap_or_default(),
+            Dims::Heap(dims) => dims,
+        }
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// A strided view of a storage, in elements of `dtype`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dense {
     pub storage: StorageId,
     pub dtype: DType,
     pub offset: u64,
-    pub shape: Box<[u64]>,
-    pub stride: Box<[u64]>,
+    pub shape: Dims,
+    pub stride: Dims,
 }
 
 impl Dense {
@@ -173,8 +233,8 @@ pub enum TensorKind {
     /// A meta tensor: shape and dtype, no storage.
     Meta {
         dtype: DType,
-        shape: Box<[u64]>,
-        stride: Box<[u64]>,
+        shape: Dims,
+        stride: Dims,
     },
     Quantized {
         dense: Dense,
@@ -184,7 +244,7 @@ pub enum TensorKind {
     Sparse {
         layout: Layout,
         parts: Box<[NodeId]>,
-        size: Box<[u64]>,
+        size: Dims,
         coalesced: Option<bool>,
     },
     /// A strided nested tensor over a flat buffer.

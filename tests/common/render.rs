@@ -43,16 +43,21 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
             Node::DecimalInt(t) => out.push_str(t),
             Node::Float(f) => out.push_str(&format!("{f:?}")),
             Node::Complex(re, im) => out.push_str(&format!("({re:?}+{im:?}j)")),
-            Node::Str(s) => out.push_str(&format!("{:?}", String::from_utf8_lossy(s))),
-            Node::Bytes(b) => out.push_str(&format!("b'{}'", hex(b))),
-            Node::ByteArray(b) => out.push_str(&format!("bytearray(b'{}')", hex(b))),
+            Node::Str(s) => {
+                out.push_str(&format!("{:?}", String::from_utf8_lossy(arena.payload(*s))))
+            }
+            Node::Bytes(b) => out.push_str(&format!("b'{}'", hex(arena.payload(*b)))),
+            Node::ByteArray(b) => {
+                out.push_str(&format!("bytearray(b'{}')", hex(arena.payload(*b))))
+            }
             Node::Tuple(items) => {
                 let close = if items.len() == 1 { ",)" } else { ")" };
-                seq(&mut stack, "(", close, items.to_vec())
+                seq(&mut stack, "(", close, arena.items(*items).to_vec())
             }
             Node::List(items) => seq(&mut stack, "[", "]", items.clone()),
-            Node::Dict(d) => {
-                let open = match d.class {
+            Node::Dict(class, d) => {
+                let d = arena.dict(*d);
+                let open = match class {
                     DictClass::Dict => "{",
                     DictClass::OrderedDict => "OrderedDict{",
                     DictClass::Counter => "Counter{",
@@ -80,7 +85,7 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
             Node::Device(d) => out.push_str(&format!("device({d})")),
             Node::Layout(l) => out.push_str(l.name()),
             Node::Storage(s) => out.push_str(&format!("storage#{}", s.0)),
-            Node::Tensor(t) => match &t.kind {
+            Node::Tensor(t) => match &arena.tensor(*t).kind {
                 TensorKind::Dense(d) => out.push_str(&format!(
                     "tensor({} s{} +{} {:?} {:?}{})",
                     d.dtype.name(),
@@ -88,7 +93,11 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
                     d.offset,
                     d.shape,
                     d.stride,
-                    if t.requires_grad { " grad" } else { "" }
+                    if arena.tensor(*t).requires_grad {
+                        " grad"
+                    } else {
+                        ""
+                    }
                 )),
                 other => out.push_str(&format!("tensor<{:?}>", std::mem::discriminant(other))),
             },
