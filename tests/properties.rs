@@ -4,7 +4,12 @@
 mod common;
 
 use proptest::prelude::*;
-use tensorplay::pickle::machine::StringEncoding;
+use tensorplay::pickle::globals::UserGlobals;
+use tensorplay::pickle::machine::{self, StringEncoding};
+use tensorplay::pickle::value::Arena;
+use tensorplay::scan::walker;
+use tensorplay::torch::semantics::{FoundGlobal, Mode, TorchHooks};
+use tensorplay::torch::storages::IdFormat;
 use tensorplay::Limits;
 
 /// Pieces of pickle that can be strung together in any order: values, containers,
@@ -91,6 +96,70 @@ fn check_linear(data: &[u8]) {
     }
 }
 
+/// Well-formed pickle values: what torch and numpy write, plus refused globals by
+/// GLOBAL and by STACK_GLOBAL, memoized as picklers do. Unlike `stream`, nearly
+/// every one reaches STOP, so the walk answers for them.
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    let global = prop_oneof![
+        Just(b"ccollections\nOrderedDict\n".to_vec()),
+        Just(b"ctorch._utils\n_rebuild_tensor_v2\n".to_vec()),
+        Just(b"cos\nsystem\n".to_vec()),
+        Just(b"cbuiltins\nprint\n".to_vec()),
+        Just(b"\x8c\x05posix\x8c\x06systemq\x00\x93".to_vec()),
+        Just(b"\x8c\x0bcollections\x94\x8c\x07Counter\x94\x93".to_vec()),
+        Just(b"\x8c\x03evil\x94h\x00\x93".to_vec()),
+        Just(b"N\x8c\x01x\x93".to_vec()),
+    ];
+    let leaf = prop_oneof![
+        Just(b"N".to_vec()),
+        any::<u8>().prop_map(|v| vec![b'K', v]),
+        "[a-z.]{0,12}".prop_map(|s| [&[0x8c, s.len() as u8][..], s.as_bytes()].concat()),
+        Just(b")".to_vec()),
+        global,
+    ];
+    leaf.prop_recursive(4, 64, 6, |inner| {
+        let items = proptest::collection::vec(inner.clone(), 0..5);
+        prop_oneof![
+            items
+                .clone()
+                .prop_map(|v| [&b"("[..], &v.concat(), b"t"].concat()),
+            items
+                .clone()
+                .prop_map(|v| [&b"]("[..], &v.concat(), b"e"].concat()),
+            items.clone().prop_map(|v| [
+                &b"}("[..],
+                &v.concat(),
+                if v.len() % 2 == 0 { b"u" } else { b"Nu" }
+            ]
+            .concat()),
+            (inner.clone(), items.clone())
+                .prop_map(|(f, a)| [&f[..], b"(", &a.concat(), b"tR"].concat()),
+            (inner.clone(), inner.clone()).prop_map(|(o, s)| [&o[..], &s, b"b"].concat()),
+            inner.clone().prop_map(|v| [&v[..], b"\x94h\x00"].concat()),
+            inner.prop_map(|v| [&v[..], b"Q"].concat()),
+        ]
+    })
+}
+
+/// Where the opcode walk answers, the VM in scan mode reads the same pickle to
+/// the same end and records the same globals at the same offsets.
+fn check_walk_agrees(data: &[u8]) {
+    let limits = Limits::default();
+    let user = UserGlobals::default();
+    let Some(walk) = walker::walk(data, &user, &limits) else {
+        return;
+    };
+    let mut hooks = TorchHooks::new(Mode::Scan, &user, limits, IdFormat::Zip);
+    let mut arena = Arena::new(&limits);
+    let parsed = machine::run(data, &mut hooks, &mut arena, &limits, StringEncoding::Utf8);
+    let parsed = parsed.unwrap_or_else(|e| panic!("the walk answered, the VM failed: {e}"));
+    assert_eq!(parsed.end, walk.end);
+    let names = |f: &[FoundGlobal]| -> Vec<(String, u64)> {
+        f.iter().map(|g| (g.name.clone(), g.offset)).collect()
+    };
+    assert_eq!(names(&hooks.found), names(&walk.found));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
@@ -104,6 +173,13 @@ proptest! {
     fn streams_of_opcodes_never_panic_and_stay_linear(data in stream()) {
         check_linear(&data);
         let _ = tensorplay::scan::scan_bytes(&data, &tensorplay::scan::ScanOptions::default());
+    }
+
+    #[test]
+    fn the_fast_globals_walk_agrees_with_the_vm(data in stream(), well_formed in value()) {
+        check_walk_agrees(&data);
+        let well_formed = [&b"\x80\x04"[..], &well_formed, b"."].concat();
+        check_walk_agrees(&well_formed);
     }
 
     #[test]

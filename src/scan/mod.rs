@@ -16,6 +16,7 @@
 
 pub mod dangerous;
 pub mod stream;
+pub mod walker;
 
 use crate::archive::inflate::{inflate_exact, inflated_len};
 use crate::archive::zip::{self, Entry};
@@ -66,6 +67,9 @@ pub struct Report {
     pub problems: Vec<String>,
     /// How many pickles were read.
     pub pickles: u32,
+    /// Why a load would refuse the file, kept until the scan shows whether an
+    /// unsafe global explains it.
+    pending_refusal: Option<(String, String)>,
 }
 
 impl Report {
@@ -148,6 +152,11 @@ fn is_safetensors(data: &[u8]) -> bool {
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
     let mut report = Report::default();
     scan_into(data, "", 0, options, &mut report, true);
+    if let Some((location, reason)) = report.pending_refusal.take() {
+        if report.findings.is_empty() {
+            report.problem(&location, format!("a load would refuse it: {reason}"));
+        }
+    }
     report
 }
 
@@ -172,6 +181,9 @@ fn scan_into(
         "zip" => scan_zip(data, location, depth, options, report, top),
         "npy" => scan_npy(data, location, options, report),
         "tar" => scan_tar(data, location, depth, options, report),
+        "torch-legacy" if top && validated_load(data, location, options, report) => {
+            report.pickles += 5;
+        }
         "torch-legacy" => {
             let s = stream::scan_stream(
                 data,
@@ -194,20 +206,24 @@ fn scan_into(
     if kind != "zip" {
         scan_trailing_zip(data, location, depth, options, report);
     }
-    if top
-        && report.findings.is_empty()
-        && matches!(kind, "zip" | "torch-legacy")
-        && report.format != "zip"
-    {
-        // Fully parsed and no unsafe global: would a load accept it? A tensor that
-        // reaches outside its storage, or a limit, makes the file unreadable, not clean.
-        let load = LoadOptions {
-            limits: options.limits,
-            user_globals: options.user_globals.clone(),
-            ..LoadOptions::default()
-        };
-        if let Err(e) = checkpoint::validate(data, &load) {
-            report.problem(location, format!("a load would refuse it: {e}"));
+}
+
+/// Would a load accept the checkpoint `data`? It runs everything a load checks
+/// (so a tensor outside its storage, or a limit, makes the file unreadable, not
+/// clean) and reports whether it passed; a file that passes holds no global
+/// outside the allowlist, so its main pickle needs no scan of its own. A refusal
+/// is recorded only if the scan that follows finds nothing unsafe to explain it.
+fn validated_load(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report) -> bool {
+    let load = LoadOptions {
+        limits: options.limits,
+        user_globals: options.user_globals.clone(),
+        ..LoadOptions::default()
+    };
+    match checkpoint::validate(data, &load) {
+        Ok(_) => true,
+        Err(e) => {
+            report.pending_refusal = Some((location.to_owned(), e.to_string()));
+            false
         }
     }
 }
@@ -329,10 +345,8 @@ fn scan_zip(
         .first()
         .and_then(|e| e.name_lossy().split_once('/').map(|(r, _)| r.to_owned()));
     let torch_layout = root.as_deref().is_some_and(|r| {
-        index
-            .entries
-            .iter()
-            .any(|e| e.name_lossy() == format!("{r}/data.pkl"))
+        let main = format!("{r}/data.pkl");
+        index.entries.iter().any(|e| *e.name == *main.as_bytes())
     });
     let root = if torch_layout { root } else { None };
     if top {
@@ -356,18 +370,32 @@ fn scan_zip(
             _ => "zip".into(),
         };
     }
+    // A checkpoint a load accepts has only allowlisted globals in its data.pkl.
+    let main_pickle = root.as_ref().map(|r| format!("{r}/data.pkl"));
+    let loadable = top && root.is_some() && validated_load(data, location, options, report);
+    // Only TensorDict leaves need to know their neighbours.
     let names: std::collections::HashSet<String> =
-        index.entries.iter().map(Entry::name_lossy).collect();
+        if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
+            index.entries.iter().map(Entry::name_lossy).collect()
+        } else {
+            Default::default()
+        };
     for entry in &index.entries {
         let name = entry.name_lossy();
-        let here = entry_location(location, entry);
+        if loadable && main_pickle.as_deref() == Some(name.as_str()) {
+            report.pickles += 1;
+            continue;
+        }
         if is_torch_payload(root.as_deref(), &name)
             || is_tensordict_leaf(&names, &name)
             || name.ends_with('/')
         {
-            check_compressed_payload(data, entry, &here, report);
+            if entry.method != 0 {
+                check_compressed_payload(data, entry, &entry_location(location, entry), report);
+            }
             continue;
         }
+        let here = entry_location(location, entry);
         let bytes = match entry_data(entry, data, &options.limits) {
             Ok(b) => b,
             Err(e) => {
@@ -390,6 +418,9 @@ fn scan_zip(
 /// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
 /// is never mistaken for a broken pickle.
 fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
+    if !name.ends_with(".memmap") {
+        return false;
+    }
     let meta = match name.rsplit_once('/') {
         Some((folder, _)) => format!("{folder}/meta.json"),
         None => "meta.json".to_owned(),
@@ -560,6 +591,15 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
                 Error::archive("the archive has no data.pkl record", Location::default())
             })?;
             let bytes = entry_data(entry, data, &options.limits)?;
+            if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
+                let mut seen = std::collections::HashSet::new();
+                return Ok(walk
+                    .found
+                    .into_iter()
+                    .filter(|f| seen.insert(f.name.clone()))
+                    .map(|f| f.name)
+                    .collect());
+            }
             let name = entry.name_lossy();
             let s = stream::scan_stream(
                 &bytes,

@@ -79,18 +79,8 @@ impl<'u> TorchHooks<'u> {
     }
 
     fn record(&mut self, module: &str, name: &str, at: &Location) {
-        let full = if name.is_empty() {
-            module.to_owned()
-        } else {
-            format!("{module}.{name}")
-        };
-        let dangerous = globals::blocked_reason(module, name).is_some()
-            || dangerous::is_dangerous(module, name);
-        self.found.push(FoundGlobal {
-            name: full,
-            offset: at.offset.unwrap_or(0),
-            dangerous,
-        });
+        self.found
+            .push(found_global(module, name, at.offset.unwrap_or(0)));
     }
 
     fn call_builtin(
@@ -366,6 +356,23 @@ fn valid_device(device: &str) -> bool {
     kind_ok && index_ok
 }
 
+/// A global the allowlist does not cover, met at `offset`; `name` is empty for a
+/// global described by `module` alone (an extension code, a computed name).
+pub fn found_global(module: &str, name: &str, offset: u64) -> FoundGlobal {
+    let full = if name.is_empty() {
+        module.to_owned()
+    } else {
+        format!("{module}.{name}")
+    };
+    let dangerous =
+        globals::blocked_reason(module, name).is_some() || dangerous::is_dangerous(module, name);
+    FoundGlobal {
+        name: full,
+        offset,
+        dangerous,
+    }
+}
+
 impl Hooks for TorchHooks<'_> {
     fn global(
         &mut self,
@@ -431,6 +438,16 @@ impl Hooks for TorchHooks<'_> {
         args: NodeId,
         at: &Location,
     ) -> Result<NodeId, Error> {
+        // A scan only needs the globals: a call on a value it could not build would
+        // fail anyway, and describing why costs more than the whole call.
+        let opaque_arg = || {
+            arena
+                .tuple(args)
+                .is_some_and(|items| items.iter().any(|i| matches!(arena.get(*i), Node::Opaque)))
+        };
+        if self.mode == Mode::Scan && opaque_arg() {
+            return arena.push(Node::Opaque);
+        }
         let result = match arena.get(func) {
             Node::Global(Global::Builtin(b)) => {
                 let b = *b;

@@ -1,0 +1,398 @@
+//! The fast path of `get_unsafe_globals_in_checkpoint`: a walk over a pickle's
+//! opcodes with a shadow stack that knows only what STACK_GLOBAL and the
+//! container opcodes need (which values are literal strings, which are lists,
+//! dicts and sets). It builds nothing, so it runs at the speed of the opcode
+//! stream.
+//!
+//! It answers only when its answer is the VM's: on any opcode, value or limit it
+//! does not model exactly it gives up, and the caller runs the VM in scan mode.
+//! The property tests hold the two to the same list on generated pickles.
+
+use crate::limits::Limits;
+use crate::pickle::cursor::Cursor;
+use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
+use crate::pickle::opcodes::*;
+use crate::pickle::text;
+use crate::torch::semantics::{found_global, FoundGlobal, UNRESOLVED_GLOBAL};
+
+/// What the walk knows about a value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Shadow<'d> {
+    Str(&'d [u8]),
+    List,
+    Dict,
+    Set,
+    EmptyTuple,
+    /// `collections.OrderedDict` or `collections.Counter` itself: called with no
+    /// arguments, it makes an empty dict.
+    DictClass,
+    /// `builtins.set` itself.
+    SetClass,
+    /// Anything else: a number, bytes, a tuple, an object, a tensor...
+    Other,
+}
+
+/// The walk of one pickle: the globals outside the allowlist, and where it ended.
+pub struct Walk {
+    pub found: Vec<FoundGlobal>,
+    /// Offset just past STOP.
+    pub end: usize,
+}
+
+struct Walker<'d, 'u> {
+    cursor: Cursor<'d>,
+    user: &'u UserGlobals,
+    limits: &'u Limits,
+    stack: Vec<Shadow<'d>>,
+    marks: Vec<usize>,
+    memo: Vec<Shadow<'d>>,
+    /// Values created, payload bytes, and items added to containers: the VM's
+    /// limits are far above these in any file the walk answers for.
+    values: u64,
+    payload: u64,
+    items: u64,
+    found: Vec<FoundGlobal>,
+}
+
+/// Walk the pickle at the start of `data`; `None` when only the VM can tell.
+pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
+    if data.len() as u64 > limits.max_pickle_bytes {
+        return None;
+    }
+    let mut w = Walker {
+        cursor: Cursor::new(data),
+        user,
+        limits,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        values: 0,
+        payload: 0,
+        items: 0,
+        found: Vec::new(),
+    };
+    loop {
+        let at = w.cursor.position();
+        let op = w.cursor.u8().ok()?;
+        if op == STOP {
+            w.pop()?;
+            return Some(Walk {
+                found: w.found,
+                end: w.cursor.position(),
+            });
+        }
+        w.step(op, at)?;
+        if !w.far_from_limits() {
+            return None;
+        }
+    }
+}
+
+impl<'d> Walker<'d, '_> {
+    fn far_from_limits(&self) -> bool {
+        // Hooks may add a value or two per call; a quarter of the budget is a
+        // margin no well-formed file gets near.
+        let l = self.limits;
+        self.values.saturating_mul(4) < l.max_nodes
+            && self.payload.saturating_mul(2) < l.max_payload_bytes
+            && self.items < l.max_container_len
+            && (self.stack.len() as u64) < l.max_stack_depth
+            && (self.marks.len() as u64) < l.max_mark_depth
+            && (self.memo.len() as u64) < l.max_memo_entries
+    }
+
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn push(&mut self, v: Shadow<'d>) -> Option<()> {
+        self.values += 1;
+        self.stack.push(v);
+        Some(())
+    }
+
+    fn pop(&mut self) -> Option<Shadow<'d>> {
+        if self.stack.len() <= self.floor() {
+            return None;
+        }
+        self.stack.pop()
+    }
+
+    fn top(&self) -> Option<Shadow<'d>> {
+        if self.stack.len() <= self.floor() {
+            return None;
+        }
+        self.stack.last().copied()
+    }
+
+    /// Pop down to the innermost MARK; how many items were above it.
+    fn pop_mark(&mut self) -> Option<usize> {
+        let mark = self.marks.pop()?;
+        let n = self.stack.len().checked_sub(mark)?;
+        self.stack.truncate(mark);
+        self.items = self.items.saturating_add(n as u64);
+        Some(n)
+    }
+
+    fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow<'d> {
+        let (module, name) = globals::map_py2(module, name);
+        match globals::resolve(&module, &name, self.user) {
+            Resolution::Allowed(Global::Builtin(Builtin::OrderedDict | Builtin::Counter)) => {
+                Shadow::DictClass
+            }
+            Resolution::Allowed(Global::Builtin(Builtin::Set)) => Shadow::SetClass,
+            Resolution::Allowed(_) => Shadow::Other,
+            Resolution::Blocked | Resolution::NotAllowed => {
+                self.found.push(found_global(&module, &name, at as u64));
+                Shadow::Other
+            }
+        }
+    }
+
+    fn line(&mut self) -> Option<&'d str> {
+        std::str::from_utf8(self.cursor.line().ok()?).ok()
+    }
+
+    /// A container opcode may only target the kind the VM accepts for sure.
+    fn mutate(&mut self, kind: Shadow<'d>, added: usize) -> Option<()> {
+        (self.top()? == kind).then_some(())?;
+        self.items = self.items.saturating_add(added as u64);
+        Some(())
+    }
+
+    fn step(&mut self, op: u8, at: usize) -> Option<()> {
+        match op {
+            PROTO => (self.cursor.u8().ok()? <= 5).then_some(())?,
+            FRAME => {
+                let len = self.cursor.u64_le().ok()?;
+                (len <= self.cursor.remaining() as u64).then_some(())?;
+            }
+            MARK => self.marks.push(self.stack.len()),
+            POP => {
+                if self.stack.len() > self.floor() {
+                    self.stack.pop();
+                } else {
+                    self.pop_mark()?;
+                }
+            }
+            POP_MARK => {
+                self.pop_mark()?;
+            }
+            DUP => {
+                let top = self.top()?;
+                self.stack.push(top);
+            }
+            NONE | NEWTRUE | NEWFALSE => self.push(Shadow::Other)?,
+            BININT => {
+                self.cursor.take(4).ok()?;
+                self.push(Shadow::Other)?;
+            }
+            BININT1 => {
+                self.cursor.take(1).ok()?;
+                self.push(Shadow::Other)?;
+            }
+            BININT2 => {
+                self.cursor.take(2).ok()?;
+                self.push(Shadow::Other)?;
+            }
+            BINFLOAT => {
+                self.cursor.take(8).ok()?;
+                self.push(Shadow::Other)?;
+            }
+            LONG1 | LONG4 => {
+                let n = if op == LONG1 {
+                    u64::from(self.cursor.u8().ok()?)
+                } else {
+                    u64::try_from(self.cursor.i32_le().ok()?).ok()?
+                };
+                self.cursor.take_counted(n).ok()?;
+                self.payload = self.payload.saturating_add(n);
+                self.push(Shadow::Other)?;
+            }
+            BINUNICODE | SHORT_BINUNICODE | BINUNICODE8 => {
+                let width = match op {
+                    SHORT_BINUNICODE => 1,
+                    BINUNICODE => 4,
+                    _ => 8,
+                };
+                let n = self.cursor.count(width).ok()?;
+                let bytes = self.cursor.take_counted(n).ok()?;
+                text::is_utf8_surrogatepass(bytes).then_some(())?;
+                self.payload = self.payload.saturating_add(n);
+                self.push(Shadow::Str(bytes))?;
+            }
+            BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
+                let width = match op {
+                    SHORT_BINBYTES => 1,
+                    BINBYTES => 4,
+                    _ => 8,
+                };
+                let n = self.cursor.count(width).ok()?;
+                self.cursor.take_counted(n).ok()?;
+                self.payload = self.payload.saturating_add(n);
+                self.push(Shadow::Other)?;
+            }
+            EMPTY_TUPLE => self.push(Shadow::EmptyTuple)?,
+            TUPLE1 | TUPLE2 | TUPLE3 => {
+                let n = usize::from(op - TUPLE1 + 1);
+                (self.stack.len() >= self.floor() + n).then_some(())?;
+                self.stack.truncate(self.stack.len() - n);
+                self.push(Shadow::Other)?;
+            }
+            TUPLE => {
+                let n = self.pop_mark()?;
+                self.push(if n == 0 {
+                    Shadow::EmptyTuple
+                } else {
+                    Shadow::Other
+                })?;
+            }
+            EMPTY_LIST => self.push(Shadow::List)?,
+            LIST => {
+                self.pop_mark()?;
+                self.push(Shadow::List)?;
+            }
+            EMPTY_DICT => self.push(Shadow::Dict)?,
+            DICT => {
+                (self.pop_mark()? % 2 == 0).then_some(())?;
+                self.push(Shadow::Dict)?;
+            }
+            EMPTY_SET => self.push(Shadow::Set)?,
+            FROZENSET => {
+                self.pop_mark()?;
+                self.push(Shadow::Other)?;
+            }
+            APPEND => {
+                self.pop()?;
+                self.mutate(Shadow::List, 1)?;
+            }
+            APPENDS => {
+                let n = self.pop_mark()?;
+                self.mutate(Shadow::List, n)?;
+            }
+            SETITEM => {
+                self.pop()?;
+                self.pop()?;
+                self.mutate(Shadow::Dict, 1)?;
+            }
+            SETITEMS => {
+                let n = self.pop_mark()?;
+                (n % 2 == 0).then_some(())?;
+                self.mutate(Shadow::Dict, n / 2)?;
+            }
+            ADDITEMS => {
+                let n = self.pop_mark()?;
+                self.mutate(Shadow::Set, n)?;
+            }
+            BINPUT => {
+                let index = usize::from(self.cursor.u8().ok()?);
+                self.memo_put(index)?;
+            }
+            LONG_BINPUT => {
+                let index = usize::try_from(self.cursor.u32_le().ok()?).ok()?;
+                self.memo_put(index)?;
+            }
+            MEMOIZE => self.memo_put(self.memo.len())?,
+            BINGET => {
+                let index = usize::from(self.cursor.u8().ok()?);
+                let v = *self.memo.get(index)?;
+                self.stack.push(v);
+            }
+            LONG_BINGET => {
+                let index = usize::try_from(self.cursor.u32_le().ok()?).ok()?;
+                let v = *self.memo.get(index)?;
+                self.stack.push(v);
+            }
+            GLOBAL => {
+                let module = self.line()?;
+                let name = self.line()?;
+                let g = self.global(module, name, at);
+                self.push(g)?;
+            }
+            STACK_GLOBAL => {
+                let name = self.pop()?;
+                let module = self.pop()?;
+                let g = match (module, name) {
+                    (Shadow::Str(m), Shadow::Str(n)) => {
+                        let m = std::str::from_utf8(m).ok()?;
+                        let n = std::str::from_utf8(n).ok()?;
+                        self.global(m, n, at)
+                    }
+                    _ => {
+                        self.found
+                            .push(found_global(UNRESOLVED_GLOBAL, "", at as u64));
+                        Shadow::Other
+                    }
+                };
+                self.push(g)?;
+            }
+            EXT1 | EXT2 | EXT4 => {
+                let code = match op {
+                    EXT1 => u32::from(self.cursor.u8().ok()?),
+                    EXT2 => u32::from(self.cursor.u16_le().ok()?),
+                    _ => self.cursor.u32_le().ok()?,
+                };
+                let name = format!("<extension code {code}>");
+                self.found.push(found_global(&name, "", at as u64));
+                self.push(Shadow::Other)?;
+            }
+            REDUCE => {
+                let args = self.pop()?;
+                let func = self.pop()?;
+                let made = match (func, args) {
+                    (Shadow::DictClass, Shadow::EmptyTuple) => Shadow::Dict,
+                    (Shadow::SetClass, Shadow::EmptyTuple) => Shadow::Set,
+                    // A copy of another container is charged against the limits
+                    // by its size, which the walk does not know.
+                    (Shadow::DictClass | Shadow::SetClass, _) => return None,
+                    _ => Shadow::Other,
+                };
+                self.push(made)?;
+            }
+            NEWOBJ => {
+                self.pop()?;
+                self.pop()?;
+                self.push(Shadow::Other)?;
+            }
+            NEWOBJ_EX => {
+                self.pop()?;
+                self.pop()?;
+                self.pop()?;
+                self.push(Shadow::Other)?;
+            }
+            BUILD => {
+                self.pop()?;
+                self.top()?;
+            }
+            BINPERSID => {
+                self.pop()?;
+                self.push(Shadow::Other)?;
+            }
+            INST => {
+                let module = self.line()?;
+                let name = self.line()?;
+                self.pop_mark()?;
+                self.global(module, name, at);
+                self.push(Shadow::Other)?;
+            }
+            OBJ => {
+                (self.pop_mark()? >= 1).then_some(())?;
+                self.push(Shadow::Other)?;
+            }
+            // Protocol 0 and 1 text opcodes, out-of-band buffers and anything
+            // unknown: the VM decides.
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn memo_put(&mut self, index: usize) -> Option<()> {
+        let top = self.top()?;
+        match index.cmp(&self.memo.len()) {
+            std::cmp::Ordering::Less => *self.memo.get_mut(index)? = top,
+            std::cmp::Ordering::Equal => self.memo.push(top),
+            std::cmp::Ordering::Greater => return None,
+        }
+        Some(())
+    }
+}
