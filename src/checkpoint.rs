@@ -11,9 +11,9 @@ use crate::archive::zip::{self, Entry};
 use crate::error::{Error, Location};
 use crate::limits::{self, Limits};
 use crate::pickle::globals::UserGlobals;
-use crate::pickle::keys;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::value::{Arena, NodeId};
+use crate::pickle::{compact, keys};
 use crate::torch::legacy;
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storages::{IdFormat, Storages};
@@ -55,8 +55,6 @@ pub enum StorageData {
 pub struct Storage {
     pub decl: StorageDecl,
     pub data: StorageData,
-    /// The archive entry, for error messages.
-    pub entry: String,
     /// When the payload's byte order differs from this machine's: the swap unit.
     pub swap: Option<u64>,
 }
@@ -112,11 +110,15 @@ pub enum Format {
 
 /// Open a checkpoint held in `source` and validate it completely.
 pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
-    let c = read(source.bytes(), options)?;
+    let c = read(source.bytes(), options, Some(&source))?;
+    // The pickle's pages too: storages are read from the file, not the map.
+    source.release_pages();
+    let (arena, root) = compact::compact(&c.arena, c.root);
+    drop(c.arena);
     Ok(Checkpoint {
         source,
-        arena: c.arena,
-        root: c.root,
+        arena,
+        root,
         storages: c.storages,
         protocol: c.protocol,
         pickle_entry: c.pickle_entry,
@@ -127,7 +129,7 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
 /// Everything a load checks, on borrowed bytes: what a scanner runs to tell a
 /// loadable file from one a load would refuse.
 pub fn validate(data: &[u8], options: &LoadOptions) -> Result<Format, Error> {
-    read(data, options).map(|c| c.format)
+    read(data, options, None).map(|c| c.format)
 }
 
 /// A checkpoint's values and storages, before they are tied to their source.
@@ -140,19 +142,24 @@ struct Contents {
     format: Format,
 }
 
-fn read(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
-    let contents = read_format(data, options)?;
+/// `source`, when given, holds `data` and may let go of the pages already read.
+fn read(data: &[u8], options: &LoadOptions, source: Option<&Source>) -> Result<Contents, Error> {
+    let contents = read_format(data, options, source)?;
     keys::check_keys(&contents.arena, options.limits.max_key_values)
         .map_err(|e| e.in_entry(&contents.pickle_entry))?;
     Ok(contents)
 }
 
-fn read_format(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
+fn read_format(
+    data: &[u8],
+    options: &LoadOptions,
+    source: Option<&Source>,
+) -> Result<Contents, Error> {
     if data.is_empty() {
         return Err(Error::archive("the file is empty", Location::default()));
     }
     if data.starts_with(b"PK\x03\x04") {
-        return open_zip(data, options);
+        return open_zip(data, options, source);
     }
     if legacy::is_legacy(data) {
         return open_legacy(data, options);
@@ -175,13 +182,23 @@ pub fn is_tar(data: &[u8]) -> bool {
     data.get(257..262) == Some(b"ustar")
 }
 
-fn open_zip(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
+fn open_zip(
+    data: &[u8],
+    options: &LoadOptions,
+    source: Option<&Source>,
+) -> Result<Contents, Error> {
     let index = if options.calculate_offsets {
         zip::read_index_computed(data, options.limits.max_zip_entries, 64)?
     } else {
         zip::read_index(data, options.limits.max_zip_entries)?
     };
     let layout = Layout::new(index, data)?;
+    // Checking the local headers touched a page of the map for each record. The
+    // storages are copied with reads of the file, not through the map, so those
+    // pages need not stay in this process while the pickle runs.
+    if let Some(source) = source {
+        source.release_pages();
+    }
     if layout.is_torchscript() {
         return Err(Error::unsupported(
             "a TorchScript archive: weights-only loading cannot run TorchScript; use torch.jit.load on trusted files",
@@ -352,11 +369,9 @@ fn bind_storages(
     let mut out = Vec::with_capacity(decls.len());
     for (i, (decl, view)) in decls.into_iter().zip(view_of).enumerate() {
         if let Some((root, offset)) = view {
-            let entry = format!("view of storage #{}", root.index());
             out.push(Storage {
                 decl,
                 data: StorageData::View { root, offset },
-                entry,
                 swap: None,
             });
             continue;
@@ -374,17 +389,27 @@ fn bind_storages(
             None => Some(decl.dtype.swap_unit()),
         }
         .filter(|unit| *unit > 1);
-        out.push(Storage {
-            decl,
-            data,
-            entry,
-            swap,
-        });
+        out.push(Storage { decl, data, swap });
     }
     Ok(out)
 }
 
 impl Checkpoint {
+    /// Where a storage's bytes are, for error messages.
+    pub fn entry_of(&self, s: &Storage) -> String {
+        match (&s.data, self.format) {
+            (StorageData::View { root, .. }, _) => format!("view of storage #{}", root.index()),
+            (_, Format::Zip) => {
+                let root = self
+                    .pickle_entry
+                    .strip_suffix("/data.pkl")
+                    .unwrap_or(&self.pickle_entry);
+                format!("{root}/data/{}", s.decl.key)
+            }
+            (_, Format::Legacy) => format!("legacy storage '{}'", s.decl.key),
+        }
+    }
+
     pub fn storage(&self, id: StorageId) -> Option<&Storage> {
         self.storages.get(id.index())
     }
@@ -427,7 +452,7 @@ impl Checkpoint {
         if dst.len() as u64 != s.decl.nbytes {
             return Err(Error::tensor(
                 "destination size differs from the storage size",
-                Location::entry(&s.entry),
+                Location::entry(&self.entry_of(s)),
             ));
         }
         let data = self.source.bytes();
@@ -438,22 +463,24 @@ impl Checkpoint {
         let outside = || {
             Error::archive(
                 "storage data lies outside the file",
-                Location::entry(&s.entry),
+                Location::entry(&self.entry_of(s)),
             )
         };
         match s.data {
-            StorageData::Stored { offset } => {
-                dst.copy_from_slice(slice(offset, s.decl.nbytes).ok_or_else(outside)?)
-            }
+            StorageData::Stored { offset } => self
+                .source
+                .read_into(offset, dst)
+                .ok_or_else(outside)?
+                .map_err(|e| Error::io(format!("cannot read {}", self.entry_of(s)), e))?,
             StorageData::Deflated { offset, compressed } => inflate_exact(
                 slice(offset, compressed).ok_or_else(outside)?,
                 dst,
-                &s.entry,
+                &self.entry_of(s),
             )?,
             StorageData::View { .. } => {
                 return Err(Error::tensor(
                     "a view storage is read through its root",
-                    Location::entry(&s.entry),
+                    Location::entry(&self.entry_of(s)),
                 ))
             }
         }
@@ -477,20 +504,20 @@ impl Checkpoint {
         let StorageData::Stored { offset } = s.data else {
             return Err(Error::tensor(
                 "only stored storages can be read in chunks",
-                Location::entry(&s.entry),
+                Location::entry(&self.entry_of(s)),
             ));
         };
-        let begin = usize::try_from(offset)
-            .ok()
-            .and_then(|o| o.checked_add(start));
-        let src = begin.and_then(|b| self.source.bytes().get(b..b.checked_add(dst.len())?));
-        let src = src.ok_or_else(|| {
+        let outside = || {
             Error::archive(
                 "storage data lies outside the file",
-                Location::entry(&s.entry),
+                Location::entry(&self.entry_of(s)),
             )
-        })?;
-        dst.copy_from_slice(src);
+        };
+        offset
+            .checked_add(start as u64)
+            .and_then(|at| self.source.read_into(at, dst))
+            .ok_or_else(outside)?
+            .map_err(|e| Error::io(format!("cannot read {}", self.entry_of(s)), e))?;
         if let Some(unit) = s.swap {
             byteswap(dst, unit as usize);
         }

@@ -9,6 +9,7 @@ use common::zipw::{self, Entry, Options};
 use tensorplay::archive::source::Source;
 use tensorplay::archive::zip::read_index;
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
+use tensorplay::pickle::value::Node;
 use tensorplay::{Error, Limits};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch");
@@ -50,6 +51,32 @@ fn real_torch_checkpoints_open_with_aligned_storages() {
             assert_eq!(offset % 64, 0, "{name}: torch aligns payloads to 64 bytes");
         }
     }
+}
+
+#[test]
+fn an_opened_checkpoint_keeps_only_the_values_its_root_reaches() {
+    // {"w": tensor, "shared": [same tensor]}: the persistent id, the argument
+    // tuples, the shape ints and the hook dict are gone; the tensor stays shared.
+    let body = &TENSOR[2..TENSOR.len() - 1];
+    let pickle = [
+        &b"\x80\x02}(X\x01\x00\x00\x00w"[..],
+        body,
+        b"q\x00X\x06\x00\x00\x00shared]h\x00au.",
+    ]
+    .concat();
+    let data = [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat();
+    let ckpt = open(zipw::checkpoint(&pickle, &[("data/0", &data)])).unwrap();
+    let Node::Dict(_, dict) = ckpt.arena.get(ckpt.root) else {
+        panic!("the root is not a dict")
+    };
+    let items = &ckpt.arena.dict(*dict).items;
+    let Node::List(list) = ckpt.arena.get(items[1].1) else {
+        panic!("not a list")
+    };
+    assert_eq!(list.as_slice(), [items[0].1], "the tensor is shared");
+    // The dict, two keys, the tensor and the list.
+    assert_eq!(ckpt.arena.len(), 5);
+    assert!(matches!(ckpt.arena.get(items[0].1), Node::Tensor(_)));
 }
 
 #[test]

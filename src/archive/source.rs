@@ -22,7 +22,12 @@ pub enum MapMode {
 }
 
 pub enum Source {
-    ReadOnly(Mmap),
+    /// A read-only map, and the file: an eager load reads storages with `pread`,
+    /// so the file's pages never join the process's resident set.
+    ReadOnly {
+        map: Mmap,
+        file: File,
+    },
     Writable(MmapMut),
     Owned(Vec<u8>),
     Empty,
@@ -55,9 +60,10 @@ impl Source {
         // asked for writes to reach the file.
         let source = unsafe {
             match mode {
-                MapMode::ReadOnly => {
-                    Source::ReadOnly(Mmap::map(&file).map_err(|e| describe("map", e))?)
-                }
+                MapMode::ReadOnly => Source::ReadOnly {
+                    map: Mmap::map(&file).map_err(|e| describe("map", e))?,
+                    file,
+                },
                 MapMode::Private => Source::Writable(
                     MmapOptions::new()
                         .map_copy(&file)
@@ -71,13 +77,26 @@ impl Source {
         Ok(source)
     }
 
+    /// A read-only map of an open regular file (not empty).
+    pub fn map_file(file: File) -> std::io::Result<Source> {
+        // SAFETY: as in `open`: the map lives as long as the value, and a truncation
+        // by another process would fault on access, as any mmap load would.
+        let map = unsafe { Mmap::map(&file)? };
+        Ok(Source::ReadOnly { map, file })
+    }
+
+    /// `len` bytes of fresh anonymous memory (zeroed by the kernel as it is touched).
+    pub fn anonymous(len: usize) -> std::io::Result<Source> {
+        Ok(Source::Writable(MmapMut::map_anon(len)?))
+    }
+
     pub fn from_vec(bytes: Vec<u8>) -> Source {
         Source::Owned(bytes)
     }
 
     pub fn bytes(&self) -> &[u8] {
         match self {
-            Source::ReadOnly(m) => m,
+            Source::ReadOnly { map, .. } => map,
             Source::Writable(m) => m,
             Source::Owned(v) => v,
             Source::Empty => &[],
@@ -99,8 +118,37 @@ impl Source {
 
     /// Hint that the mapped range will be read soon, so the kernel reads ahead.
     pub fn will_need(&self, offset: usize, len: usize) {
-        if let Source::ReadOnly(m) = self {
-            let _ = m.advise_range(memmap2::Advice::WillNeed, offset, len);
+        if let Source::ReadOnly { map, .. } = self {
+            let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
         }
+    }
+
+    /// Drop the pages of a read-only map from this process's resident set; they
+    /// stay in the page cache and come back on the next access.
+    pub fn release_pages(&self) {
+        if let Source::ReadOnly { map, .. } = self {
+            // SAFETY: the map is read-only and never written, so discarding its
+            // pages loses nothing: the next access faults the file's bytes back in.
+            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
+    /// Copy `dst.len()` bytes from `offset` into `dst`: from the file with `pread`
+    /// when there is one (the kernel copies out of its page cache, and nothing is
+    /// mapped into this process), else from the bytes in memory. `None` when the
+    /// range lies outside the source.
+    pub fn read_into(&self, offset: u64, dst: &mut [u8]) -> Option<std::io::Result<()>> {
+        let end = offset.checked_add(dst.len() as u64)?;
+        if end > self.bytes().len() as u64 {
+            return None;
+        }
+        #[cfg(unix)]
+        if let Source::ReadOnly { file, .. } = self {
+            use std::os::unix::fs::FileExt;
+            return Some(file.read_exact_at(dst, offset));
+        }
+        let start = usize::try_from(offset).ok()?;
+        dst.copy_from_slice(self.bytes().get(start..start.checked_add(dst.len())?)?);
+        Some(Ok(()))
     }
 }

@@ -48,10 +48,7 @@ fn map_fd(fd: i32) -> Result<Source, Error> {
     if meta.len() == 0 {
         return Ok(Source::Empty);
     }
-    // SAFETY: a read-only map that lives as long as the returned value; another
-    // process truncating the file meanwhile would fault on access, as any mmap load.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| describe("map", e))?;
-    Ok(Source::ReadOnly(map))
+    Source::map_file(file).map_err(|e| describe("map", e))
 }
 
 /// The archive's bytes: an open descriptor, a path or a bytes object.

@@ -280,7 +280,7 @@ impl<'a, 'py> Builder<'a, 'py> {
     /// Children a mutable node is filled with, or an object's mutation arguments.
     fn fill_children(&self, id: NodeId) -> Vec<NodeId> {
         match self.node(id) {
-            Node::List(items) => items.clone(),
+            Node::List(items) => items.to_vec(),
             Node::Dict(_, d) => {
                 let d = self.arena().dict(*d);
                 let mut out = Vec::new();
@@ -312,7 +312,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         match self.node(id) {
             Node::List(items) => {
                 let list = obj.cast::<PyList>()?;
-                for item in items {
+                for item in items.iter() {
                     list.append(self.built(*item)?)?;
                 }
             }
@@ -383,7 +383,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 .call1((text.as_ref(), 0))
                 .map_err(|e| wrap_build_error(py, e, "invalid int literal"))?,
             Node::Float(f) => f.into_pyobject(py)?.into_any(),
-            Node::Complex(re, im) => PyComplex::from_doubles(py, *re, *im).into_any(),
+            Node::Complex(c) => PyComplex::from_doubles(py, c.0, c.1).into_any(),
             Node::Str(bytes) => match std::str::from_utf8(self.arena().payload(*bytes)) {
                 Ok(s) => PyString::new(py, s).into_any(),
                 Err(_) => PyBytes::new(py, self.arena().payload(*bytes))

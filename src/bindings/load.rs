@@ -74,6 +74,18 @@ pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> 
         .map_err(|e| to_pyerr(py, e))
 }
 
+/// The pickle's scaffolding (most of the VM's arena) was just freed, in blocks
+/// glibc keeps for reuse; the Python objects about to be built come from other
+/// allocators, so give the blocks back to the system before building them.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the system; it touches
+    // no memory that is in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Load a checkpoint. `data` is "read", "skip" (allocate, leave unread) or "meta";
 /// `restore(storage, location)` is torch's restore_location, called for every
 /// storage when `restore_all`, else for those not saved on the CPU.
@@ -127,7 +139,11 @@ pub fn load<'py>(
         (None, Arc::new(raw))
     };
     let checkpoint = py
-        .detach(|| checkpoint::open(source, &options))
+        .detach(|| {
+            let checkpoint = checkpoint::open(source, &options);
+            return_freed_memory();
+            checkpoint
+        })
         .map_err(|e| to_pyerr(py, e))?;
     let backend = match backend {
         "torch" => Backend::Torch(TorchApi::new(py)?),

@@ -11,6 +11,8 @@ use numpy::npyffi::{self, npy_intp, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
 use numpy::{PyArray1, PyArrayDescr, PyArrayMethods};
 use pyo3::prelude::*;
 
+use crate::archive::source::Source;
+use crate::bindings::mapping::MappedFile;
 use crate::torch::dtype::{DType, NumpyDType};
 
 pub struct NumpyApi<'py> {
@@ -55,10 +57,30 @@ impl<'py> NumpyApi<'py> {
         Ok(Some(descr))
     }
 
-    /// A fresh uninitialised uint8 array of `n` bytes, and where its data starts.
-    /// Allocation failure is a Python MemoryError, never a panic.
+    /// Fresh memory for a storage of `n` bytes, and where it starts. Allocation
+    /// failure is a Python MemoryError, never a panic.
+    ///
+    /// numpy asks for transparent huge pages on arrays of 4 MiB and more; where the
+    /// kernel defragments on request, the first touch of such an array can stall
+    /// in memory compaction for longer than the copy itself. Big storages get an
+    /// anonymous mapping of their own instead, with ordinary pages.
     pub fn alloc(&self, n: usize) -> PyResult<Buffer<'py>> {
+        const OWN_MAPPING_FROM: usize = 4 << 20;
         let py = self.py;
+        if n >= OWN_MAPPING_FROM {
+            let source = Source::anonymous(n).map_err(|e| {
+                pyo3::exceptions::PyMemoryError::new_err(format!(
+                    "cannot allocate {n} bytes for a storage: {e}"
+                ))
+            })?;
+            let (memory, _) = MappedFile::new(source);
+            let ptr = memory.ptr();
+            return Ok(Buffer {
+                base: Bound::new(py, memory)?.into_any(),
+                ptr,
+                writable: true,
+            });
+        }
         let descr = self
             .descr(DType::UInt8)?
             .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyTypeError, _>("uint8"))?;

@@ -340,14 +340,14 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
             self.push_new(Node::Int(i64::from_le_bytes(buf)))
         } else {
-            self.push_new(Node::BigInt(bytes.into()))
+            self.push_new(Node::BigInt(Box::new(bytes.to_vec())))
         }
     }
 
     fn int_literal(&mut self, text: &str) -> Result<(), Error> {
         match text::parse_int_literal(text) {
             Ok(Some(v)) => self.push_new(Node::Int(v)),
-            Ok(None) => self.push_new(Node::DecimalInt(text.trim().into())),
+            Ok(None) => self.push_new(Node::DecimalInt(Box::new(text.trim().to_owned()))),
             Err(()) => Err(self.err(format!("invalid int literal {text:?}"))),
         }
     }
@@ -640,10 +640,10 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 let id = self.tuple_from_stack(start)?;
                 self.push(id)?;
             }
-            EMPTY_LIST => self.push_new(Node::List(Vec::new()))?,
+            EMPTY_LIST => self.push_new(Node::List(Box::default()))?,
             LIST => {
                 let items = self.pop_mark()?;
-                self.push_new(Node::List(items))?;
+                self.push_new(Node::List(Box::new(items)))?;
             }
             EMPTY_DICT => {
                 let id = self.arena.push_dict(DictClass::Dict, empty_dict())?;

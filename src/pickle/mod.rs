@@ -11,6 +11,7 @@
     )
 )]
 
+pub mod compact;
 pub mod cursor;
 pub mod globals;
 pub mod keys;

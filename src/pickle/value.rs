@@ -15,19 +15,39 @@ impl NodeId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    pub(crate) fn from_index(index: u32) -> NodeId {
+        NodeId(index)
+    }
 }
 
 /// A run of bytes (str, bytes, bytearray payloads) or of ids (tuple items) in one
 /// of the arena's pools: one allocation for all of them instead of one each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
-    start: usize,
-    len: usize,
+    start: u32,
+    len: u32,
 }
 
 impl Span {
+    /// A span of `len` items starting at `start`, when both fit the 32-bit
+    /// offsets that keep a node at 16 bytes.
+    fn new(start: usize, len: usize) -> Option<Span> {
+        let end = start.checked_add(len)?;
+        u32::try_from(end).ok()?;
+        Some(Span {
+            start: start as u32,
+            len: len as u32,
+        })
+    }
+
+    fn range(self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.len as usize
+    }
+
     pub fn len(self) -> usize {
-        self.len
+        self.len as usize
     }
 
     pub fn is_empty(self) -> bool {
@@ -103,31 +123,33 @@ pub enum Mutation {
     SetItem(NodeId, NodeId),
 }
 
+/// One value. Anything longer than eight bytes lives in a pool or a box, so a
+/// node is 16 bytes: a state dict makes about thirty per tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Node {
     None,
     Bool(bool),
     Int(i64),
     /// An int beyond i64, as two's-complement little-endian bytes.
-    BigInt(Box<[u8]>),
+    BigInt(Box<Vec<u8>>),
     /// An int beyond i64 written as decimal text (protocol 0).
-    DecimalInt(Box<str>),
+    DecimalInt(Box<String>),
     Float(f64),
-    Complex(f64, f64),
+    Complex(Box<(f64, f64)>),
     /// UTF-8 text; may hold lone surrogates, as pickle's `surrogatepass` allows.
     Str(Span),
     Bytes(Span),
     ByteArray(Span),
     Tuple(Span),
-    List(Vec<NodeId>),
+    List(Box<Vec<NodeId>>),
     Dict(DictClass, DictId),
     Set(Box<SetNode>),
     /// An allowlisted global itself: a class, a function, a dtype, a storage type...
     Global(Global),
     /// `torch.Size`.
-    Size(Box<[i64]>),
+    Size(Box<Vec<i64>>),
     /// `torch.device(...)`: the device string.
-    Device(Box<str>),
+    Device(Box<String>),
     /// A layout from `torch.serialization._get_layout`.
     Layout(Layout),
     /// A storage named by a persistent id.
@@ -145,6 +167,9 @@ pub enum Node {
     /// A value the scanner could not build (scan mode only).
     Opaque,
 }
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Node>() == 16);
 
 impl Node {
     pub fn kind_name(&self) -> &'static str {
@@ -278,10 +303,11 @@ impl Arena {
 
     fn push_payload(&mut self, bytes: &[u8]) -> Result<Span, Error> {
         self.charge_payload(bytes.len() as u64)?;
-        let span = Span {
-            start: self.bytes.len(),
-            len: bytes.len(),
-        };
+        let span = Span::new(self.bytes.len(), bytes.len()).ok_or(Error::Limit {
+            limit: "max_payload_bytes",
+            max: u64::from(u32::MAX),
+            location: Location::default(),
+        })?;
         self.bytes.extend_from_slice(bytes);
         Ok(span)
     }
@@ -303,10 +329,11 @@ impl Arena {
 
     pub fn push_tuple(&mut self, items: &[NodeId]) -> Result<NodeId, Error> {
         self.check_len(items.len())?;
-        let span = Span {
-            start: self.ids.len(),
-            len: items.len(),
-        };
+        let span = Span::new(self.ids.len(), items.len()).ok_or(Error::Limit {
+            limit: "max_nodes",
+            max: u64::from(u32::MAX),
+            location: Location::default(),
+        })?;
         self.ids.extend_from_slice(items);
         self.push(Node::Tuple(span))
     }
@@ -323,6 +350,75 @@ impl Arena {
         let node = self.push(Node::Tensor(id))?;
         self.tensors.push(tensor);
         Ok(node)
+    }
+
+    /// An empty arena with the same limits.
+    pub(crate) fn empty_like(&self) -> Arena {
+        Arena {
+            nodes: Vec::new(),
+            bytes: Vec::new(),
+            ids: Vec::new(),
+            dicts: Vec::new(),
+            tensors: Vec::new(),
+            charged: 0,
+            payload_bytes: 0,
+            max_nodes: self.max_nodes,
+            max_payload_bytes: self.max_payload_bytes,
+            max_container_len: self.max_container_len,
+        }
+    }
+
+    /// A copy of `node` from arena `old` whose pooled contents (payload, tuple
+    /// items, dict, tensor) now live in this arena; the ids inside still point
+    /// into `old` until the caller rewrites them.
+    pub(crate) fn adopt(&mut self, old: &Arena, node: &Node) -> Node {
+        // The compacted pools are no bigger than the old ones, whose spans fit.
+        let mut copy_payload = |span: Span| {
+            let start = self.bytes.len() as u32;
+            self.bytes.extend_from_slice(old.payload(span));
+            self.payload_bytes += u64::from(span.len);
+            Span {
+                start,
+                len: span.len,
+            }
+        };
+        match node {
+            Node::Str(s) => Node::Str(copy_payload(*s)),
+            Node::Bytes(b) => Node::Bytes(copy_payload(*b)),
+            Node::ByteArray(b) => Node::ByteArray(copy_payload(*b)),
+            Node::Tuple(span) => {
+                let start = self.ids.len() as u32;
+                self.ids.extend_from_slice(old.items(*span));
+                Node::Tuple(Span {
+                    start,
+                    len: span.len,
+                })
+            }
+            Node::Dict(class, d) => {
+                let id = DictId(self.dicts.len() as u32);
+                self.dicts.push(old.dict(*d).clone());
+                Node::Dict(*class, id)
+            }
+            Node::Tensor(t) => {
+                let id = TensorId(self.tensors.len() as u32);
+                self.tensors.push(old.tensor(*t).clone());
+                Node::Tensor(id)
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Push a node made by `adopt`; it was within the limits in its old arena.
+    pub(crate) fn push_adopted(&mut self, node: Node) {
+        self.nodes.push(node);
+    }
+
+    pub(crate) fn items_mut(&mut self, span: Span) -> &mut [NodeId] {
+        self.ids.get_mut(span.range()).unwrap_or_default()
+    }
+
+    pub(crate) fn tensor_mut(&mut self, id: TensorId) -> Option<&mut TensorNode> {
+        self.tensors.get_mut(id.0 as usize)
     }
 
     /// The contents of a dict node. Ids come only from `push_dict`, so they are in
@@ -349,16 +445,12 @@ impl Arena {
 
     /// The payload of a str, bytes or bytearray node.
     pub fn payload(&self, span: Span) -> &[u8] {
-        self.bytes
-            .get(span.start..span.start.saturating_add(span.len))
-            .unwrap_or_default()
+        self.bytes.get(span.range()).unwrap_or_default()
     }
 
     /// The items of a tuple node.
     pub fn items(&self, span: Span) -> &[NodeId] {
-        self.ids
-            .get(span.start..span.start.saturating_add(span.len))
-            .unwrap_or_default()
+        self.ids.get(span.range()).unwrap_or_default()
     }
 
     /// Charge `n` values that will be built without nodes of their own: the items a

@@ -132,7 +132,7 @@ impl<'a> Args<'a> {
         };
         let items: Option<&[NodeId]> = match self.node(i)? {
             Node::Tuple(items) => Some(self.arena.items(*items)),
-            Node::List(items) => Some(items),
+            Node::List(items) => Some(items.as_slice()),
             _ => None,
         };
         if let Some(items) = items {

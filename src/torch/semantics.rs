@@ -151,7 +151,7 @@ impl<'u> TorchHooks<'u> {
             Builtin::Size => {
                 a.arity(1, 1)?;
                 let dims = a.dims(0, "torch.Size", self.limits.max_ndim)?;
-                Node::Size(dims.iter().map(|d| *d as i64).collect())
+                Node::Size(Box::new(dims.iter().map(|d| *d as i64).collect()))
             }
             Builtin::Device => {
                 a.arity(1, 2)?;
@@ -164,7 +164,7 @@ impl<'u> TorchHooks<'u> {
                 if !valid_device(&device) {
                     return Err(a.fail(format!("invalid device string {device:?}")));
                 }
-                Node::Device(device.into())
+                Node::Device(Box::new(device))
             }
             Builtin::GetLayout => {
                 a.arity(1, 1)?;
@@ -240,7 +240,7 @@ impl<'u> TorchHooks<'u> {
                 } else {
                     0.0
                 };
-                Node::Complex(re, im)
+                Node::Complex(Box::new((re, im)))
             }
             Builtin::NumpyReconstruct => numpy::reconstruct(&a)?,
             Builtin::NumpyDtype => numpy::dtype(&a)?,

@@ -42,7 +42,7 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
             Node::BigInt(b) => out.push_str(&format!("bigint({})", hex(b))),
             Node::DecimalInt(t) => out.push_str(t),
             Node::Float(f) => out.push_str(&format!("{f:?}")),
-            Node::Complex(re, im) => out.push_str(&format!("({re:?}+{im:?}j)")),
+            Node::Complex(c) => out.push_str(&format!("({:?}+{:?}j)", c.0, c.1)),
             Node::Str(s) => {
                 out.push_str(&format!("{:?}", String::from_utf8_lossy(arena.payload(*s))))
             }
@@ -54,7 +54,7 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
                 let close = if items.len() == 1 { ",)" } else { ")" };
                 seq(&mut stack, "(", close, arena.items(*items).to_vec())
             }
-            Node::List(items) => seq(&mut stack, "[", "]", items.clone()),
+            Node::List(items) => seq(&mut stack, "[", "]", items.to_vec()),
             Node::Dict(class, d) => {
                 let d = arena.dict(*d);
                 let open = match class {
