@@ -269,9 +269,82 @@ pub fn read_entries_after_prefix(data: &[u8], max_entries: u64) -> Result<Index,
     read_entries_with(data, max_entries, Payloads::FromLocalHeaders, true)
 }
 
+/// The one record of a torch checkpoint whose path is `<root>/<record>`, found
+/// as torch's reader finds it: through the central directory, then that
+/// record's own local header only. A big checkpoint has a local header every few
+/// megabytes; reading only one keeps a scan to a few pages of the file.
+/// Refused like a load refuses them: a second record whose name differs only in
+/// case, an encrypted record, a local header that contradicts the directory.
+pub fn find_record(data: &[u8], max_entries: u64, record: &str) -> Result<Entry, Error> {
+    let index = read_entries_with(data, max_entries, Payloads::Unlocated, false)?;
+    let first = index
+        .entries
+        .first()
+        .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))?;
+    let root = first.name.split(|b| *b == b'/').next().unwrap_or_default();
+    let wanted = [root, b"/", record.as_bytes()].concat();
+    let at = |e: &Entry| Location {
+        entry: Some(e.name_lossy()),
+        offset: Some(e.header_offset),
+        opcode: None,
+    };
+    let variants: Vec<&Entry> = index
+        .entries
+        .iter()
+        .filter(|e| e.name.eq_ignore_ascii_case(&wanted))
+        .collect();
+    let entry = variants
+        .iter()
+        .find(|e| *e.name == *wanted)
+        .copied()
+        .ok_or_else(|| {
+            Error::archive(
+                format!("the archive has no {record} record"),
+                Location::entry(&String::from_utf8_lossy(&wanted)),
+            )
+        })?;
+    if let Some(twin) = variants.iter().find(|e| !std::ptr::eq(**e, entry)) {
+        return Err(Error::archive(
+            "two records whose names differ only in case",
+            at(twin),
+        ));
+    }
+    if entry.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
+        return Err(Error::archive(
+            "encrypted entries are not supported",
+            at(entry),
+        ));
+    }
+    let located = locate_payload(
+        data,
+        &entry.name,
+        entry.flags,
+        entry.method,
+        entry.crc32,
+        entry.compressed_size,
+        entry.uncompressed_size,
+        entry.header_offset,
+    )?;
+    if let Some(what) = located.disagreement {
+        return Err(Error::archive(
+            format!("the local header and the central directory disagree: {what}"),
+            at(entry),
+        ));
+    }
+    if located.data_end() > index.directory_offset {
+        return Err(Error::archive(
+            "the record's data runs into the central directory",
+            at(entry),
+        ));
+    }
+    Ok(located)
+}
+
 /// How payload offsets are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Payloads {
+    /// Leave them unknown (0): for `find_record`, which locates one entry itself.
+    Unlocated,
     /// Read each local header for its name and extra lengths.
     FromLocalHeaders,
     /// Compute them with torch's padding rule from the central directory alone.
@@ -410,6 +483,17 @@ fn read_entries_with(
         apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
         let offset = offset.saturating_add(shift);
         let entry = match payloads {
+            Payloads::Unlocated => Entry {
+                name: name.into(),
+                method: h16(10),
+                flags,
+                crc32: h32(16),
+                compressed_size: csize,
+                uncompressed_size: usize_,
+                header_offset: offset,
+                data_offset: 0,
+                disagreement: None,
+            },
             Payloads::FromLocalHeaders => {
                 locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?
             }

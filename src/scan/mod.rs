@@ -585,11 +585,8 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
     let mut report = Report::default();
     match sniff(data) {
         "zip" => {
-            let index = zip::read_index(data, options.limits.max_zip_entries)?;
-            let layout = crate::archive::layout::Layout::new(index, data)?;
-            let entry = layout.entry("data.pkl").ok_or_else(|| {
-                Error::archive("the archive has no data.pkl record", Location::default())
-            })?;
+            let entry = zip::find_record(data, options.limits.max_zip_entries, "data.pkl")?;
+            let entry = &entry;
             let bytes = entry_data(entry, data, &options.limits)?;
             if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
                 let mut seen = std::collections::HashSet::new();
