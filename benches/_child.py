@@ -28,6 +28,7 @@ IMPORTS = {
     "st_torch": ["torch", "safetensors.torch"],
     "st_numpy": ["numpy", "ml_dtypes", "safetensors.numpy"],
     "tp_scan_api": ["tensorplay"],
+    "tp_scanner_api": ["tensorplay.scanner"],
     "torch_scan": ["torch"],
     "picklescan_api": ["picklescan.scanner"],
     "floor_read": [],
@@ -136,6 +137,10 @@ def operation(op: str, path: str, payload: int):
 
         if base == "tp_scan_api":
             return (lambda: tensorplay.serialization.get_unsafe_globals_in_checkpoint(path)), False
+        if base == "tp_scanner_api":
+            import tensorplay.scanner
+
+            return (lambda: tensorplay.scanner.scan(path)), False
         backend = "torch" if base.startswith("tp_torch") else "numpy"
         use_mmap = base.endswith("_mmap")
         return (lambda: tensorplay.load(path, mmap=use_mmap, backend=backend)), touch_after
@@ -208,6 +213,8 @@ def describe(result) -> str:
         return f"{len(result.globals)} globals, {result.issues_count} issues, scan_err={result.scan_err}"
     if isinstance(result, list):
         return f"{len(result)} unsafe globals"
+    if hasattr(result, "verdict"):  # tensorplay.scanner
+        return f"{result.verdict}, {len(result.globals)} unsafe globals"
     if isinstance(result, (bytearray, bytes, mmap.mmap)):
         return f"{len(result)} bytes"
     if hasattr(result, "nbytes") and not isinstance(result, dict):

@@ -58,6 +58,7 @@ OPS = [
     Op("st_numpy", "safetensors.numpy.load_file", "safetensors"),
     Op("st_numpy_touch", "safetensors.numpy.load_file + touch", "safetensors"),
     Op("tp_scan_api", "tensorplay.serialization.get_unsafe_globals_in_checkpoint", "torch", needs="tp_scan_api"),
+    Op("tp_scanner_api", "tensorplay.scanner.scan (in process)", "torch", needs="tp_scanner_api"),
     Op("torch_scan", "torch.serialization.get_unsafe_globals_in_checkpoint", "torch"),
     Op("picklescan_api", "picklescan.scanner.scan_file_path", "torch", needs="picklescan_api"),
     Op("tp_scan_cli", "`tensorplay scan FILE` (whole process)", "torch", needs="tp_scan_cli", cli=True),
@@ -69,6 +70,7 @@ OPS_BY_ID = {op.id: op for op in OPS}
 
 SKIP_REASONS = {
     "tp_scan_api": "tensorplay.serialization.get_unsafe_globals_in_checkpoint does not exist yet",
+    "tp_scanner_api": "tensorplay.scanner does not exist yet",
     "tp_scan_cli": "the `tensorplay scan` command does not exist yet (no tensorplay.cli module)",
     "picklescan_api": "picklescan is not installed (pip install picklescan)",
     "picklescan_cli": "the picklescan command is not on PATH (pip install picklescan)",
@@ -93,6 +95,7 @@ caps = {}
 if out["tensorplay"]:
     import tensorplay, tensorplay.serialization
     caps["tp_scan_api"] = hasattr(tensorplay.serialization, "get_unsafe_globals_in_checkpoint")
+    caps["tp_scanner_api"] = importlib.util.find_spec("tensorplay.scanner") is not None
     caps["tp_scan_cli"] = bool(shutil.which("tensorplay")) and importlib.util.find_spec("tensorplay.cli") is not None
     # The thread override is honoured if the package or its core mentions the variable.
     pkg = Path(tensorplay.__file__).parent
@@ -323,6 +326,8 @@ RATIOS_SPEED = [
      "tp_numpy_mmap_touch"),
     ("scan: picklescan API ÷ tensorplay get_unsafe_globals_in_checkpoint", "picklescan_api", "tp_scan_api"),
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan", "tp_scan_api"),
+    ("scan: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api", "tp_scanner_api"),
+    ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan", "torch_scan", "tp_scanner_api"),
     ("scan CLI: `picklescan --path` ÷ `tensorplay scan`", "picklescan_cli", "tp_scan_cli"),
 ]
 RATIOS_FLOOR = [

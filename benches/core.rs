@@ -1,0 +1,261 @@
+//! Stable signals for the Rust core: the pickle VM, the archive reader, a whole
+//! checkpoint open and a scan, on a synthetic 50,000-tensor state dict shaped
+//! exactly like torch's output. Wall time is noisy on a shared machine, so
+//! `benches/instructions.py` runs each workload once under callgrind and compares
+//! instruction counts instead; this binary only provides the workloads.
+//!
+//! `cargo bench --bench core --no-default-features` prints wall times;
+//! `core --once <workload>` runs one workload once (what callgrind measures).
+
+#[path = "../tests/common/zipw.rs"]
+mod zipw;
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tensorplay::archive::layout::Layout;
+use tensorplay::archive::source::Source;
+use tensorplay::archive::zip;
+use tensorplay::pickle::globals::UserGlobals;
+use tensorplay::pickle::machine::{self, StringEncoding};
+use tensorplay::pickle::value::Arena;
+use tensorplay::scan::{self, ScanOptions};
+use tensorplay::torch::semantics::{Mode, TorchHooks};
+use tensorplay::torch::storages::IdFormat;
+use tensorplay::{Limits, LoadOptions};
+
+const TENSORS: usize = 50_000;
+
+/// Writes pickle opcodes with torch's memoization: every new object is memoized
+/// (BINPUT, LONG_BINPUT past 255) and repeats are BINGETs.
+struct Pickler {
+    out: Vec<u8>,
+    memo: u32,
+}
+
+impl Pickler {
+    fn put(&mut self) -> u32 {
+        let id = self.memo;
+        if id < 256 {
+            self.out.extend_from_slice(&[b'q', id as u8]);
+        } else {
+            self.out.push(b'r');
+            self.out.extend_from_slice(&id.to_le_bytes());
+        }
+        self.memo += 1;
+        id
+    }
+
+    fn get(&mut self, id: u32) {
+        if id < 256 {
+            self.out.extend_from_slice(&[b'h', id as u8]);
+        } else {
+            self.out.push(b'j');
+            self.out.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+
+    fn str(&mut self, s: &str) -> u32 {
+        self.out.push(b'X');
+        self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        self.put()
+    }
+
+    fn int(&mut self, i: u32) {
+        if i < 256 {
+            self.out.extend_from_slice(&[b'K', i as u8]);
+        } else {
+            self.out.push(b'J');
+            self.out.extend_from_slice(&i.to_le_bytes());
+        }
+    }
+
+    fn global(&mut self, module: &str, name: &str) -> u32 {
+        self.out.push(b'c');
+        self.out
+            .extend_from_slice(format!("{module}\n{name}\n").as_bytes());
+        self.put()
+    }
+}
+
+/// `torch.save` of `{f"layers.{i}.weight": torch.zeros(4, 2) for i in range(n)}`.
+fn state_dict_pickle(n: usize) -> Vec<u8> {
+    let mut p = Pickler {
+        out: b"\x80\x02}".to_vec(),
+        memo: 0,
+    };
+    p.put();
+    p.out.push(b'(');
+    let mut memo: Option<[u32; 5]> = None;
+    for i in 0..n {
+        p.str(&format!("layers.{i}.weight"));
+        let rebuild = match memo {
+            Some(m) => {
+                p.get(m[0]);
+                m[0]
+            }
+            None => p.global("torch._utils", "_rebuild_tensor_v2"),
+        };
+        p.out.extend_from_slice(b"((");
+        let (storage, float, cpu) = match memo {
+            Some(m) => {
+                p.get(m[1]);
+                p.get(m[2]);
+                (m[1], m[2], m[3])
+            }
+            None => (p.str("storage"), p.global("torch", "FloatStorage"), 0),
+        };
+        p.str(&i.to_string());
+        let cpu = match memo {
+            Some(_) => {
+                p.get(cpu);
+                cpu
+            }
+            None => p.str("cpu"),
+        };
+        p.int(8);
+        p.out.push(b't');
+        p.put();
+        p.out.push(b'Q');
+        p.int(0);
+        p.int(4);
+        p.int(2);
+        p.out.push(0x86);
+        p.put();
+        p.int(2);
+        p.int(1);
+        p.out.push(0x86);
+        p.put();
+        p.out.push(0x89);
+        let ordered = match memo {
+            Some(m) => {
+                p.get(m[4]);
+                m[4]
+            }
+            None => p.global("collections", "OrderedDict"),
+        };
+        p.out.extend_from_slice(b")R");
+        p.put();
+        p.out.push(b't');
+        p.put();
+        p.out.push(b'R');
+        p.put();
+        memo = Some([rebuild, storage, float, cpu, ordered]);
+    }
+    p.out.extend_from_slice(b"u.");
+    p.out
+}
+
+fn checkpoint(n: usize) -> Vec<u8> {
+    let pickle = state_dict_pickle(n);
+    let payload = [0u8; 32];
+    let names: Vec<String> = (0..n).map(|i| format!("data/{i}")).collect();
+    let records: Vec<(&str, &[u8])> = names.iter().map(|k| (k.as_str(), &payload[..])).collect();
+    zipw::checkpoint(&pickle, &records)
+}
+
+struct Inputs {
+    pickle: Vec<u8>,
+    archive: Arc<Source>,
+}
+
+fn vm(inputs: &Inputs) -> usize {
+    let limits = Limits::default();
+    let user = UserGlobals::default();
+    let mut hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut arena = Arena::new(&limits);
+    let parsed = machine::run(
+        &inputs.pickle,
+        &mut hooks,
+        &mut arena,
+        &limits,
+        StringEncoding::Utf8,
+    );
+    parsed.map(|_| arena.len()).unwrap_or(0)
+}
+
+fn archive_index(inputs: &Inputs) -> usize {
+    let data = inputs.archive.bytes();
+    let index = zip::read_index(data, Limits::default().max_zip_entries).expect("index");
+    let layout = Layout::new(index, data).expect("layout");
+    usize::from(layout.entry("data.pkl").is_some())
+}
+
+fn open(inputs: &Inputs) -> usize {
+    let checkpoint =
+        tensorplay::open(inputs.archive.clone(), &LoadOptions::default()).expect("open");
+    checkpoint.storages.len()
+}
+
+fn unsafe_globals(inputs: &Inputs) -> usize {
+    let options = ScanOptions {
+        limits: Limits::default(),
+        user_globals: UserGlobals::default(),
+    };
+    scan::unsafe_globals(inputs.archive.bytes(), &options)
+        .expect("scan")
+        .len()
+}
+
+/// Nothing beyond generating the inputs: what callgrind subtracts from the others.
+fn setup(inputs: &Inputs) -> usize {
+    inputs.pickle.len()
+}
+
+fn scan(inputs: &Inputs) -> usize {
+    let options = ScanOptions {
+        limits: Limits::default(),
+        user_globals: UserGlobals::default(),
+    };
+    scan::scan_bytes(inputs.archive.bytes(), &options).pickles as usize
+}
+
+type Workload = fn(&Inputs) -> usize;
+
+const WORKLOADS: [(&str, Workload); 6] = [
+    ("setup", setup),
+    ("vm", vm),
+    ("archive_index", archive_index),
+    ("open", open),
+    ("unsafe_globals", unsafe_globals),
+    ("scan", scan),
+];
+
+fn main() {
+    let inputs = Inputs {
+        pickle: state_dict_pickle(TENSORS),
+        archive: Arc::new(Source::from_vec(checkpoint(TENSORS))),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(pos) = args.iter().position(|a| a == "--once") {
+        let name = args.get(pos + 1).map(String::as_str).unwrap_or("");
+        let Some((_, work)) = WORKLOADS.iter().find(|(n, _)| *n == name) else {
+            eprintln!("unknown workload {name:?}");
+            std::process::exit(2);
+        };
+        black_box(work(&inputs));
+        return;
+    }
+    // Filters after `cargo bench --bench core --` select workloads; `--bench` is cargo's.
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    for (name, work) in WORKLOADS.into_iter().skip(1) {
+        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let mut times: Vec<f64> = (0..15)
+            .map(|_| {
+                let start = Instant::now();
+                black_box(work(&inputs));
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{name:16} median {:8.2} ms   min {:8.2} ms   ({TENSORS} tensors)",
+            times[times.len() / 2],
+            times[0]
+        );
+    }
+}
