@@ -61,6 +61,10 @@ OPS = [
     Op("tp_scanner_api", "tensorplay.scanner.scan (in process)", "torch", needs="tp_scanner_api"),
     Op("torch_scan", "torch.serialization.get_unsafe_globals_in_checkpoint", "torch"),
     Op("picklescan_api", "picklescan.scanner.scan_file_path", "torch", needs="picklescan_api"),
+    Op("tp_scan_api_warm", "tensorplay get_unsafe_globals_in_checkpoint, warm", "torch", needs="tp_scan_api"),
+    Op("tp_scanner_api_warm", "tensorplay.scanner.scan (in process), warm", "torch", needs="tp_scanner_api"),
+    Op("torch_scan_warm", "torch get_unsafe_globals_in_checkpoint, warm", "torch"),
+    Op("picklescan_api_warm", "picklescan.scanner.scan_file_path, warm", "torch", needs="picklescan_api"),
     Op("tp_scan_cli", "`tensorplay scan FILE` (whole process)", "torch", needs="tp_scan_cli", cli=True),
     Op("picklescan_cli", "`picklescan --path FILE` (whole process)", "torch", needs="picklescan_cli", cli=True),
     Op("floor_read", "floor: read the .pt file into fresh memory", "torch"),
@@ -328,6 +332,12 @@ RATIOS_SPEED = [
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan", "tp_scan_api"),
     ("scan: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api", "tp_scanner_api"),
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan", "torch_scan", "tp_scanner_api"),
+    ("scan, warm: picklescan API ÷ tensorplay get_unsafe_globals_in_checkpoint", "picklescan_api_warm",
+     "tp_scan_api_warm"),
+    ("scan, warm: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan_warm", "tp_scan_api_warm"),
+    ("scan, warm: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api_warm", "tp_scanner_api_warm"),
+    ("scan, warm: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan", "torch_scan_warm",
+     "tp_scanner_api_warm"),
     ("scan CLI: `picklescan --path` ÷ `tensorplay scan`", "picklescan_cli", "tp_scan_cli"),
 ]
 RATIOS_FLOOR = [
@@ -420,6 +430,9 @@ def render(results: dict) -> str:
         "Anon Δ: the change in anonymous (non-file) RSS, i.e. memory the load allocated and kept.",
         "- `+ touch` reads one byte of every page of every loaded tensor after the load, and is timed with it.",
         "- Whole-process rows (CLIs) include interpreter start-up and imports; their RSS is the absolute peak.",
+        "- `, warm` scan rows first scan a small other checkpoint in the same process (untimed), so the code is "
+        "paged in: what a long-running scanning service sees from its second file on. The plain rows are the "
+        "first call of a fresh process.",
     ]
     for u in results.get("updates", []):
         lines.append(f"- Re-measured by `{u['command']}` at {u['at']} (commit {u['commit']}, core sha256 "
