@@ -3,7 +3,9 @@
 mod common;
 
 use common::zipw::{self, Entry, Options};
-use tensorplay::scan::{scan_bytes, unsafe_globals, Report, ScanOptions, Verdict};
+use tensorplay::scan::{
+    scan_bytes, unsafe_globals, unsafe_globals_by_reading, Report, ScanOptions, Verdict,
+};
 
 fn scan(data: &[u8]) -> Report {
     scan_bytes(data, &ScanOptions::default())
@@ -220,4 +222,44 @@ fn get_unsafe_globals_reads_data_pkl_and_refuses_ambiguous_archives() {
     assert!(err.to_string().contains("differ only in case"), "{err}");
     let missing = zipw::write(&[Entry::new("a/version", b"3\n")], Options::default());
     assert!(unsafe_globals(&missing, &options).is_err());
+}
+
+#[test]
+fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
+    let options = ScanOptions::default();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch");
+    let mut answered = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            continue;
+        }
+        let data = std::fs::read(&path).unwrap();
+        let read_at = |offset: u64, n: usize| {
+            let start = usize::try_from(offset).ok()?;
+            data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+        };
+        let whole = unsafe_globals(&data, &options);
+        match unsafe_globals_by_reading(data.len() as u64, &read_at, &options) {
+            Some(names) => {
+                answered += 1;
+                assert_eq!(
+                    Ok(names),
+                    whole.map_err(|e| e.to_string()),
+                    "{}",
+                    path.display()
+                );
+            }
+            // Legacy files and raw pickles are not zips; the map answers those.
+            None => assert!(
+                !data.starts_with(b"PK\x03\x04") || whole.is_err(),
+                "{}",
+                path.display()
+            ),
+        }
+    }
+    assert!(
+        answered >= 25,
+        "only {answered} fixtures were answered from pieces"
+    );
 }

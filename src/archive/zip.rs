@@ -63,17 +63,74 @@ pub struct Index {
     pub directory_offset: u64,
 }
 
-fn le16(data: &[u8], at: usize) -> Option<u16> {
+/// The bytes of an archive file as the reader sees them, addressed by file
+/// offset: the whole file in memory (a map or a buffer), or only the pieces of it
+/// a reader fetched (see [`Pieces`]). A range the bytes do not hold is `None`,
+/// exactly like a range past the end of the file.
+pub trait FileBytes {
+    /// The length of the whole file.
+    fn len(&self) -> usize;
+    fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]>;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl FileBytes for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        <[u8]>::get(self, range)
+    }
+}
+
+/// Some ranges of a file, read into memory at their offsets.
+pub struct Pieces {
+    len: usize,
+    pieces: Vec<(usize, Vec<u8>)>,
+}
+
+impl Pieces {
+    pub fn new(len: usize) -> Pieces {
+        Pieces {
+            len,
+            pieces: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, offset: usize, bytes: Vec<u8>) {
+        self.pieces.push((offset, bytes));
+    }
+}
+
+impl FileBytes for Pieces {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        self.pieces.iter().find_map(|(start, bytes)| {
+            let from = range.start.checked_sub(*start)?;
+            let to = range.end.checked_sub(*start)?;
+            bytes.get(from..to)
+        })
+    }
+}
+
+fn le16<D: FileBytes + ?Sized>(data: &D, at: usize) -> Option<u16> {
     let b = data.get(at..at.checked_add(2)?)?;
     Some(u16::from_le_bytes([*b.first()?, *b.get(1)?]))
 }
 
-fn le32(data: &[u8], at: usize) -> Option<u32> {
+fn le32<D: FileBytes + ?Sized>(data: &D, at: usize) -> Option<u32> {
     let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
     Some(u32::from_le_bytes(b))
 }
 
-fn le64(data: &[u8], at: usize) -> Option<u64> {
+fn le64<D: FileBytes + ?Sized>(data: &D, at: usize) -> Option<u64> {
     let b: [u8; 8] = data.get(at..at.checked_add(8)?)?.try_into().ok()?;
     Some(u64::from_le_bytes(b))
 }
@@ -92,7 +149,7 @@ struct Directory {
 
 /// Find the end-of-central-directory record: the last signature whose record and
 /// comment fit. Trailing bytes after it are tolerated, as torch's reader does.
-fn find_eocd(data: &[u8]) -> Result<usize, Error> {
+fn find_eocd<D: FileBytes + ?Sized>(data: &D) -> Result<usize, Error> {
     if data.len() < EOCD_LEN {
         return Err(bad("file too short to be a zip archive", 0));
     }
@@ -114,7 +171,7 @@ fn find_eocd(data: &[u8]) -> Result<usize, Error> {
     }
 }
 
-fn read_directory(data: &[u8], eocd: usize) -> Result<Directory, Error> {
+fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Directory, Error> {
     let field16 = |at: usize| {
         le16(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
     };
@@ -275,7 +332,22 @@ pub fn read_entries_after_prefix(data: &[u8], max_entries: u64) -> Result<Index,
 /// megabytes; reading only one keeps a scan to a few pages of the file.
 /// Refused like a load refuses them: a second record whose name differs only in
 /// case, an encrypted record, a local header that contradicts the directory.
-pub fn find_record(data: &[u8], max_entries: u64, record: &str) -> Result<Entry, Error> {
+pub fn find_record<D: FileBytes + ?Sized>(
+    data: &D,
+    max_entries: u64,
+    record: &str,
+) -> Result<Entry, Error> {
+    let (entry, directory_offset) = find_unlocated(data, max_entries, record)?;
+    locate(data, &entry, directory_offset)
+}
+
+/// `<root>/<record>` as the central directory describes it, its payload not yet
+/// located, and the directory's offset (which no payload may reach).
+pub fn find_unlocated<D: FileBytes + ?Sized>(
+    data: &D,
+    max_entries: u64,
+    record: &str,
+) -> Result<(Entry, u64), Error> {
     let index = read_entries_with(data, max_entries, Payloads::Unlocated, false)?;
     let first = index
         .entries
@@ -283,11 +355,6 @@ pub fn find_record(data: &[u8], max_entries: u64, record: &str) -> Result<Entry,
         .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))?;
     let root = first.name.split(|b| *b == b'/').next().unwrap_or_default();
     let wanted = [root, b"/", record.as_bytes()].concat();
-    let at = |e: &Entry| Location {
-        entry: Some(e.name_lossy()),
-        offset: Some(e.header_offset),
-        opcode: None,
-    };
     let variants: Vec<&Entry> = index
         .entries
         .iter()
@@ -306,15 +373,35 @@ pub fn find_record(data: &[u8], max_entries: u64, record: &str) -> Result<Entry,
     if let Some(twin) = variants.iter().find(|e| !std::ptr::eq(**e, entry)) {
         return Err(Error::archive(
             "two records whose names differ only in case",
-            at(twin),
+            entry_location(twin),
         ));
     }
     if entry.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
         return Err(Error::archive(
             "encrypted entries are not supported",
-            at(entry),
+            entry_location(entry),
         ));
     }
+    Ok((entry.clone(), index.directory_offset))
+}
+
+/// The bytes `locate` reads for `entry`: its local header, name and extra field.
+/// `None` until the fixed part of the header (at `header_offset`) is available.
+pub fn local_header_span<D: FileBytes + ?Sized>(data: &D, entry: &Entry) -> Option<(u64, usize)> {
+    let start = usize::try_from(entry.header_offset).ok()?;
+    let lfh = data.get(start..start.checked_add(LFH_LEN)?)?;
+    let name_len = usize::from(le16(lfh, 26)?);
+    let extra_len = usize::from(le16(lfh, 28)?);
+    Some((entry.header_offset, LFH_LEN + name_len + extra_len))
+}
+
+/// Find the payload of an entry from `find_unlocated` through its own local
+/// header, refusing a header that contradicts the central directory.
+pub fn locate<D: FileBytes + ?Sized>(
+    data: &D,
+    entry: &Entry,
+    directory_offset: u64,
+) -> Result<Entry, Error> {
     let located = locate_payload(
         data,
         &entry.name,
@@ -328,16 +415,83 @@ pub fn find_record(data: &[u8], max_entries: u64, record: &str) -> Result<Entry,
     if let Some(what) = located.disagreement {
         return Err(Error::archive(
             format!("the local header and the central directory disagree: {what}"),
-            at(entry),
+            entry_location(entry),
         ));
     }
-    if located.data_end() > index.directory_offset {
+    if located.data_end() > directory_offset {
         return Err(Error::archive(
             "the record's data runs into the central directory",
-            at(entry),
+            entry_location(entry),
         ));
     }
     Ok(located)
+}
+
+fn entry_location(e: &Entry) -> Location {
+    Location {
+        entry: Some(e.name_lossy()),
+        offset: Some(e.header_offset),
+        opcode: None,
+    }
+}
+
+/// A directory bigger than this is read through a map rather than into memory.
+const MAX_READ_DIRECTORY: u64 = 64 << 20;
+
+/// `<root>/<record>` of an archive of `len` bytes, read in pieces with `read_at`
+/// instead of mapping the whole file: the end (for the directory records), the
+/// central directory, the record's local header and its payload. Mapping a
+/// multi-gigabyte file to read a few kilobytes costs more in page tables than the
+/// reads do. `None` whenever the pieces cannot settle it (not a zip, a huge
+/// directory, any error): the caller then reads the file through a map, which
+/// gives the same answer or the precise error.
+pub fn read_record(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    max_entries: u64,
+    record: &str,
+    max_payload: u64,
+) -> Option<(Entry, Pieces)> {
+    let len_usize = usize::try_from(len).ok()?;
+    if read_at(0, 4)? != LFH_SIG.to_le_bytes() {
+        return None;
+    }
+    // The end record is the last 22 bytes of a file without an archive comment;
+    // the whole window it may hide in is read only when a short tail lacks it.
+    let read_tail = |tail_len: usize| {
+        let start = len_usize - tail_len.min(len_usize);
+        let mut pieces = Pieces::new(len_usize);
+        pieces.add(start, read_at(start as u64, len_usize - start)?);
+        let eocd = find_eocd(&pieces).ok()?;
+        Some((pieces, start, eocd))
+    };
+    let (mut pieces, tail_start, eocd) =
+        read_tail(16 << 10).or_else(|| read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16)))?;
+    let dir = read_directory(&pieces, eocd).ok()?;
+    if dir.offset < tail_start as u64 {
+        // One piece from the directory to the end, so no record straddles two.
+        if len.saturating_sub(dir.offset) > MAX_READ_DIRECTORY {
+            return None;
+        }
+        pieces = Pieces::new(len_usize);
+        let start = usize::try_from(dir.offset).ok()?;
+        pieces.add(start, read_at(dir.offset, len_usize.checked_sub(start)?)?);
+    }
+    let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
+    let header = usize::try_from(entry.header_offset).ok()?;
+    pieces.add(header, read_at(entry.header_offset, LFH_LEN)?);
+    let (span_start, span_len) = local_header_span(&pieces, &entry)?;
+    pieces.add(header, read_at(span_start, span_len)?);
+    let located = locate(&pieces, &entry, directory_offset).ok()?;
+    if located.compressed_size > max_payload {
+        return None;
+    }
+    let payload = read_at(
+        located.data_offset,
+        usize::try_from(located.compressed_size).ok()?,
+    )?;
+    pieces.add(usize::try_from(located.data_offset).ok()?, payload);
+    Some((located, pieces))
 }
 
 /// How payload offsets are found.
@@ -416,8 +570,8 @@ fn torch_payload_offset(
     start.checked_add((alignment - start % alignment) % alignment)
 }
 
-fn read_entries_with(
-    data: &[u8],
+fn read_entries_with<D: FileBytes + ?Sized>(
+    data: &D,
     max_entries: u64,
     payloads: Payloads,
     prefix: bool,
@@ -529,8 +683,8 @@ fn read_entries_with(
 /// Find the payload through the local header, whose name and extra lengths may
 /// differ from the central directory's.
 #[allow(clippy::too_many_arguments)]
-fn locate_payload(
-    data: &[u8],
+fn locate_payload<D: FileBytes + ?Sized>(
+    data: &D,
     name: &[u8],
     flags: u16,
     method: u16,

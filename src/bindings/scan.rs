@@ -1,15 +1,18 @@
 //! `_core.scan` and `_core.unsafe_globals`: the scanner, with the GIL released.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::archive::source::MapMode;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{limits_from, open_source};
 use crate::pickle::globals::UserGlobals;
-use crate::scan::{scan_bytes, unsafe_globals as find_unsafe_globals, ScanOptions};
+use crate::scan::{
+    scan_bytes, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, ScanOptions,
+};
 
 fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
     Ok(ScanOptions {
@@ -58,7 +61,27 @@ pub fn globals_outside_allowlist(
     limits: Option<HashMap<String, u64>>,
 ) -> PyResult<Vec<String>> {
     let options = options(user_names, limits)?;
+    if source.cast::<PyBytes>().is_err() {
+        let path: PathBuf = source.extract()?;
+        if let Some(names) = py.detach(|| globals_by_reading(&path, &options)) {
+            return Ok(names);
+        }
+    }
     let data = open_source(py, source, MapMode::ReadOnly)?;
     py.detach(|| find_unsafe_globals(data.bytes(), &options))
         .map_err(|e| to_pyerr(py, e))
+}
+
+/// The answer for a zip checkpoint from a few reads of the file, when they settle
+/// it; see `scan::unsafe_globals_by_reading`.
+fn globals_by_reading(path: &Path, options: &ScanOptions) -> Option<Vec<String>> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok().filter(|m| m.is_file())?.len();
+    let read_at = |offset: u64, n: usize| {
+        let mut buf = vec![0u8; n];
+        file.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    };
+    unsafe_globals_by_reading(len, &read_at, options)
 }

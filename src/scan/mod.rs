@@ -452,9 +452,9 @@ fn check_compressed_payload(data: &[u8], entry: &Entry, location: &str, report: 
 }
 
 /// An entry's bytes, inflated if needed (never past its declared size or the cap).
-fn entry_data<'d>(
+fn entry_data<'d, D: zip::FileBytes + ?Sized>(
     entry: &Entry,
-    data: &'d [u8],
+    data: &'d D,
     limits: &Limits,
 ) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
     let stored = || {
@@ -582,38 +582,76 @@ fn scan_tar(data: &[u8], location: &str, depth: u32, options: &ScanOptions, repo
 /// checkpoint's pickles that the allowlist (built-in plus user) does not cover.
 /// A torch zip checkpoint is judged by its `data.pkl`, which is all `load` reads.
 pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>, Error> {
-    let mut report = Report::default();
     match sniff(data) {
         "zip" => {
             let entry = zip::find_record(data, options.limits.max_zip_entries, "data.pkl")?;
-            let entry = &entry;
-            let bytes = entry_data(entry, data, &options.limits)?;
-            if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
-                let mut seen = std::collections::HashSet::new();
-                return Ok(walk
-                    .found
-                    .into_iter()
-                    .filter(|f| seen.insert(f.name.clone()))
-                    .map(|f| f.name)
-                    .collect());
-            }
-            let name = entry.name_lossy();
-            let s = stream::scan_stream(
-                &bytes,
-                &name,
-                &options.user_globals,
-                &options.limits,
-                IdFormat::Zip,
-                Some(1),
-                &mut report,
-            );
-            if let Some(p) = s.problem {
-                report.problem(&name, p);
-            }
+            globals_of_main_pickle(&entry, data, options)
         }
-        "empty" => return Err(Error::archive("the file is empty", Location::default())),
-        _ => scan_into(data, "", 0, options, &mut report, true),
+        "empty" => Err(Error::archive("the file is empty", Location::default())),
+        _ => {
+            let mut report = Report::default();
+            scan_into(data, "", 0, options, &mut report, true);
+            outcome(report)
+        }
     }
+}
+
+/// `unsafe_globals` of a zip checkpoint of `len` bytes, reading only the pieces
+/// it needs with `read_at` (see [`zip::read_record`]). `None` when those pieces
+/// do not settle it, or the answer is an error: the caller then runs
+/// `unsafe_globals` on the whole file for the same answer or the precise error.
+pub fn unsafe_globals_by_reading(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    options: &ScanOptions,
+) -> Option<Vec<String>> {
+    let limits = &options.limits;
+    let max_payload = limits.max_pickle_bytes.min(limits.max_inflated_bytes);
+    let (entry, pieces) = zip::read_record(
+        len,
+        read_at,
+        limits.max_zip_entries,
+        "data.pkl",
+        max_payload,
+    )?;
+    globals_of_main_pickle(&entry, &pieces, options).ok()
+}
+
+/// The globals outside the allowlist in a zip checkpoint's data.pkl, `entry`.
+fn globals_of_main_pickle<D: zip::FileBytes + ?Sized>(
+    entry: &Entry,
+    data: &D,
+    options: &ScanOptions,
+) -> Result<Vec<String>, Error> {
+    let bytes = entry_data(entry, data, &options.limits)?;
+    if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
+        let mut seen = std::collections::HashSet::new();
+        return Ok(walk
+            .found
+            .into_iter()
+            .filter(|f| seen.insert(f.name.clone()))
+            .map(|f| f.name)
+            .collect());
+    }
+    let mut report = Report::default();
+    let name = entry.name_lossy();
+    let s = stream::scan_stream(
+        &bytes,
+        &name,
+        &options.user_globals,
+        &options.limits,
+        IdFormat::Zip,
+        Some(1),
+        &mut report,
+    );
+    if let Some(p) = s.problem {
+        report.problem(&name, p);
+    }
+    outcome(report)
+}
+
+/// The findings of a scan, or why it could not read the pickle when it found none.
+fn outcome(report: Report) -> Result<Vec<String>, Error> {
     if report.findings.is_empty() {
         if let Some(problem) = report.problems.first() {
             return Err(Error::pickle(
