@@ -636,42 +636,35 @@ fn read_entries_with<D: FileBytes + ?Sized>(
             (u64::from(h32(24)), u64::from(h32(20)), u64::from(h32(42)));
         apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
         let offset = offset.saturating_add(shift);
-        let entry = match payloads {
-            Payloads::Unlocated => Entry {
-                name: name.into(),
-                method: h16(10),
-                flags,
-                crc32: h32(16),
-                compressed_size: csize,
-                uncompressed_size: usize_,
-                header_offset: offset,
-                data_offset: 0,
-                disagreement: None,
-            },
+        let data_offset = match payloads {
+            Payloads::Unlocated => 0,
             Payloads::FromLocalHeaders => {
-                locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?
+                let entry =
+                    locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?;
+                entries.push(entry);
+                pos = record_end;
+                continue;
             }
             Payloads::TorchAligned(alignment) => {
-                let data_offset = torch_payload_offset(offset, name.len(), csize, alignment)
+                torch_payload_offset(offset, name.len(), csize, alignment)
                     .filter(|o| {
                         o.checked_add(csize)
                             .is_some_and(|end| end <= data.len() as u64)
                     })
-                    .ok_or_else(|| bad("computed payload lies outside the file", at))?;
-                Entry {
-                    name: name.into(),
-                    method: h16(10),
-                    flags,
-                    crc32: h32(16),
-                    compressed_size: csize,
-                    uncompressed_size: usize_,
-                    header_offset: offset,
-                    data_offset,
-                    disagreement: None,
-                }
+                    .ok_or_else(|| bad("computed payload lies outside the file", at))?
             }
         };
-        entries.push(entry);
+        entries.push(Entry {
+            name: name.into(),
+            method: h16(10),
+            flags,
+            crc32: h32(16),
+            compressed_size: csize,
+            uncompressed_size: usize_,
+            header_offset: offset,
+            data_offset,
+            disagreement: None,
+        });
         pos = record_end;
     }
     Ok(Index {

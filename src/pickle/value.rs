@@ -242,6 +242,14 @@ pub struct Arena {
 
 impl Arena {
     pub fn new(limits: &Limits) -> Self {
+        Arena::with_caps(
+            limits.max_nodes.min(u64::from(u32::MAX)),
+            limits.max_payload_bytes,
+            limits.max_container_len,
+        )
+    }
+
+    fn with_caps(max_nodes: u64, max_payload_bytes: u64, max_container_len: u64) -> Self {
         Arena {
             nodes: Vec::new(),
             bytes: Vec::new(),
@@ -250,9 +258,9 @@ impl Arena {
             tensors: Vec::new(),
             charged: 0,
             payload_bytes: 0,
-            max_nodes: limits.max_nodes.min(u64::from(u32::MAX)),
-            max_payload_bytes: limits.max_payload_bytes,
-            max_container_len: limits.max_container_len,
+            max_nodes,
+            max_payload_bytes,
+            max_container_len,
         }
     }
 
@@ -354,18 +362,11 @@ impl Arena {
 
     /// An empty arena with the same limits.
     pub(crate) fn empty_like(&self) -> Arena {
-        Arena {
-            nodes: Vec::new(),
-            bytes: Vec::new(),
-            ids: Vec::new(),
-            dicts: Vec::new(),
-            tensors: Vec::new(),
-            charged: 0,
-            payload_bytes: 0,
-            max_nodes: self.max_nodes,
-            max_payload_bytes: self.max_payload_bytes,
-            max_container_len: self.max_container_len,
-        }
+        Arena::with_caps(
+            self.max_nodes,
+            self.max_payload_bytes,
+            self.max_container_len,
+        )
     }
 
     /// A copy of `node` from arena `old` whose pooled contents (payload, tuple
