@@ -35,9 +35,6 @@ pub struct LoadOptions {
     pub user_globals: UserGlobals,
     pub encoding: StringEncoding,
     pub endianness: Endianness,
-    /// torch's `calculate_storage_offsets`: find payloads from the central directory
-    /// alone when the archive is laid out exactly as torch writes it.
-    pub calculate_offsets: bool,
 }
 
 /// Where a storage's bytes live.
@@ -187,11 +184,7 @@ fn open_zip(
     options: &LoadOptions,
     source: Option<&Source>,
 ) -> Result<Contents, Error> {
-    let index = if options.calculate_offsets {
-        zip::read_index_computed(data, options.limits.max_zip_entries, 64)?
-    } else {
-        zip::read_index(data, options.limits.max_zip_entries)?
-    };
+    let index = zip::read_index(data, options.limits.max_zip_entries)?;
     let layout = Layout::new(index, data)?;
     // Checking the local headers touched a page of the map for each record. The
     // storages are copied with reads of the file, not through the map, so those

@@ -300,27 +300,3 @@ fn limits_apply_to_the_archive() {
         Ok(_) => panic!("expected a limit error"),
     }
 }
-
-#[test]
-fn computed_offsets_equal_the_local_headers_or_fall_back() {
-    let dir = std::fs::read_dir(FIXTURES).unwrap();
-    let mut computed_somewhere = false;
-    for path in dir.map(|e| e.unwrap().path()) {
-        let bytes = std::fs::read(&path).unwrap();
-        if !bytes.starts_with(b"PK") {
-            continue;
-        }
-        let read = read_index(&bytes, 1 << 20).unwrap();
-        let computed = tensorplay::archive::zip::read_index_computed(&bytes, 1 << 20, 64).unwrap();
-        assert_eq!(read.entries, computed.entries, "{}", path.display());
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let torch_written = !name.starts_with("rezip") && name != "big_endian.pt";
-        assert_eq!(
-            tensorplay::archive::zip::laid_out_like_torch(&read),
-            torch_written,
-            "{name}"
-        );
-        computed_somewhere |= torch_written;
-    }
-    assert!(computed_somewhere);
-}

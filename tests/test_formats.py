@@ -285,16 +285,13 @@ def test_config_load_mmap_is_the_default_for_mmap_none(monkeypatch):
         config.load.mmapp = True
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_calculated_storage_offsets_give_identical_results(case, monkeypatch):
-    if case["needs_safe_globals"] or case["name"] in ("whole_module", "sparse_coo_out_of_range", "no_byteorder_big"):
-        pytest.skip("refused or needs setup; covered elsewhere")
-    try:
-        plain = tensorplay.inspect(case["path"]).to_json()
-    except tensorplay.CheckpointError:
-        pytest.skip("not inspectable without torch objects")
+@pytest.mark.parametrize("mapped", [False, True])
+def test_calculate_storage_offsets_reads_the_true_bytes_of_a_rezipped_file(mapped, monkeypatch):
+    # torch's arithmetic assumes its own padding and misreads this file; the local
+    # headers are always read, so the option cannot change what loads.
     monkeypatch.setattr(config.load, "calculate_storage_offsets", True)
-    assert tensorplay.inspect(case["path"]).to_json() == plain
+    arrays = tensorplay.load(TORCH_FIXTURES / "rezip_stored_unaligned.pt", backend="numpy", mmap=mapped)
+    assert {k: v.tolist() for k, v in arrays.items()} == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
 
 
 # --- skip_data and reading nothing -------------------------------------------------

@@ -305,7 +305,6 @@ def load(
         encoding=encoding,
         endianness=_endianness(),
         threads=_copy_threads(),
-        calculate_offsets=bool(config.load.calculate_storage_offsets),
         **placement,
     )
 

@@ -501,73 +501,6 @@ enum Payloads {
     Unlocated,
     /// Read each local header for its name and extra lengths.
     FromLocalHeaders,
-    /// Compute them with torch's padding rule from the central directory alone.
-    TorchAligned(u64),
-}
-
-/// The central directory with payload offsets computed by torch's padding rule,
-/// without reading any local header (fewer random reads on network file systems).
-/// Used only when the computed layout accounts for every byte between the entries
-/// exactly as torch writes them; anything else (a re-zipped file) reads the local
-/// headers, so the offsets are always the true ones.
-pub fn read_index_computed(data: &[u8], max_entries: u64, alignment: u64) -> Result<Index, Error> {
-    if alignment > 0 && alignment <= 0xffff {
-        if let Ok(index) =
-            read_entries_with(data, max_entries, Payloads::TorchAligned(alignment), false)
-        {
-            if laid_out_like_torch(&index) {
-                validate(&index)?;
-                return Ok(index);
-            }
-        }
-    }
-    read_index(data, max_entries)
-}
-
-/// Every entry starts where torch's writer would have put it after the previous one.
-pub fn laid_out_like_torch(index: &Index) -> bool {
-    let mut expected = 0u64;
-    for e in &index.entries {
-        let stored_with_descriptor =
-            e.method == 0 && (e.compressed_size == 0 || e.flags & 0x0008 != 0);
-        if e.header_offset != expected
-            || !stored_with_descriptor
-            || e.compressed_size != e.uncompressed_size
-        {
-            return false;
-        }
-        let zip64 = e.header_offset >= 0xffff_ffff || e.compressed_size >= 0xffff_ffff;
-        let descriptor = match (e.compressed_size, zip64) {
-            (0, _) => 0,
-            (_, true) => 24,
-            (_, false) => 16,
-        };
-        expected = match e.data_end().checked_add(descriptor) {
-            Some(next) => next,
-            None => return false,
-        };
-    }
-    expected == index.directory_offset
-}
-
-/// Torch's payload offset for a record whose local header starts at `header_offset`.
-fn torch_payload_offset(
-    header_offset: u64,
-    name_len: usize,
-    size: u64,
-    alignment: u64,
-) -> Option<u64> {
-    let mut start = header_offset.checked_add((LFH_LEN + name_len + 4) as u64)?;
-    if size >= 0xffff_ffff || header_offset >= 0xffff_ffff {
-        start += 4;
-        if size >= 0xffff_ffff {
-            start += 16;
-        }
-        if header_offset >= 0xffff_ffff {
-            start += 8;
-        }
-    }
-    start.checked_add((alignment - start % alignment) % alignment)
 }
 
 fn read_entries_with<D: FileBytes + ?Sized>(
@@ -644,14 +577,6 @@ fn read_entries_with<D: FileBytes + ?Sized>(
                 entries.push(entry);
                 pos = record_end;
                 continue;
-            }
-            Payloads::TorchAligned(alignment) => {
-                torch_payload_offset(offset, name.len(), csize, alignment)
-                    .filter(|o| {
-                        o.checked_add(csize)
-                            .is_some_and(|end| end <= data.len() as u64)
-                    })
-                    .ok_or_else(|| bad("computed payload lies outside the file", at))?
             }
         };
         entries.push(Entry {

@@ -123,7 +123,7 @@ pub fn inspect<'py>(
     limits: Option<HashMap<String, u64>>,
     encoding: &str,
 ) -> PyResult<(String, Bound<'py, PyAny>)> {
-    let options = options_from(user_names, limits, encoding, "little", false)?;
+    let options = options_from(user_names, limits, encoding, "little")?;
     let source = Arc::new(open_source(py, source, MapMode::ReadOnly)?);
     let checkpoint = py
         .detach(|| checkpoint::open(source, &options))

@@ -43,10 +43,8 @@ pub fn options_from(
     limits: Option<HashMap<String, u64>>,
     encoding: &str,
     endianness: &str,
-    calculate_offsets: bool,
 ) -> PyResult<LoadOptions> {
     Ok(LoadOptions {
-        calculate_offsets,
         limits: limits_from(limits)?,
         user_globals: UserGlobals::new(user_names),
         encoding: StringEncoding::from_name(encoding)
@@ -90,7 +88,7 @@ fn return_freed_memory() {
 /// `restore(storage, location)` is torch's restore_location, called for every
 /// storage when `restore_all`, else for those not saved on the CPU.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, fake=None, calculate_offsets=false))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, fake=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -108,7 +106,6 @@ pub fn load<'py>(
     restore: Option<Bound<'py, PyAny>>,
     restore_all: bool,
     fake: Option<Bound<'py, PyAny>>,
-    calculate_offsets: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     if user_objects.len() != user_names.len() {
         return Err(PyValueError::new_err(
@@ -125,7 +122,7 @@ pub fn load<'py>(
             )))
         }
     };
-    let options = options_from(user_names, limits, encoding, endianness, calculate_offsets)?;
+    let options = options_from(user_names, limits, encoding, endianness)?;
     let map_mode = match (mmap, shared) {
         (false, _) => MapMode::ReadOnly,
         (true, false) => MapMode::Private,

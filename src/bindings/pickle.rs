@@ -31,7 +31,7 @@ pub fn loads<'py>(
             "user_names and user_objects differ in length",
         ));
     }
-    let options = options_from(user_names, limits, encoding, "little", false)?;
+    let options = options_from(user_names, limits, encoding, "little")?;
     let checkpoint = py
         .detach(|| raw::open_pickle(data, name, &options))
         .map_err(|e| to_pyerr(py, e))?;

@@ -33,8 +33,11 @@ class LoadConfig(_Section):
     - ``endianness``: byte order assumed when a file has no ``byteorder`` record
       (a ``LoadEndianness``, or None for little-endian);
     - ``mmap_flags``: ``mmap.MAP_PRIVATE`` (copy-on-write, the default) or ``mmap.MAP_SHARED``;
-    - ``calculate_storage_offsets``: compute storage offsets from the central directory
-      instead of reading each local header (the result is identical).
+    - ``calculate_storage_offsets``: accepted for torch compatibility; it changes
+      nothing. torch computes storage offsets from the central directory instead of
+      reading each local header, and silently reads the wrong bytes from a file not
+      laid out exactly as torch writes it; tensorplay always reads the 30-byte local
+      header, which lies on the page the payload starts on.
     """
 
     _fields = {
