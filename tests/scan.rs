@@ -263,3 +263,94 @@ fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
         "only {answered} fixtures were answered from pieces"
     );
 }
+
+/// A zip whose central directory lists its one stored entry `n` times.
+fn listed_n_times(payload: &[u8], n: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    let crc = crc32fast::hash(payload);
+    let len = payload.len() as u32;
+    out.extend_from_slice(b"PK\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    for v in [crc, len, len] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(b"\x01\x00\x00\x00a");
+    out.extend_from_slice(payload);
+    let directory = out.len() as u32;
+    for _ in 0..n {
+        out.extend_from_slice(b"PK\x01\x02\x14\x00\x14\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+        for v in [crc, len, len] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'a']);
+    }
+    let size = out.len() as u32 - directory;
+    out.extend_from_slice(b"PK\x05\x06\x00\x00\x00\x00");
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(&directory.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+#[test]
+fn overlapping_entries_nested_deep_stop_the_scan_instead_of_exploding() {
+    // 40 listings, four levels: 2.5 million pickles for a scan that follows them all.
+    let mut file = b"\x80\x02N.".to_vec();
+    for _ in 0..4 {
+        file = listed_n_times(&file, 40);
+    }
+    let r = scan(&file);
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    let budget = file.len() as u64 * tensorplay::scan::WORK_PER_FILE_BYTE;
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains(&format!("read more than {budget} bytes"))),
+        "{:?}",
+        r.problems
+    );
+    assert!(u64::from(r.pickles) <= budget, "{} pickles", r.pickles);
+}
+
+#[test]
+fn a_nested_zip_bomb_is_inflated_only_up_to_deflates_largest_ratio() {
+    let deflated = |name: &str, data: &[u8]| Entry {
+        method: 8,
+        declared_size: Some(data.len() as u64),
+        ..Entry::new(name, &miniz_oxide::deflate::compress_to_vec(data, 9))
+    };
+    let zeros = vec![0u8; 16 << 20];
+    let leaf = deflated("x.pkl", &zeros);
+    let inner = zipw::write(
+        &(0..10)
+            .map(|i| Entry {
+                name: format!("x{i}.pkl"),
+                ..leaf.clone()
+            })
+            .collect::<Vec<_>>(),
+        Options::default(),
+    );
+    let outer_entry = deflated("z.zip", &inner);
+    let file = zipw::write(
+        &(0..10)
+            .map(|i| Entry {
+                name: format!("z{i}.zip"),
+                ..outer_entry.clone()
+            })
+            .collect::<Vec<_>>(),
+        Options::default(),
+    );
+    // 1.6 GiB of zeros from a file of a few KiB.
+    assert!(file.len() < 64 << 10, "{}", file.len());
+    let r = scan(&file);
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    let budget = file.len() as u64 * tensorplay::scan::MAX_DEFLATE_RATIO;
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains(&format!("inflate more than {budget} bytes"))),
+        "{:?}",
+        r.problems
+    );
+}

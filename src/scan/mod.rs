@@ -30,6 +30,18 @@ use crate::torch::storages::IdFormat;
 /// Archives nested deeper than this are reported, not opened.
 const MAX_DEPTH: u32 = 4;
 
+/// Bytes of stored nested entries one scan may read: this many times the bytes
+/// it has (the file, plus what it inflated). Entries that do not overlap stay
+/// below it at any depth; overlapping entries, listed many times or nested, would
+/// otherwise make the work exponential in the file's size. Inflating is charged on
+/// its own, against [`MAX_DEFLATE_RATIO`].
+pub const WORK_PER_FILE_BYTE: u64 = MAX_DEPTH as u64 + 1;
+
+/// DEFLATE's largest expansion (258 bytes from two bits, plus block overhead): a
+/// scan inflates at most this many times the file (and `max_pickle_bytes`).
+/// Only compressed data inside compressed data, a nested zip bomb, goes further.
+pub const MAX_DEFLATE_RATIO: u64 = 1032;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// `module.name`, or a `<...>` description of a global without a name.
@@ -70,11 +82,64 @@ pub struct Report {
     /// Why a load would refuse the file, kept until the scan shows whether an
     /// unsafe global explains it.
     pending_refusal: Option<(String, String)>,
+    /// Work so far, in bytes of nested entries read and of inflated output.
+    file_len: u64,
+    stored_read: u64,
+    inflated: u64,
+    inflate_limit: u64,
+    work_exhausted: bool,
 }
 
 impl Report {
     pub fn add(&mut self, finding: Finding) {
         self.findings.push(finding);
+    }
+
+    fn for_file(len: usize, limits: &Limits) -> Report {
+        Report {
+            file_len: len as u64,
+            inflate_limit: (len as u64)
+                .saturating_mul(MAX_DEFLATE_RATIO)
+                .min(limits.max_pickle_bytes)
+                .min(limits.max_inflated_bytes),
+            ..Report::default()
+        }
+    }
+
+    /// Account for reading `bytes` of a nested entry, stored or inflated; `false`
+    /// (reported once) when that passes a work limit, and nothing nested is read
+    /// after that.
+    fn charge(&mut self, bytes: u64, inflate: bool, location: &str) -> bool {
+        if self.work_exhausted {
+            return false;
+        }
+        let (spent, limit, what) = if inflate {
+            (&mut self.inflated, self.inflate_limit, "inflate")
+        } else {
+            let has = self.file_len.saturating_add(self.inflated);
+            (
+                &mut self.stored_read,
+                has.saturating_mul(WORK_PER_FILE_BYTE),
+                "read",
+            )
+        };
+        match spent.checked_add(bytes).filter(|w| *w <= limit) {
+            Some(total) => {
+                *spent = total;
+                true
+            }
+            None => {
+                self.work_exhausted = true;
+                self.problem(
+                    location,
+                    format!(
+                        "overlapping or nested entries would make the scan {what} more than \
+                         {limit} bytes; not scanned further"
+                    ),
+                );
+                false
+            }
+        }
     }
 
     fn problem(&mut self, location: &str, reason: impl std::fmt::Display) {
@@ -150,7 +215,7 @@ fn is_safetensors(data: &[u8]) -> bool {
 
 /// Scan a whole file's bytes.
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
-    let mut report = Report::default();
+    let mut report = Report::for_file(data.len(), &options.limits);
     scan_into(data, "", 0, options, &mut report, true);
     if let Some((location, reason)) = report.pending_refusal.take() {
         if report.findings.is_empty() {
@@ -391,11 +456,22 @@ fn scan_zip(
             || name.ends_with('/')
         {
             if entry.method != 0 {
-                check_compressed_payload(data, entry, &entry_location(location, entry), report);
+                let here = entry_location(location, entry);
+                if !report.charge(entry.uncompressed_size, true, &here) {
+                    return;
+                }
+                check_compressed_payload(data, entry, &here, report);
             }
             continue;
         }
         let here = entry_location(location, entry);
+        let charged = match entry.method {
+            0 => report.charge(entry.compressed_size, false, &here),
+            _ => report.charge(entry.uncompressed_size, true, &here),
+        };
+        if !charged {
+            return;
+        }
         let bytes = match entry_data(entry, data, &options.limits) {
             Ok(b) => b,
             Err(e) => {
@@ -571,6 +647,9 @@ fn scan_tar(data: &[u8], location: &str, depth: u32, options: &ScanOptions, repo
             } else {
                 format!("{location}!{name}")
             };
+            if !report.charge(body.len() as u64, false, &here) {
+                return;
+            }
             scan_into(body, &here, depth + 1, options, report, false);
         }
         pos = body_start + body.len().div_ceil(512) * 512;
@@ -589,7 +668,7 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
         }
         "empty" => Err(Error::archive("the file is empty", Location::default())),
         _ => {
-            let mut report = Report::default();
+            let mut report = Report::for_file(data.len(), &options.limits);
             scan_into(data, "", 0, options, &mut report, true);
             outcome(report)
         }

@@ -1017,6 +1017,21 @@ def resource_family(c: Corpus) -> None:
         MALFORMED, tensor_checkpoint(BENIGN_PKL, pkl_entry=Entry("archive/data.pkl", deflate(segs), method=8,
                                                                  usize=len(BENIGN_PKL), plain=BENIGN_PKL)))
 
+    # Scanner amplification: one stored entry listed many times, nested four deep.
+    def listed_n_times(payload: bytes, n: int) -> bytes:
+        head = Entry("a", payload, align=False)
+        copies = [Entry("a", b"", align=False, cd_sizes=(len(payload), len(payload)), cd_offset=0,
+                        crc=zlib.crc32(payload)) for _ in range(n - 1)]
+        return zip_archive([head, *copies])
+
+    nested = BENIGN_PKL
+    for _ in range(4):
+        nested = listed_n_times(nested, 40)
+    add("nested_overlapping_entries.zip", fam,
+        "a zip whose directory lists one stored entry 40 times, that entry a zip built the same "
+        "way, four levels deep: 2.5 million pickles to a scanner that follows every entry",
+        MALFORMED, nested)
+
     # Zip structure.
     add("eocd_100m_entries.pt", fam,
         "a checkpoint whose ZIP64 end record claims 100,000,000 entries (the directory holds 4)",
