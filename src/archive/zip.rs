@@ -453,7 +453,10 @@ pub fn read_record(
     max_payload: u64,
 ) -> Option<(Entry, Pieces)> {
     let len_usize = usize::try_from(len).ok()?;
-    if read_at(0, 4)? != LFH_SIG.to_le_bytes() {
+    // torch writes data.pkl first: one read of the head usually holds its local
+    // header and payload as well as the signature, saving two or three reads.
+    let head = read_at(0, len_usize.min(HEAD_READ))?;
+    if !head.starts_with(&LFH_SIG.to_le_bytes()) {
         return None;
     }
     // The end record is the last 22 bytes of a file without an archive comment;
@@ -478,21 +481,29 @@ pub fn read_record(
         pieces.add(start, read_at(dir.offset, len_usize.checked_sub(start)?)?);
     }
     let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
-    let header = usize::try_from(entry.header_offset).ok()?;
-    pieces.add(header, read_at(entry.header_offset, LFH_LEN)?);
+    pieces.add(0, head);
+    let ensure = |pieces: &mut Pieces, offset: u64, n: usize| -> Option<()> {
+        let start = usize::try_from(offset).ok()?;
+        if pieces.get(start..start.checked_add(n)?).is_none() {
+            pieces.add(start, read_at(offset, n)?);
+        }
+        Some(())
+    };
+    ensure(&mut pieces, entry.header_offset, LFH_LEN)?;
     let (span_start, span_len) = local_header_span(&pieces, &entry)?;
-    pieces.add(header, read_at(span_start, span_len)?);
+    ensure(&mut pieces, span_start, span_len)?;
     let located = locate(&pieces, &entry, directory_offset).ok()?;
     if located.compressed_size > max_payload {
         return None;
     }
-    let payload = read_at(
-        located.data_offset,
-        usize::try_from(located.compressed_size).ok()?,
-    )?;
-    pieces.add(usize::try_from(located.data_offset).ok()?, payload);
+    let payload_len = usize::try_from(located.compressed_size).ok()?;
+    ensure(&mut pieces, located.data_offset, payload_len)?;
     Some((located, pieces))
 }
+
+/// What [`read_record`] reads first: the signature, and in a torch checkpoint the
+/// data.pkl of a typical state dict.
+const HEAD_READ: usize = 8 << 10;
 
 /// How payload offsets are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
