@@ -318,6 +318,7 @@ fn a_nested_zip_bomb_is_inflated_only_up_to_deflates_largest_ratio() {
     let deflated = |name: &str, data: &[u8]| Entry {
         method: 8,
         declared_size: Some(data.len() as u64),
+        declared_in_local_header: true,
         ..Entry::new(name, &miniz_oxide::deflate::compress_to_vec(data, 9))
     };
     let zeros = vec![0u8; 16 << 20];
@@ -353,4 +354,33 @@ fn a_nested_zip_bomb_is_inflated_only_up_to_deflates_largest_ratio() {
         "{:?}",
         r.problems
     );
+}
+
+#[test]
+fn deflated_storages_are_not_capped_by_the_pickle_limit() {
+    // A re-zipped checkpoint: 4 MiB of float32 zeros in a deflated data/0, scanned
+    // with max_pickle_bytes at 1 MiB. Payloads count against max_inflated_bytes.
+    let pickle = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuJ\x00\x00\x10\x00tQK\x00J\x00\x00\x10\x00\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR.";
+    let zeros = vec![0u8; 4 << 20];
+    let storage = Entry {
+        method: 8,
+        declared_size: Some(zeros.len() as u64),
+        declared_in_local_header: true,
+        ..Entry::new(
+            "archive/data/0",
+            &miniz_oxide::deflate::compress_to_vec(&zeros, 6),
+        )
+    };
+    let file = zipw::write(
+        &[
+            Entry::new("archive/data.pkl", pickle),
+            storage,
+            Entry::new("archive/version", b"3\n"),
+        ],
+        Options::default(),
+    );
+    let mut options = ScanOptions::default();
+    options.limits.max_pickle_bytes = 1 << 20;
+    let r = scan_bytes(&file, &options);
+    assert_eq!(r.verdict(), Verdict::Clean, "{:?}", r.problems);
 }

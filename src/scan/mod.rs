@@ -38,7 +38,7 @@ const MAX_DEPTH: u32 = 4;
 pub const WORK_PER_FILE_BYTE: u64 = MAX_DEPTH as u64 + 1;
 
 /// DEFLATE's largest expansion (258 bytes from two bits, plus block overhead): a
-/// scan inflates at most this many times the file (and `max_pickle_bytes`).
+/// scan inflates at most this many times the file (and `max_inflated_bytes`).
 /// Only compressed data inside compressed data, a nested zip bomb, goes further.
 pub const MAX_DEFLATE_RATIO: u64 = 1032;
 
@@ -100,7 +100,6 @@ impl Report {
             file_len: len as u64,
             inflate_limit: (len as u64)
                 .saturating_mul(MAX_DEFLATE_RATIO)
-                .min(limits.max_pickle_bytes)
                 .min(limits.max_inflated_bytes),
             ..Report::default()
         }

@@ -8,8 +8,10 @@ pub struct Entry {
     pub local_name: Option<String>,
     pub flags: u16,
     pub method: u16,
-    /// Declared uncompressed size, if it should differ from the data's length.
+    /// Declared uncompressed size, if it should differ from the data's length:
+    /// in the central directory only (a lie), or in both headers (a compressed entry).
     pub declared_size: Option<u64>,
+    pub declared_in_local_header: bool,
     /// Local header offset to declare, if it should point elsewhere.
     pub offset_override: Option<u64>,
 }
@@ -23,6 +25,7 @@ impl Entry {
             flags: 0,
             method: 0,
             declared_size: None,
+            declared_in_local_header: false,
             offset_override: None,
         }
     }
@@ -60,7 +63,11 @@ pub fn write(entries: &[Entry], options: Options) -> Vec<u8> {
         u32le(&mut out, 0);
         u32le(&mut out, 0);
         u32le(&mut out, e.data.len() as u32);
-        u32le(&mut out, e.data.len() as u32);
+        let local_size = match (e.declared_size, e.declared_in_local_header) {
+            (Some(size), true) => size,
+            _ => e.data.len() as u64,
+        };
+        u32le(&mut out, local_size as u32);
         u16le(&mut out, local.len() as u16);
         u16le(&mut out, 0);
         out.extend_from_slice(local.as_bytes());
