@@ -12,6 +12,8 @@ pub mod archive;
 pub mod checkpoint;
 pub mod error;
 pub mod fill;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 pub mod pickle;
 pub mod raw;

@@ -1,0 +1,183 @@
+//! The pickle VM, alone and against the scanner.
+
+use crate::error::{Error, Refusal};
+use crate::limits::Limits;
+use crate::pickle::globals::UserGlobals;
+use crate::pickle::keys;
+use crate::pickle::machine::{self, StringEncoding};
+use crate::pickle::value::{Arena, Node, NodeId};
+use crate::scan::{self, ScanOptions};
+use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storages::IdFormat;
+use crate::torch::tensor::{Dense, StorageDecl, TensorKind};
+
+/// Run the VM on raw bytes in load mode with tight limits, then drop the arena.
+pub fn pickle_vm(data: &[u8]) {
+    let limits = Limits::tight();
+    let user = UserGlobals::default();
+    let mut hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut arena = Arena::new(&limits);
+    let result = machine::run(data, &mut hooks, &mut arena, &limits, StringEncoding::Utf8);
+    assert!(
+        arena.len() as u64 <= limits.max_nodes,
+        "the arena holds {} nodes, more than max_nodes",
+        arena.len()
+    );
+    if let Ok(parsed) = result {
+        assert!(parsed.end <= data.len(), "STOP past the end of the data");
+        assert!(parsed.end >= 1, "a pickle of zero bytes");
+        assert!(parsed.root.index() < arena.len(), "root outside the arena");
+        assert!(hooks.found.is_empty(), "a load recorded scan findings");
+        assert!(hooks.storages.decls().len() as u64 <= limits.max_storages);
+        check_arena_ids(&arena);
+        for node in arena.nodes() {
+            if let Node::Tensor(t) = node {
+                if let Some(dense) = dense_of(&arena.tensor(*t).kind) {
+                    let decl = hooks.storages.get(dense.storage).unwrap_or_else(|| {
+                        panic!("a tensor names unknown storage {:?}", dense.storage)
+                    });
+                    check_extent(dense, decl);
+                }
+            }
+        }
+        // What a checkpoint load runs next; it may refuse, never panic.
+        let _ = keys::check_keys(&arena, limits.max_key_values);
+    }
+    drop(arena);
+}
+
+/// Every id stored inside a node points into the arena.
+pub(super) fn check_arena_ids(arena: &Arena) {
+    let n = arena.len();
+    let ok = |id: &NodeId| id.index() < n;
+    for node in arena.nodes() {
+        let fine = match node {
+            Node::Tuple(items) => arena.items(*items).iter().all(ok),
+            Node::List(items) => items.iter().all(ok),
+            Node::Dict(_, d) => {
+                let d = arena.dict(*d);
+                d.items.iter().all(|(k, v)| ok(k) && ok(v))
+                    && d.state.iter().all(ok)
+                    && d.base.is_none_or(|(b, _)| ok(&b))
+            }
+            Node::Set(s) => s.items.iter().all(ok) && s.base.is_none_or(|(b, _)| ok(&b)),
+            _ => true,
+        };
+        assert!(fine, "a node refers outside the arena: {node:?}");
+    }
+}
+
+pub(super) fn dense_of(kind: &TensorKind) -> Option<&Dense> {
+    match kind {
+        TensorKind::Dense(d) => Some(d),
+        TensorKind::Quantized { dense, .. } => Some(dense),
+        _ => None,
+    }
+}
+
+/// A dense view must lie inside its storage: the core checks this when the tensor is made.
+pub(super) fn check_extent(dense: &Dense, decl: &StorageDecl) {
+    assert_eq!(
+        dense.shape.len(),
+        dense.stride.len(),
+        "rank of size and stride differ"
+    );
+    let extent = dense
+        .extent_bytes()
+        .unwrap_or_else(|| panic!("a tensor whose extent overflows was accepted: {dense:?}"));
+    assert!(
+        extent <= decl.nbytes,
+        "a tensor needing {extent} bytes views storage '{}' of {} bytes",
+        decl.key,
+        decl.nbytes
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The scanner, against the loader
+
+/// Load and scan the same bytes. Every global a load refuses by name must be in
+/// the scan's findings, and a pickle that loads must scan clean. The whole-file
+/// scanner entry points must not panic either.
+pub fn scanner_differential(data: &[u8]) {
+    let limits = Limits::tight();
+    let user = UserGlobals::default();
+
+    let mut load_hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut load_arena = Arena::new(&limits);
+    let load = machine::run(
+        data,
+        &mut load_hooks,
+        &mut load_arena,
+        &limits,
+        StringEncoding::Utf8,
+    );
+
+    let mut scan_hooks = TorchHooks::new(Mode::Scan, &user, limits, IdFormat::Zip);
+    let mut scan_arena = Arena::new(&limits);
+    let scanned = machine::run(
+        data,
+        &mut scan_hooks,
+        &mut scan_arena,
+        &limits,
+        StringEncoding::Utf8,
+    );
+    let found: Vec<&str> = scan_hooks.found.iter().map(|f| f.name.as_str()).collect();
+
+    match &load {
+        Ok(parsed) => {
+            assert!(
+                found.is_empty(),
+                "the pickle loads, but the scan reports {found:?}"
+            );
+            match &scanned {
+                Ok(s) => assert_eq!(s.end, parsed.end, "load and scan stop at different bytes"),
+                Err(e) => panic!("the pickle loads, but the scan fails: {e}"),
+            }
+        }
+        Err(Error::Unsafe {
+            refusal:
+                Refusal::UnsupportedGlobal { module, name } | Refusal::BlockedGlobal { module, name },
+            ..
+        }) => {
+            // The scanner names a global as `module.name`, or `module` when the name is empty.
+            let expected = if name.is_empty() {
+                module.clone()
+            } else {
+                format!("{module}.{name}")
+            };
+            assert!(
+                found.contains(&expected.as_str()),
+                "the load refuses {expected}, the scan reports {found:?} ({})",
+                match &scanned {
+                    Ok(_) => "scan completed".to_owned(),
+                    Err(e) => format!("scan failed: {e}"),
+                }
+            );
+        }
+        Err(_) => {}
+    }
+    drop(load_arena);
+    drop(scan_arena);
+
+    let options = ScanOptions {
+        limits,
+        user_globals: UserGlobals::default(),
+    };
+    let report = scan::scan_bytes(data, &options);
+    // Linear work however entries overlap or nest: a pickle takes at least a byte
+    // of the file, of what was inflated, or of the nested entries read.
+    let len = data.len() as u64;
+    let inflated = len
+        .saturating_mul(scan::MAX_DEFLATE_RATIO)
+        .min(limits.max_inflated_bytes);
+    let has = len.saturating_add(inflated);
+    let bound = has.saturating_mul(scan::WORK_PER_FILE_BYTE + 1);
+    assert!(
+        u64::from(report.pickles) <= bound,
+        "{} pickles scanned in {} bytes (at most {bound} expected)",
+        report.pickles,
+        data.len()
+    );
+    let _ = scan::unsafe_globals(data, &options);
+}
