@@ -27,7 +27,7 @@ use crate::pickle::machine::StringEncoding;
 
 pub fn limits_from(overrides: Option<HashMap<String, u64>>) -> PyResult<Limits> {
     let mut limits = Limits::default();
-    for (name, value) in overrides.unwrap_or_default() {
+    for (name, value) in overrides.into_iter().flatten() {
         if !limits.set(&name, value) {
             return Err(PyValueError::new_err(format!(
                 "unknown limit {name:?}; known: {}",

@@ -3,7 +3,7 @@
 //! user's entries. Nothing here imports anything: a name resolves to a tag.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::torch::dtype::DType;
 
@@ -417,14 +417,16 @@ pub fn builtin(module: &str, name: &str) -> Option<Builtin> {
 }
 
 /// The user's allowlist entries, by `module.qualname`; the bindings keep the objects.
+/// A B-tree rather than a hash map: building a `RandomState` seeds it from the OS
+/// on first use, which a one-file scan would pay for a usually empty list.
 #[derive(Debug, Default, Clone)]
 pub struct UserGlobals {
-    by_name: HashMap<String, u32>,
+    by_name: BTreeMap<String, u32>,
 }
 
 impl UserGlobals {
     pub fn new<I: IntoIterator<Item = String>>(names: I) -> Self {
-        let mut by_name = HashMap::new();
+        let mut by_name = BTreeMap::new();
         for (i, name) in names.into_iter().enumerate() {
             by_name.entry(name).or_insert(i as u32);
         }

@@ -163,12 +163,7 @@ impl Report {
 
     /// The distinct global names, in order of first appearance.
     pub fn names(&self) -> Vec<String> {
-        let mut seen = std::collections::HashSet::new();
-        self.findings
-            .iter()
-            .filter(|f| seen.insert(f.name.clone()))
-            .map(|f| f.name.clone())
-            .collect()
+        first_appearances(self.findings.iter().map(|f| f.name.clone()))
     }
 }
 
@@ -703,13 +698,7 @@ fn globals_of_main_pickle<D: zip::FileBytes + ?Sized>(
 ) -> Result<Vec<String>, Error> {
     let bytes = entry_data(entry, data, &options.limits)?;
     if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
-        let mut seen = std::collections::HashSet::new();
-        return Ok(walk
-            .found
-            .into_iter()
-            .filter(|f| seen.insert(f.name.clone()))
-            .map(|f| f.name)
-            .collect());
+        return Ok(first_appearances(walk.found.into_iter().map(|f| f.name)));
     }
     let mut report = Report::default();
     let name = entry.name_lossy();
@@ -726,6 +715,13 @@ fn globals_of_main_pickle<D: zip::FileBytes + ?Sized>(
         report.problem(&name, p);
     }
     outcome(report)
+}
+
+/// Each name once, in order of first appearance. A B-tree set, not a hash set:
+/// see [`UserGlobals`] for the cost a `RandomState` adds to a one-file scan.
+fn first_appearances(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    names.filter(|n| seen.insert(n.clone())).collect()
 }
 
 /// The findings of a scan, or why it could not read the pickle when it found none.
