@@ -51,8 +51,11 @@ def set_default_limits(**limits: int) -> None:
                 _overrides[name] = value
 
 
-def merged(per_call: dict[str, Any] | None) -> dict[str, int]:
-    """The limits for one call: process-wide overrides, then the call's own."""
+def merged(per_call: dict[str, Any] | None) -> dict[str, int] | None:
+    """The limits for one call: process-wide overrides, then the call's own.
+    ``None`` when neither changes a default, so the core builds no map."""
+    if not _overrides and not per_call:
+        return None
     with _lock:
         out = dict(_overrides)
     out.update(per_call or {})

@@ -349,7 +349,7 @@ class _Archive:
     """A zip archive of the tree: one mapping of the whole file, its strict index,
     and the entries still to be decompressed (all at once, in parallel)."""
 
-    def __init__(self, path: str, fd: int, writable: bool, limits: dict[str, int]):
+    def __init__(self, path: str, fd: int, writable: bool, limits: dict[str, int] | None):
         self.where = path
         self.fd = fd
         self.writable = writable

@@ -345,8 +345,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     pickles. A file that cannot be fully read raises ``MalformedCheckpointError``
     unless an unsafe global was found before the break.
     """
-    names, _ = _allowlist.resolved()
-    return _core.unsafe_globals(_source(f, mmap=False), user_names=names, limits=_limits.merged(None))
+    return _core.unsafe_globals(_source(f, mmap=False), user_names=_allowlist.names(), limits=_limits.merged(None))
 
 
 #: Opt-in preset: ``add_safe_globals(ARGPARSE_PRESET)`` lets ``argparse.Namespace``
