@@ -107,7 +107,7 @@ pub enum Format {
 
 /// Open a checkpoint held in `source` and validate it completely.
 pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
-    let c = read(source.bytes(), options, Some(&source))?;
+    let c = read(source.bytes(), options, Some(&source), None)?;
     // The pickle's pages too: storages are read from the file, not the map.
     source.release_pages();
     let (arena, root) = compact::compact(&c.arena, c.root);
@@ -126,7 +126,18 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
 /// Everything a load checks, on borrowed bytes: what a scanner runs to tell a
 /// loadable file from one a load would refuse.
 pub fn validate(data: &[u8], options: &LoadOptions) -> Result<Format, Error> {
-    read(data, options, None).map(|c| c.format)
+    read(data, options, None, None).map(|c| c.format)
+}
+
+/// [`validate`] for a zip checkpoint whose entries were already read, by
+/// [`zip::read_entries`] or [`zip::read_entries_by_reading`]: the local headers
+/// are not read again.
+pub fn validate_zip(
+    data: &[u8],
+    index: zip::Index,
+    options: &LoadOptions,
+) -> Result<Format, Error> {
+    read(data, options, None, Some(index)).map(|c| c.format)
 }
 
 /// A checkpoint's values and storages, before they are tied to their source.
@@ -139,9 +150,15 @@ struct Contents {
     format: Format,
 }
 
-/// `source`, when given, holds `data` and may let go of the pages already read.
-fn read(data: &[u8], options: &LoadOptions, source: Option<&Source>) -> Result<Contents, Error> {
-    let contents = read_format(data, options, source)?;
+/// `source`, when given, holds `data` and may let go of the pages already read;
+/// `index`, when given, is the zip's entries, already read.
+fn read(
+    data: &[u8],
+    options: &LoadOptions,
+    source: Option<&Source>,
+    index: Option<zip::Index>,
+) -> Result<Contents, Error> {
+    let contents = read_format(data, options, source, index)?;
     keys::check_keys(&contents.arena, options.limits.max_key_values)
         .map_err(|e| e.in_entry(&contents.pickle_entry))?;
     Ok(contents)
@@ -151,12 +168,13 @@ fn read_format(
     data: &[u8],
     options: &LoadOptions,
     source: Option<&Source>,
+    index: Option<zip::Index>,
 ) -> Result<Contents, Error> {
     if data.is_empty() {
         return Err(Error::archive("the file is empty", Location::default()));
     }
     if data.starts_with(b"PK\x03\x04") {
-        return open_zip(data, options, source);
+        return open_zip(data, options, source, index);
     }
     if legacy::is_legacy(data) {
         return open_legacy(data, options);
@@ -183,8 +201,15 @@ fn open_zip(
     data: &[u8],
     options: &LoadOptions,
     source: Option<&Source>,
+    index: Option<zip::Index>,
 ) -> Result<Contents, Error> {
-    let index = zip::read_index(data, options.limits.max_zip_entries)?;
+    let index = match index {
+        Some(index) => {
+            zip::validate(&index)?;
+            index
+        }
+        None => zip::read_index(data, options.limits.max_zip_entries)?,
+    };
     let layout = Layout::new(index, data)?;
     // Checking the local headers touched a page of the map for each record. The
     // storages are copied with reads of the file, not through the map, so those

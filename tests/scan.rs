@@ -3,8 +3,9 @@
 mod common;
 
 use common::zipw::{self, Entry, Options};
+use tensorplay::archive::zip::read_entries_by_reading;
 use tensorplay::scan::{
-    scan_bytes, unsafe_globals, unsafe_globals_by_reading, Report, ScanOptions, Verdict,
+    scan_bytes, scan_file, unsafe_globals, unsafe_globals_by_reading, Report, ScanOptions, Verdict,
 };
 
 fn scan(data: &[u8]) -> Report {
@@ -383,4 +384,46 @@ fn deflated_storages_are_not_capped_by_the_pickle_limit() {
     options.limits.max_pickle_bytes = 1 << 20;
     let r = scan_bytes(&file, &options);
     assert_eq!(r.verdict(), Verdict::Clean, "{:?}", r.problems);
+}
+
+#[test]
+fn scanning_with_entries_read_in_pieces_gives_the_report_of_the_whole_file() {
+    let options = ScanOptions::default();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut answered = 0;
+    for dir in ["fixtures/torch", "malicious/files"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            let read_at = |offset: u64, n: usize| {
+                let start = usize::try_from(offset).ok()?;
+                data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+            };
+            let by_reading = read_entries_by_reading(data.len() as u64, &read_at, u64::MAX);
+            let strict = tensorplay::archive::zip::read_entries(&data, u64::MAX);
+            match (&by_reading, &strict) {
+                (Some(pieces), Ok(whole)) => assert_eq!(pieces, whole, "{}", path.display()),
+                (Some(_), Err(e)) => {
+                    panic!("{}: pieces read what the file refuses: {e}", path.display())
+                }
+                (None, _) => {}
+            }
+            answered += usize::from(by_reading.is_some());
+            let whole = scan_bytes(&data, &options);
+            let pieces = scan_file(&data, by_reading, &options);
+            let summary = |r: &Report| {
+                (
+                    r.format.clone(),
+                    r.findings.clone(),
+                    r.problems.clone(),
+                    r.pickles,
+                )
+            };
+            assert_eq!(summary(&pieces), summary(&whole), "{}", path.display());
+        }
+    }
+    assert!(
+        answered >= 30,
+        "only {answered} files were indexed from pieces"
+    );
 }

@@ -57,6 +57,25 @@ def test_scan_agrees_with_load_on_every_fixture(case):
         assert report.verdict == "clean", report
 
 
+@pytest.mark.parametrize("as_path", [True, False], ids=["path", "bytes"])
+def test_a_storage_whose_local_header_disagrees_is_unreadable(tmp_path, as_path):
+    # A path is scanned from reads of each local header, bytes from memory: both
+    # must catch what a load refuses, though no pickle is touched.
+    data = bytearray((TORCH_FIXTURES / "seed_batchnorm_state_dict.pt").read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        storage = next(i for i in z.infolist() if "/data/" in i.filename)
+    name_at = storage.header_offset + 30
+    assert data[name_at:name_at + len(storage.filename)] == storage.filename.encode()
+    data[name_at + len(storage.filename) - 1] ^= 0x01
+    path = tmp_path / "renamed_storage.pt"
+    path.write_bytes(bytes(data))
+    report = scanner.scan(path if as_path else bytes(data))
+    assert report.verdict == "unreadable", report
+    assert any("disagree" in p for p in report.problems), report.problems
+    with pytest.raises(tensorplay.CheckpointError, match="disagree"):
+        tensorplay.load(path, backend="numpy")
+
+
 def test_user_entries_count_as_allowed():
     path = TORCH_FIXTURES / "custom_class.pt"
     assert get_unsafe_globals_in_checkpoint(path) == ["fixture_classes.Point"]

@@ -56,7 +56,7 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Index {
     pub entries: Vec<Entry>,
     /// Offset of the central directory.
@@ -87,7 +87,8 @@ impl FileBytes for [u8] {
     }
 }
 
-/// Some ranges of a file, read into memory at their offsets.
+/// Some ranges of a file, read into memory at their offsets, kept in order of
+/// offset so that finding one of thousands of local headers is a binary search.
 pub struct Pieces {
     len: usize,
     pieces: Vec<(usize, Vec<u8>)>,
@@ -102,7 +103,8 @@ impl Pieces {
     }
 
     pub fn add(&mut self, offset: usize, bytes: Vec<u8>) {
-        self.pieces.push((offset, bytes));
+        let at = self.pieces.partition_point(|(start, _)| *start <= offset);
+        self.pieces.insert(at, (offset, bytes));
     }
 }
 
@@ -112,11 +114,23 @@ impl FileBytes for Pieces {
     }
 
     fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
-        self.pieces.iter().find_map(|(start, bytes)| {
+        fn within<'p>(
+            (start, bytes): &'p (usize, Vec<u8>),
+            range: &std::ops::Range<usize>,
+        ) -> Option<&'p [u8]> {
             let from = range.start.checked_sub(*start)?;
             let to = range.end.checked_sub(*start)?;
             bytes.get(from..to)
-        })
+        }
+        // The last piece starting at or before the range holds it, unless pieces
+        // overlap (the head read and a local header inside it): then any may.
+        let last = self
+            .pieces
+            .partition_point(|(start, _)| *start <= range.start);
+        last.checked_sub(1)
+            .and_then(|i| self.pieces.get(i))
+            .and_then(|p| within(p, &range))
+            .or_else(|| self.pieces.iter().find_map(|p| within(p, &range)))
     }
 }
 
@@ -459,6 +473,54 @@ pub fn read_record(
     if !head.starts_with(&LFH_SIG.to_le_bytes()) {
         return None;
     }
+    let mut pieces = read_end_and_directory(len, read_at)?;
+    let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
+    pieces.add(0, head);
+    ensure_local_header(&mut pieces, &entry, read_at)?;
+    let located = locate(&pieces, &entry, directory_offset).ok()?;
+    if located.compressed_size > max_payload {
+        return None;
+    }
+    let payload_len = usize::try_from(located.compressed_size).ok()?;
+    ensure(&mut pieces, located.data_offset, payload_len, read_at)?;
+    Some((located, pieces))
+}
+
+/// Every entry of a zip archive of `len` bytes, located through its local
+/// header: what [`read_entries`] gives on the whole file, from reads of the end,
+/// the directory and each local header, so that no payload is touched. Reading
+/// a local header costs a scan far less than faulting in the page of a map that
+/// holds it (and, with large folios, its neighbours). `None` whenever the
+/// pieces cannot settle it (more than [`MAX_READ_HEADERS`] entries, a huge
+/// directory, any error): the caller then reads the file through a map, which
+/// gives the same index or the precise error.
+pub fn read_entries_by_reading(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    max_entries: u64,
+) -> Option<Index> {
+    let mut pieces = read_end_and_directory(len, read_at)?;
+    let unlocated = read_entries_with(&pieces, max_entries, Payloads::Unlocated, false).ok()?;
+    if unlocated.entries.len() > MAX_READ_HEADERS {
+        return None;
+    }
+    for entry in &unlocated.entries {
+        ensure_local_header(&mut pieces, entry, read_at)?;
+    }
+    read_entries_with(&pieces, max_entries, Payloads::FromLocalHeaders, false).ok()
+}
+
+/// Above this many entries, reading each local header costs more than mapping
+/// the file: their pages are few and dense (50,000 tiny tensors in 17 MB).
+const MAX_READ_HEADERS: usize = 1024;
+
+/// The end records and the whole central directory of an archive of `len`
+/// bytes, as one piece from the directory to the end, so no record straddles two.
+fn read_end_and_directory(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<Pieces> {
+    let len_usize = usize::try_from(len).ok()?;
     // The end record is the last 22 bytes of a file without an archive comment;
     // the whole window it may hide in is read only when a short tail lacks it.
     let read_tail = |tail_len: usize| {
@@ -468,37 +530,54 @@ pub fn read_record(
         let eocd = find_eocd(&pieces).ok()?;
         Some((pieces, start, eocd))
     };
-    let (mut pieces, tail_start, eocd) =
+    let (pieces, tail_start, eocd) =
         read_tail(TAIL_READ).or_else(|| read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16)))?;
     let dir = read_directory(&pieces, eocd).ok()?;
-    if dir.offset < tail_start as u64 {
-        // One piece from the directory to the end, so no record straddles two.
-        if len.saturating_sub(dir.offset) > MAX_READ_DIRECTORY {
-            return None;
-        }
-        pieces = Pieces::new(len_usize);
-        let start = usize::try_from(dir.offset).ok()?;
-        pieces.add(start, read_at(dir.offset, len_usize.checked_sub(start)?)?);
+    if dir.offset >= tail_start as u64 {
+        return Some(pieces);
     }
-    let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
-    pieces.add(0, head);
-    let ensure = |pieces: &mut Pieces, offset: u64, n: usize| -> Option<()> {
-        let start = usize::try_from(offset).ok()?;
-        if pieces.get(start..start.checked_add(n)?).is_none() {
-            pieces.add(start, read_at(offset, n)?);
-        }
-        Some(())
-    };
-    ensure(&mut pieces, entry.header_offset, LFH_LEN)?;
-    let (span_start, span_len) = local_header_span(&pieces, &entry)?;
-    ensure(&mut pieces, span_start, span_len)?;
-    let located = locate(&pieces, &entry, directory_offset).ok()?;
-    if located.compressed_size > max_payload {
+    if len.saturating_sub(dir.offset) > MAX_READ_DIRECTORY {
         return None;
     }
-    let payload_len = usize::try_from(located.compressed_size).ok()?;
-    ensure(&mut pieces, located.data_offset, payload_len)?;
-    Some((located, pieces))
+    let mut pieces = Pieces::new(len_usize);
+    let start = usize::try_from(dir.offset).ok()?;
+    pieces.add(start, read_at(dir.offset, len_usize.checked_sub(start)?)?);
+    Some(pieces)
+}
+
+/// Read `entry`'s whole local header (name and extra field) unless it is held.
+/// The first read guesses a name as long as the directory's and torch's
+/// alignment padding in the extra field, so one read is usually enough.
+fn ensure_local_header(
+    pieces: &mut Pieces,
+    entry: &Entry,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<()> {
+    let start = usize::try_from(entry.header_offset).ok()?;
+    let guess = (LFH_LEN + entry.name.len() + LOCAL_EXTRA_GUESS)
+        .min(pieces.len().checked_sub(start)?)
+        .max(LFH_LEN);
+    ensure(pieces, entry.header_offset, guess, read_at)?;
+    let (span_start, span_len) = local_header_span(pieces, entry)?;
+    ensure(pieces, span_start, span_len, read_at)
+}
+
+/// torch pads the extra field so payloads start on 64-byte boundaries; a ZIP64
+/// extra field adds 20 bytes.
+const LOCAL_EXTRA_GUESS: usize = 64 + 20;
+
+/// Read `n` bytes at `offset` into `pieces` unless a piece already holds them.
+fn ensure(
+    pieces: &mut Pieces,
+    offset: u64,
+    n: usize,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<()> {
+    let start = usize::try_from(offset).ok()?;
+    if pieces.get(start..start.checked_add(n)?).is_none() {
+        pieces.add(start, read_at(offset, n)?);
+    }
+    Some(())
 }
 
 /// What [`read_record`] reads first: the signature, and in a torch checkpoint of

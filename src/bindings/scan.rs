@@ -7,11 +7,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::archive::source::MapMode;
+use crate::archive::zip::read_entries_by_reading;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{limits_from, open_source};
 use crate::pickle::globals::UserGlobals;
 use crate::scan::{
-    scan_bytes, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, ScanOptions,
+    scan_file, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, ScanOptions,
 };
 
 fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
@@ -32,7 +33,25 @@ pub fn scan<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let options = options(user_names, limits)?;
     let data = open_source(py, source, MapMode::ReadOnly)?;
-    let report = py.detach(|| scan_bytes(data.bytes(), &options));
+    let report = py.detach(|| {
+        let read_at = |offset: u64, n: usize| {
+            let mut buf = vec![0u8; n];
+            data.read_into(offset, &mut buf)?.ok()?;
+            Some(buf)
+        };
+        let bytes = data.bytes();
+        let entries = bytes
+            .starts_with(b"PK\x03\x04")
+            .then(|| {
+                read_entries_by_reading(
+                    bytes.len() as u64,
+                    &read_at,
+                    options.limits.max_zip_entries,
+                )
+            })
+            .flatten();
+        scan_file(bytes, entries, &options)
+    });
     let findings = PyList::empty(py);
     for f in &report.findings {
         let d = PyDict::new(py);

@@ -24,8 +24,20 @@ pub fn zip_archive(data: &[u8]) {
         check_index(index, len, max, true);
         let _ = Layout::new(index.clone(), data);
     }
+    let read_at = |offset: u64, n: usize| {
+        let start = usize::try_from(offset).ok()?;
+        data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+    };
+    let by_reading = zip::read_entries_by_reading(len, &read_at, max);
     if let Ok(index) = zip::read_entries(data, max) {
         check_index(&index, len, max, false);
+        // Reading pieces may give up, but never gives another index.
+        if let Some(pieces) = &by_reading {
+            assert_eq!(
+                pieces, &index,
+                "read_entries_by_reading differs from read_entries"
+            );
+        }
         // The strict read is exactly this one plus validation.
         assert_eq!(
             strict.is_ok(),
@@ -36,6 +48,10 @@ pub fn zip_archive(data: &[u8]) {
         assert!(
             strict.is_err(),
             "read_index accepted what read_entries refused"
+        );
+        assert!(
+            by_reading.is_none(),
+            "read_entries_by_reading accepted what read_entries refused"
         );
     }
     if let Ok(index) = zip::read_entries_after_prefix(data, max) {

@@ -209,8 +209,20 @@ fn is_safetensors(data: &[u8]) -> bool {
 
 /// Scan a whole file's bytes.
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
+    scan_file(data, None, options)
+}
+
+/// Scan a whole file's bytes, given the entries of the zip it is when they were
+/// read without touching `data` ([`zip::read_entries_by_reading`]): the scan then
+/// reads only the pickles from `data`.
+pub fn scan_file(data: &[u8], entries: Option<zip::Index>, options: &ScanOptions) -> Report {
     let mut report = Report::for_file(data.len(), &options.limits);
-    scan_into(data, "", 0, options, &mut report, true);
+    match entries {
+        Some(index) if sniff(data) == "zip" => {
+            scan_zip_entries(data, index, true, "", 0, options, &mut report, true);
+        }
+        _ => scan_into(data, "", 0, options, &mut report, true),
+    }
     if let Some((location, reason)) = report.pending_refusal.take() {
         if report.findings.is_empty() {
             report.problem(&location, format!("a load would refuse it: {reason}"));
@@ -240,7 +252,7 @@ fn scan_into(
         "zip" => scan_zip(data, location, depth, options, report, top),
         "npy" => scan_npy(data, location, options, report),
         "tar" => scan_tar(data, location, depth, options, report),
-        "torch-legacy" if top && validated_load(data, location, options, report) => {
+        "torch-legacy" if top && validated_load(data, None, location, options, report) => {
             report.pickles += 5;
         }
         "torch-legacy" => {
@@ -272,13 +284,24 @@ fn scan_into(
 /// clean) and reports whether it passed; a file that passes holds no global
 /// outside the allowlist, so its main pickle needs no scan of its own. A refusal
 /// is recorded only if the scan that follows finds nothing unsafe to explain it.
-fn validated_load(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report) -> bool {
+/// `entries` is the zip's index when it was read as strictly as a load reads it.
+fn validated_load(
+    data: &[u8],
+    entries: Option<zip::Index>,
+    location: &str,
+    options: &ScanOptions,
+    report: &mut Report,
+) -> bool {
     let load = LoadOptions {
         limits: options.limits,
         user_globals: options.user_globals.clone(),
         ..LoadOptions::default()
     };
-    match checkpoint::validate(data, &load) {
+    let validated = match entries {
+        Some(index) => checkpoint::validate_zip(data, index, &load),
+        None => checkpoint::validate(data, &load),
+    };
+    match validated {
         Ok(_) => true,
         Err(e) => {
             report.pending_refusal = Some((location.to_owned(), e.to_string()));
@@ -370,12 +393,14 @@ fn scan_zip(
     top: bool,
 ) {
     let max = options.limits.max_zip_entries;
+    let mut strict = true;
     let index = match zip::read_entries(data, max) {
         Ok(index) => index,
         // Other readers still extract something: a zip after a prefix (Python's
         // zipfile shifts the offsets), or, with no directory, the local headers.
         Err(e) => match zip::read_entries_after_prefix(data, max) {
             Ok(index) => {
+                strict = false;
                 report.problem(
                     location,
                     "the archive follows other bytes; offsets are shifted by them",
@@ -383,6 +408,7 @@ fn scan_zip(
                 index
             }
             Err(_) => {
+                strict = false;
                 report.problem(
                     location,
                     format!("{e}; reading the local headers one by one instead"),
@@ -395,6 +421,22 @@ fn scan_zip(
             }
         },
     };
+    scan_zip_entries(data, index, strict, location, depth, options, report, top);
+}
+
+/// Scan the entries of a zip; `strict` when `index` was read as a load reads it,
+/// not by the fallbacks of other readers.
+#[allow(clippy::too_many_arguments)]
+fn scan_zip_entries(
+    data: &[u8],
+    index: zip::Index,
+    strict: bool,
+    location: &str,
+    depth: u32,
+    options: &ScanOptions,
+    report: &mut Report,
+    top: bool,
+) {
     if let Err(e) = zip::validate(&index) {
         report.problem(location, e);
     }
@@ -431,7 +473,15 @@ fn scan_zip(
     }
     // A checkpoint a load accepts has only allowlisted globals in its data.pkl.
     let main_pickle = root.as_ref().map(|r| format!("{r}/data.pkl"));
-    let loadable = top && root.is_some() && validated_load(data, location, options, report);
+    let loadable = top
+        && root.is_some()
+        && validated_load(
+            data,
+            strict.then(|| index.clone()),
+            location,
+            options,
+            report,
+        );
     // Only TensorDict leaves need to know their neighbours.
     let names: std::collections::HashSet<String> =
         if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
