@@ -69,6 +69,8 @@ OPS = [
     Op("picklescan_cli", "`picklescan --path FILE` (whole process)", "torch", needs="picklescan_cli", cli=True),
     Op("floor_read", "floor: read the .pt file into fresh memory", "torch"),
     Op("floor_memcpy", "floor: memcpy of the payload into fresh memory", "torch"),
+    Op("floor_scan", "floor: open, fstat, read 4 KiB at each end, close", "torch"),
+    Op("floor_scan_warm", "floor: open, fstat, read 4 KiB at each end, close, warm", "torch"),
 ]
 OPS_BY_ID = {op.id: op for op in OPS}
 
@@ -345,6 +347,11 @@ RATIOS_FLOOR = [
     ("tensorplay eager (numpy) ÷ read-file floor", "tp_numpy_eager", "floor_read"),
     ("tensorplay eager (torch) ÷ memcpy floor", "tp_torch_eager", "floor_memcpy"),
     ("torch.load(weights_only=True) ÷ read-file floor", "torch_load", "floor_read"),
+    ("tensorplay get_unsafe_globals_in_checkpoint ÷ scan floor", "tp_scan_api", "floor_scan"),
+    ("torch get_unsafe_globals_in_checkpoint ÷ scan floor", "torch_scan", "floor_scan"),
+    ("picklescan API ÷ scan floor", "picklescan_api", "floor_scan"),
+    ("tensorplay get_unsafe_globals_in_checkpoint ÷ scan floor, warm", "tp_scan_api_warm", "floor_scan_warm"),
+    ("picklescan API ÷ scan floor, warm", "picklescan_api_warm", "floor_scan_warm"),
 ]
 RATIOS_RSS = [  # (label, operation, which number)
     ("tensorplay eager (torch): peak RSS Δ", "tp_torch_eager", "peak_delta_mib"),
