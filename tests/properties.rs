@@ -144,7 +144,18 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 /// Where the opcode walk answers, the VM in scan mode reads the same pickle to
 /// the same end and records the same globals at the same offsets.
 fn check_walk_agrees(data: &[u8]) {
-    let limits = Limits::default();
+    check_walk_agrees_within(data, Limits::default());
+    // Limits small enough that the walk checks them after every opcode.
+    let small = Limits {
+        max_stack_depth: 16,
+        max_mark_depth: 8,
+        max_memo_entries: 8,
+        ..Limits::tight()
+    };
+    check_walk_agrees_within(data, small);
+}
+
+fn check_walk_agrees_within(data: &[u8], limits: Limits) {
     let user = UserGlobals::default();
     let Some(walk) = walker::walk(data, &user, &limits) else {
         return;

@@ -77,6 +77,7 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
         items: 0,
         found: Vec::new(),
     };
+    let checked_from = limits_out_of_reach_below(limits);
     loop {
         let at = w.cursor.position();
         let op = w.cursor.u8().ok()?;
@@ -88,10 +89,25 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
             });
         }
         w.step(op, at)?;
-        if !w.far_from_limits() {
+        if w.cursor.position() >= checked_from && !w.far_from_limits() {
             return None;
         }
     }
+}
+
+/// The offset below which no walk can be near a limit, so the full check after
+/// each opcode (a fifth of a small walk's instructions) is needed only past it.
+/// An opcode takes at least a byte and adds at most one value, stack slot, mark or
+/// memo entry and two container items (one popped off the stack, one counted by
+/// the container); payload bytes come out of the pickle itself.
+fn limits_out_of_reach_below(l: &Limits) -> usize {
+    let below = (l.max_nodes / 4)
+        .min(l.max_payload_bytes / 2)
+        .min(l.max_container_len / 2)
+        .min(l.max_stack_depth)
+        .min(l.max_mark_depth)
+        .min(l.max_memo_entries);
+    usize::try_from(below).unwrap_or(usize::MAX)
 }
 
 impl<'d> Walker<'d, '_> {
