@@ -6,8 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use common::zipw::{self, Entry, Options};
+use proptest::prelude::*;
 use tensorplay::archive::source::Source;
-use tensorplay::archive::zip::read_index;
+use tensorplay::archive::zip::{read_index, FileBytes, Pieces};
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
 use tensorplay::pickle::value::Node;
 use tensorplay::{Error, Limits};
@@ -298,5 +299,30 @@ fn limits_apply_to_the_archive() {
         Err(Error::Limit { limit, .. }) => assert_eq!(limit, "max_zip_entries"),
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("expected a limit error"),
+    }
+}
+
+proptest! {
+    /// Pieces of a file, read in any order and overlapping in any way, answer for
+    /// a range exactly when one piece holds all of it, with the file's bytes.
+    #[test]
+    fn pieces_hold_a_range_exactly_when_one_read_covered_it(
+        reads in proptest::collection::vec((0usize..300, 0usize..80), 0..24),
+        ranges in proptest::collection::vec((0usize..400, 0usize..90), 1..24),
+    ) {
+        let file: Vec<u8> = (0..400u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut pieces = Pieces::new(file.len());
+        for &(start, len) in &reads {
+            pieces.add(start, file[start..start + len].to_vec());
+        }
+        for (start, len) in ranges {
+            let range = start..start + len;
+            let covered = reads.iter().any(|&(s, l)| s <= range.start && range.end <= s + l);
+            let got = pieces.get(range.clone());
+            prop_assert_eq!(got.is_some(), covered, "range {:?}", range);
+            if let Some(bytes) = got {
+                prop_assert_eq!(bytes, &file[range]);
+            }
+        }
     }
 }

@@ -92,6 +92,10 @@ impl FileBytes for [u8] {
 pub struct Pieces {
     len: usize,
     pieces: Vec<(usize, Vec<u8>)>,
+    /// `reach[i]`: the furthest end of `pieces[..=i]`. Pieces may overlap (a read
+    /// of a header that runs into the next), so a range can lie in an earlier
+    /// piece than the last one starting before it; this bounds how far back to look.
+    reach: Vec<usize>,
 }
 
 impl Pieces {
@@ -99,12 +103,19 @@ impl Pieces {
         Pieces {
             len,
             pieces: Vec::new(),
+            reach: Vec::new(),
         }
     }
 
     pub fn add(&mut self, offset: usize, bytes: Vec<u8>) {
         let at = self.pieces.partition_point(|(start, _)| *start <= offset);
+        let end = offset.saturating_add(bytes.len());
         self.pieces.insert(at, (offset, bytes));
+        let before = at.checked_sub(1).and_then(|i| self.reach.get(i)).copied();
+        self.reach.insert(at, before.unwrap_or(0).max(end));
+        for reach in self.reach.iter_mut().skip(at + 1) {
+            *reach = (*reach).max(end);
+        }
     }
 }
 
@@ -122,15 +133,17 @@ impl FileBytes for Pieces {
             let to = range.end.checked_sub(*start)?;
             bytes.get(from..to)
         }
-        // The last piece starting at or before the range holds it, unless pieces
-        // overlap (the head read and a local header inside it): then any may.
         let last = self
             .pieces
             .partition_point(|(start, _)| *start <= range.start);
-        last.checked_sub(1)
-            .and_then(|i| self.pieces.get(i))
-            .and_then(|p| within(p, &range))
-            .or_else(|| self.pieces.iter().find_map(|p| within(p, &range)))
+        let candidates = self.pieces.get(..last).unwrap_or_default();
+        let reaches = self.reach.get(..last).unwrap_or_default();
+        candidates
+            .iter()
+            .zip(reaches)
+            .rev()
+            .take_while(|(_, reach)| **reach >= range.end)
+            .find_map(|(p, _)| within(p, &range))
     }
 }
 
