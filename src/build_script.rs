@@ -29,18 +29,20 @@ fn main() {
 
 fn links_with_bundled_lld() -> bool {
     let var = |name: &str| env::var(name).unwrap_or_default();
-    let linker_chosen =
+    // A linker from cargo's config, or any linker or link flag in RUSTFLAGS, may
+    // not be LLD: leave such builds alone.
+    let linker_configured =
         env::var_os("RUSTC_LINKER").is_some() || var("CARGO_ENCODED_RUSTFLAGS").contains("link");
-    var("TARGET") == "x86_64-unknown-linux-gnu" && !linker_chosen && rustc_minor() >= Some(90)
+    var("TARGET") == "x86_64-unknown-linux-gnu" && !linker_configured && rustc_minor() >= Some(90)
 }
 
 /// The minor version of the rustc cargo builds with (`rustc 1.95.0 (...)` gives 95).
 fn rustc_minor() -> Option<u32> {
-    let rustc = env::var_os("RUSTC")?;
-    let out = Command::new(rustc).arg("--version").output().ok()?;
+    let out = Command::new(env::var_os("RUSTC")?)
+        .arg("--version")
+        .output()
+        .ok()?;
     let text = String::from_utf8(out.stdout).ok()?;
     let version = text.split_whitespace().nth(1)?;
-    let mut parts = version.split('.');
-    (parts.next()? == "1").then_some(())?;
-    parts.next()?.parse().ok()
+    version.strip_prefix("1.")?.split('.').next()?.parse().ok()
 }
