@@ -11,6 +11,8 @@ import math
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 import zlib
 
@@ -37,6 +39,17 @@ def _get(tree, key):
     for k in key:
         tree = tree[int(k)] if isinstance(tree, list) else tree[k]
     return tree
+
+
+def test_load_memmap_is_imported_on_first_use():
+    """TensorDict support is half of `import tensorplay`; scans and plain loads skip it."""
+    code = (
+        "import sys, tensorplay\n"
+        "assert 'tensorplay._tensordict' not in sys.modules\n"
+        "from tensorplay import load_memmap\n"
+        "assert load_memmap is tensorplay.load_memmap is sys.modules['tensorplay._tensordict'].load_memmap\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _is_torch(x) -> bool:

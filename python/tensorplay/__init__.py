@@ -18,7 +18,6 @@ from ._inspect import Inspection, inspect
 from ._limits import default_limits, set_default_limits
 from ._patch import patch_from_environment as _patch_from_environment
 from ._patch import patch_torch, patched_torch, unpatch_torch
-from ._tensordict import load_memmap
 from ._types import TensorInfo, TensorSpec
 from .serialization import add_safe_globals, clear_safe_globals, get_safe_globals, load, safe_globals, save
 
@@ -47,5 +46,18 @@ __all__ = [
     "UnsupportedCheckpointError",
     "__version__",
 ]
+
+
+
+def __getattr__(name: str):
+    # TensorDict support is imported on first use: it is most of import time
+    # (dataclasses, hashlib), and `tensorplay scan` runs once per uploaded file.
+    if name == "load_memmap":
+        from ._tensordict import load_memmap
+
+        globals()[name] = load_memmap
+        return load_memmap
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _patch_from_environment()
