@@ -200,6 +200,20 @@ def test_directories_are_walked_and_files_recognised_by_content(tmp_path):
     assert reports[str(tmp_path / "model.pt")].verdict == "clean"
 
 
+def test_scanning_in_parallel_or_one_by_one_gives_the_same_reports_in_order(tmp_path):
+    (tmp_path / "a_unsafe.pkl").write_bytes(pickle.dumps(print, protocol=2))
+    (tmp_path / "b_model.pt").write_bytes((TORCH_FIXTURES / "seed_tensor.pt").read_bytes())
+    (tmp_path / "c_empty.bin").write_bytes(b"")
+    runs = {}
+    for jobs in (1, 2):
+        seen: list[tuple[int, int]] = []
+        reports = scanner.scan_paths([tmp_path], jobs=jobs, progress=lambda *p, seen=seen: seen.append(p))
+        runs[jobs] = [r.to_json() for r in reports]
+        assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert runs[1] == runs[2]
+    assert [r["verdict"] for r in runs[1]] == ["unsafe", "clean", "clean"]
+
+
 def test_every_pickle_of_an_archive_is_scanned(tmp_path):
     path = tmp_path / "scripted.pt"
     with zipfile.ZipFile(path, "w") as z:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from . import _core, _limits
@@ -96,8 +95,20 @@ def scan_paths(
     """Scan files and directories in parallel (the Rust scanner releases the GIL)."""
     files = list(iter_files(paths))
     allow = list(allow)
+    workers = min(jobs or os.cpu_count() or 1, len(files))
+    if workers <= 1:
+        # One file, the common case of a hub's per-upload call: no pool to start
+        # (concurrent.futures alone was a tenth of `tensorplay scan FILE`).
+        in_order = []
+        for path in files:
+            in_order.append(scan(path, allow=allow))
+            if progress is not None:
+                progress(len(in_order), len(files))
+        return in_order
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     reports: list[ScanReport | None] = [None] * len(files)
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(scan, path, allow=allow): i for i, path in enumerate(files)}
         for done, future in enumerate(as_completed(futures), 1):
             reports[futures[future]] = future.result()
