@@ -48,7 +48,6 @@ __all__ = [
 ]
 
 
-
 def __getattr__(name: str):
     # TensorDict support is imported on first use: it is most of import time
     # (dataclasses, hashlib), and `tensorplay scan` runs once per uploaded file.
