@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::zipw::{self, Entry, Options};
 use proptest::prelude::*;
 use tensorplay::archive::source::Source;
-use tensorplay::archive::zip::{read_index, FileBytes, Pieces};
+use tensorplay::archive::zip::{find_record, read_entries, read_index, FileBytes, Pieces};
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
 use tensorplay::pickle::value::Node;
 use tensorplay::{Error, Limits};
@@ -274,6 +274,47 @@ fn names_differing_only_in_case_are_refused() {
         Options::default(),
     );
     assert!(archive_error(open(both_upper)).contains("differ only in case"));
+}
+
+#[test]
+fn finding_one_record_gives_the_entry_the_whole_directory_gives() {
+    for path in std::fs::read_dir(FIXTURES).unwrap() {
+        let path = path.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let Ok(index) = read_entries(&bytes, u64::MAX) else {
+            continue; // legacy and raw-pickle fixtures
+        };
+        let whole = index
+            .entries
+            .iter()
+            .find(|e| e.name.ends_with(b"/data.pkl"));
+        let found = find_record(&bytes[..], u64::MAX, "data.pkl").unwrap();
+        assert_eq!(Some(&found), whole, "{}", path.display());
+    }
+}
+
+#[test]
+fn finding_one_record_refuses_a_twin_before_or_after_it_and_a_missing_one() {
+    let find = |names: &[&str]| {
+        let entries: Vec<Entry> = names.iter().map(|n| Entry::new(n, b"N.")).collect();
+        find_record(
+            &zipw::write(&entries, Options::default())[..],
+            u64::MAX,
+            "data.pkl",
+        )
+    };
+    let found = find(&["a/data.pkl", "a/version"]).unwrap();
+    assert_eq!(&*found.name, b"a/data.pkl");
+    for names in [
+        ["a/data.pkl", "a/DATA.pkl", "a/version"],
+        ["a/version", "a/Data.pkl", "a/data.pkl"],
+        ["a/data.pkl", "a/version", "a/data.pkl"],
+    ] {
+        let err = find(&names).unwrap_err().to_string();
+        assert!(err.contains("differ only in case"), "{names:?}: {err}");
+    }
+    let err = find(&["a/version", "b/data.pkl"]).unwrap_err().to_string();
+    assert!(err.contains("no data.pkl record"), "{err}");
 }
 
 #[test]

@@ -375,41 +375,46 @@ pub fn find_unlocated<D: FileBytes + ?Sized>(
     max_entries: u64,
     record: &str,
 ) -> Result<(Entry, u64), Error> {
-    let index = read_entries_with(data, max_entries, Payloads::Unlocated, false)?;
-    let first = index
-        .entries
-        .first()
-        .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))?;
+    // Every record is read (a malformed one fails the archive as it fails a
+    // load), but none is copied: a directory of 50,000 names is searched in place.
+    let mut records = Records::new(data, max_entries, false)?;
+    let directory_offset = records.directory_offset;
+    let first = records
+        .next()
+        .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))??;
     let root = first.name.split(|b| *b == b'/').next().unwrap_or_default();
     let wanted = [root, b"/", record.as_bytes()].concat();
-    let variants: Vec<&Entry> = index
-        .entries
-        .iter()
-        .filter(|e| e.name.eq_ignore_ascii_case(&wanted))
-        .collect();
-    let entry = variants
-        .iter()
-        .find(|e| *e.name == *wanted)
-        .copied()
-        .ok_or_else(|| {
-            Error::archive(
-                format!("the archive has no {record} record"),
-                Location::entry(&String::from_utf8_lossy(&wanted)),
-            )
-        })?;
-    if let Some(twin) = variants.iter().find(|e| !std::ptr::eq(**e, entry)) {
+    let (mut found, mut twin) = (None, None);
+    for r in std::iter::once(Ok(first)).chain(records) {
+        let r = r?;
+        if !r.name.eq_ignore_ascii_case(&wanted) {
+            continue;
+        }
+        if found.is_none() && *r.name == *wanted {
+            found = Some(r);
+        } else if twin.is_none() {
+            twin = Some(r);
+        }
+    }
+    let entry = found.map(|r| r.unlocated()).ok_or_else(|| {
+        Error::archive(
+            format!("the archive has no {record} record"),
+            Location::entry(&String::from_utf8_lossy(&wanted)),
+        )
+    })?;
+    if let Some(twin) = twin {
         return Err(Error::archive(
             "two records whose names differ only in case",
-            entry_location(twin),
+            entry_location(&twin.unlocated()),
         ));
     }
     if entry.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
         return Err(Error::archive(
             "encrypted entries are not supported",
-            entry_location(entry),
+            entry_location(&entry),
         ));
     }
-    Ok((entry.clone(), index.directory_offset))
+    Ok((entry, directory_offset))
 }
 
 /// The bytes `locate` reads for `entry`: its local header, name and extra field.
@@ -429,16 +434,7 @@ pub fn locate<D: FileBytes + ?Sized>(
     entry: &Entry,
     directory_offset: u64,
 ) -> Result<Entry, Error> {
-    let located = locate_payload(
-        data,
-        &entry.name,
-        entry.flags,
-        entry.method,
-        entry.crc32,
-        entry.compressed_size,
-        entry.uncompressed_size,
-        entry.header_offset,
-    )?;
+    let located = locate_payload(data, &Record::of(entry))?;
     if let Some(what) = located.disagreement {
         return Err(Error::archive(
             format!("the local header and the central directory disagree: {what}"),
@@ -618,36 +614,114 @@ fn read_entries_with<D: FileBytes + ?Sized>(
     payloads: Payloads,
     prefix: bool,
 ) -> Result<Index, Error> {
-    let eocd = find_eocd(data)?;
-    let mut dir = read_directory(data, eocd)?;
-    let shift = if prefix {
-        dir.end_at
-            .saturating_sub(dir.offset.saturating_add(dir.size))
-    } else {
-        0
-    };
-    dir.offset = dir.offset.saturating_add(shift);
-    limits::check("max_zip_entries", dir.entries, max_entries, || {
-        Location::at(eocd as u64)
-    })?;
-    let end = dir
-        .offset
-        .checked_add(dir.size)
-        .filter(|end| *end <= eocd as u64);
-    let end = end.ok_or_else(|| bad("central directory lies outside the file", dir.offset))?;
-    // Each record takes at least 46 bytes: a count the directory cannot hold is a lie.
-    if dir.entries.saturating_mul(CDH_LEN as u64) > dir.size {
-        return Err(bad(
-            format!(
-                "{} entries cannot fit in a central directory of {} bytes",
-                dir.entries, dir.size
-            ),
-            dir.offset,
-        ));
+    let records = Records::new(data, max_entries, prefix)?;
+    let directory_offset = records.directory_offset;
+    let mut entries = Vec::with_capacity(records.remaining as usize);
+    for record in records {
+        let r = record?;
+        entries.push(match payloads {
+            Payloads::Unlocated => r.unlocated(),
+            Payloads::FromLocalHeaders => locate_payload(data, &r)?,
+        });
     }
-    let mut entries = Vec::with_capacity(dir.entries as usize);
-    let mut pos = dir.offset as usize;
-    for _ in 0..dir.entries {
+    Ok(Index {
+        entries,
+        directory_offset,
+    })
+}
+
+/// One central directory record, borrowed from the archive's bytes.
+struct Record<'d> {
+    name: &'d [u8],
+    method: u16,
+    flags: u16,
+    crc32: u32,
+    compressed_size: u64,
+    uncompressed_size: u64,
+    header_offset: u64,
+}
+
+impl<'d> Record<'d> {
+    fn of(entry: &'d Entry) -> Self {
+        Record {
+            name: &entry.name,
+            method: entry.method,
+            flags: entry.flags,
+            crc32: entry.crc32,
+            compressed_size: entry.compressed_size,
+            uncompressed_size: entry.uncompressed_size,
+            header_offset: entry.header_offset,
+        }
+    }
+
+    fn unlocated(&self) -> Entry {
+        Entry {
+            name: self.name.into(),
+            method: self.method,
+            flags: self.flags,
+            crc32: self.crc32,
+            compressed_size: self.compressed_size,
+            uncompressed_size: self.uncompressed_size,
+            header_offset: self.header_offset,
+            data_offset: 0,
+            disagreement: None,
+        }
+    }
+}
+
+/// The records of a central directory, in order, checked as they are read: the
+/// first malformed one ends the iteration with its error.
+struct Records<'d, D: ?Sized> {
+    data: &'d D,
+    pos: usize,
+    end: u64,
+    remaining: u64,
+    /// How far a prefix before the archive moves every offset.
+    shift: u64,
+    directory_offset: u64,
+}
+
+impl<'d, D: FileBytes + ?Sized> Records<'d, D> {
+    fn new(data: &'d D, max_entries: u64, prefix: bool) -> Result<Self, Error> {
+        let eocd = find_eocd(data)?;
+        let mut dir = read_directory(data, eocd)?;
+        let shift = if prefix {
+            dir.end_at
+                .saturating_sub(dir.offset.saturating_add(dir.size))
+        } else {
+            0
+        };
+        dir.offset = dir.offset.saturating_add(shift);
+        limits::check("max_zip_entries", dir.entries, max_entries, || {
+            Location::at(eocd as u64)
+        })?;
+        let end = dir
+            .offset
+            .checked_add(dir.size)
+            .filter(|end| *end <= eocd as u64);
+        let end = end.ok_or_else(|| bad("central directory lies outside the file", dir.offset))?;
+        // Each record takes at least 46 bytes: a count the directory cannot hold is a lie.
+        if dir.entries.saturating_mul(CDH_LEN as u64) > dir.size {
+            return Err(bad(
+                format!(
+                    "{} entries cannot fit in a central directory of {} bytes",
+                    dir.entries, dir.size
+                ),
+                dir.offset,
+            ));
+        }
+        Ok(Records {
+            data,
+            pos: dir.offset as usize,
+            end,
+            remaining: dir.entries,
+            shift,
+            directory_offset: dir.offset,
+        })
+    }
+
+    fn read(&mut self) -> Result<Record<'d>, Error> {
+        let (data, pos, end) = (self.data, self.pos, self.end);
         let at = pos as u64;
         let head = data
             .get(pos..pos + CDH_LEN)
@@ -673,53 +747,46 @@ fn read_entries_with<D: FileBytes + ?Sized>(
         let extra = data
             .get(pos + CDH_LEN + name_len..pos + CDH_LEN + name_len + extra_len)
             .unwrap_or_default();
-        let flags = h16(8);
         let (mut usize_, mut csize, mut offset) =
             (u64::from(h32(24)), u64::from(h32(20)), u64::from(h32(42)));
         apply_zip64(extra, &mut usize_, &mut csize, &mut offset, at)?;
-        let offset = offset.saturating_add(shift);
-        let data_offset = match payloads {
-            Payloads::Unlocated => 0,
-            Payloads::FromLocalHeaders => {
-                let entry =
-                    locate_payload(data, name, flags, h16(10), h32(16), csize, usize_, offset)?;
-                entries.push(entry);
-                pos = record_end;
-                continue;
-            }
-        };
-        entries.push(Entry {
-            name: name.into(),
+        self.pos = record_end;
+        Ok(Record {
+            name,
             method: h16(10),
-            flags,
+            flags: h16(8),
             crc32: h32(16),
             compressed_size: csize,
             uncompressed_size: usize_,
-            header_offset: offset,
-            data_offset,
-            disagreement: None,
-        });
-        pos = record_end;
+            header_offset: offset.saturating_add(self.shift),
+        })
     }
-    Ok(Index {
-        entries,
-        directory_offset: dir.offset,
-    })
+}
+
+impl<'d, D: FileBytes + ?Sized> Iterator for Records<'d, D> {
+    type Item = Result<Record<'d>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.remaining = self.remaining.checked_sub(1)?;
+        let record = self.read();
+        if record.is_err() {
+            self.remaining = 0;
+        }
+        Some(record)
+    }
 }
 
 /// Find the payload through the local header, whose name and extra lengths may
 /// differ from the central directory's.
-#[allow(clippy::too_many_arguments)]
-fn locate_payload<D: FileBytes + ?Sized>(
-    data: &D,
-    name: &[u8],
-    flags: u16,
-    method: u16,
-    crc32: u32,
-    compressed_size: u64,
-    uncompressed_size: u64,
-    header_offset: u64,
-) -> Result<Entry, Error> {
+fn locate_payload<D: FileBytes + ?Sized>(data: &D, record: &Record) -> Result<Entry, Error> {
+    let &Record {
+        name,
+        method,
+        compressed_size,
+        uncompressed_size,
+        header_offset,
+        ..
+    } = record;
     let fail = |reason: &str| {
         Error::archive(
             reason,
@@ -769,15 +836,9 @@ fn locate_payload<D: FileBytes + ?Sized>(
         return Err(fail("entry data runs past the end of the file"));
     }
     Ok(Entry {
-        name: name.into(),
-        method,
-        flags,
-        crc32,
-        compressed_size,
-        uncompressed_size,
-        header_offset,
         data_offset,
         disagreement,
+        ..record.unlocated()
     })
 }
 
