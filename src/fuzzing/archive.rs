@@ -54,6 +54,22 @@ pub fn zip_archive(data: &[u8]) {
             "read_entries_by_reading accepted what read_entries refused"
         );
     }
+    // One record found alone is the one the whole directory describes, from the
+    // whole file or from pieces of it.
+    let found = zip::find_record(data, max, "data.pkl");
+    if let (Ok(entry), Ok(index)) = (&found, zip::read_entries(data, max)) {
+        assert!(
+            index.entries.contains(entry),
+            "find_record gave an entry read_entries does not have"
+        );
+    }
+    if let Some((entry, _)) = zip::read_record(len, &read_at, max, "data.pkl", u64::MAX) {
+        assert_eq!(
+            found.as_ref().ok(),
+            Some(&entry),
+            "read_record differs from find_record"
+        );
+    }
     if let Ok(index) = zip::read_entries_after_prefix(data, max) {
         check_index(&index, len, max, false);
     }
