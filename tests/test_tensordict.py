@@ -46,6 +46,7 @@ def test_load_memmap_is_imported_on_first_use():
     code = (
         "import sys, tensorplay\n"
         "assert 'tensorplay._tensordict' not in sys.modules\n"
+        "assert 'load_memmap' in dir(tensorplay)\n"
         "from tensorplay import load_memmap\n"
         "assert load_memmap is tensorplay.load_memmap is sys.modules['tensorplay._tensordict'].load_memmap\n"
     )
