@@ -9,9 +9,9 @@ use crate::pickle::globals::{self, UserGlobals};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
 use crate::pickle::value::Arena;
-use crate::scan::dangerous;
+use crate::scan::{dangerous, walker};
 use crate::scan::{Finding, Report};
-use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::semantics::{FoundGlobal, Mode, TorchHooks};
 use crate::torch::storages::IdFormat;
 
 /// Pickles one stream may hold before the scanner stops trusting it.
@@ -32,21 +32,28 @@ fn run_one(
     limits: &Limits,
     format: IdFormat,
 ) -> (Result<usize, Error>, Vec<Finding>) {
+    // The opcode walk answers only where its answer is the VM's (same end, same
+    // globals at the same offsets); it knows torch zip persistent ids only.
+    if format == IdFormat::Zip {
+        if let Some(walk) = walker::walk(data, user, limits) {
+            return (Ok(walk.end), walk.found.into_iter().map(finding).collect());
+        }
+    }
     let mut hooks = TorchHooks::new(Mode::Scan, user, *limits, format);
     let mut arena = Arena::new(limits);
     let result =
         machine::run(data, &mut hooks, &mut arena, limits, StringEncoding::Utf8).map(|p| p.end);
-    let findings = hooks
-        .found
-        .into_iter()
-        .map(|f| Finding {
-            name: f.name,
-            dangerous: f.dangerous,
-            location: String::new(),
-            offset: f.offset,
-        })
-        .collect();
+    let findings = hooks.found.into_iter().map(finding).collect();
     (result, findings)
+}
+
+fn finding(f: FoundGlobal) -> Finding {
+    Finding {
+        name: f.name,
+        dangerous: f.dangerous,
+        location: String::new(),
+        offset: f.offset,
+    }
 }
 
 /// Scan up to `max_pickles` pickles of `data` (all of them when `None`), adding
