@@ -12,6 +12,14 @@ fn scan(data: &[u8]) -> Report {
     scan_bytes(data, &ScanOptions::default())
 }
 
+fn scan_pickles_only(data: &[u8]) -> Report {
+    let options = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    scan_bytes(data, &options)
+}
+
 fn names(r: &Report) -> Vec<String> {
     r.names()
 }
@@ -98,21 +106,43 @@ fn every_pickle_in_an_archive_is_scanned_and_duplicates_too() {
         ],
         Options::default(),
     );
-    let r = scan(&zip);
-    assert_eq!(r.format, "torch-zip", "{:?}", r.problems);
-    assert_eq!(names(&r), ["os.system"]);
-    assert!(r.problems.iter().any(|p| p.contains("duplicate")));
+    for r in [scan(&zip), scan_pickles_only(&zip)] {
+        assert_eq!(r.format, "torch-zip", "{:?}", r.problems);
+        assert_eq!(names(&r), ["os.system"]);
+        assert!(r.problems.iter().any(|p| p.contains("duplicate")));
+    }
 }
 
 #[test]
 fn local_headers_that_disagree_are_reported() {
     let mut e = Entry::new("a/data.pkl", b"\x80\x02N.");
     e.local_name = Some("a/other.pk".into());
-    let r = scan(&zipw::write(
-        &[e, Entry::new("a/version", b"3")],
-        Options::default(),
-    ));
-    assert_eq!(r.verdict(), Verdict::Unreadable);
+    let zip = zipw::write(&[e, Entry::new("a/version", b"3")], Options::default());
+    for r in [scan(&zip), scan_pickles_only(&zip)] {
+        assert_eq!(r.verdict(), Verdict::Unreadable);
+        assert!(r.problems.iter().any(|p| p.contains("disagree: name")));
+    }
+}
+
+#[test]
+fn a_pickles_only_scan_reads_no_payload_header() {
+    // A storage whose local header is not even a local header: the full scan
+    // cannot locate it (a load would refuse the file), the pickles-only scan
+    // never needs to.
+    let mut zip = zipw::checkpoint(b"\x80\x02N.", &[("data/0", &[7u8; 64][..])]);
+    let storage = find(&zip, b"PK\x03\x04", b"archive/data/0");
+    zip[storage] = b'X';
+    assert_eq!(scan(&zip).verdict(), Verdict::Unreadable);
+    let r = scan_pickles_only(&zip);
+    assert_eq!(r.verdict(), Verdict::Clean, "{:?}", r.problems);
+    assert_eq!((r.format.as_str(), r.pickles), ("torch-zip", 1));
+}
+
+/// Offset of the local header (starting with `signature`) that names `name`.
+fn find(data: &[u8], signature: &[u8], name: &[u8]) -> usize {
+    (0..data.len())
+        .find(|&i| data[i..].starts_with(signature) && data[i + 30..].starts_with(name))
+        .unwrap()
 }
 
 #[test]

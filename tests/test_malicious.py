@@ -227,6 +227,23 @@ def test_scan_flags_every_file(entry, tmp_path, monkeypatch):
     assert not (tmp_path / MARKER).exists()
 
 
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_a_pickles_only_scan_flags_every_global_the_full_scan_flags(entry):
+    """Reading only the directory and the pickles misses no global: every unsafe
+    file is unsafe with the same findings. What it gives up is the load's other
+    refusals (limits, tensors outside their storage, compressed payloads), so a
+    file only a load would refuse is clean or unreadable, never unsafe."""
+    from tensorplay import scanner
+
+    full = scanner.scan(FILES / entry["file"])
+    quick = scanner.scan(FILES / entry["file"], pickles_only=True)
+    if entry["scan_verdict"] == "unsafe":
+        assert quick.verdict == "unsafe", (quick.findings, quick.problems)
+        assert quick.findings == full.findings
+    else:
+        assert quick.verdict in ("clean", "unreadable") and not quick.findings
+
+
 def test_the_scan_command_exits_1_on_the_corpus():
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(FILES)],
                             capture_output=True, text=True)

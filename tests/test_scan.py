@@ -57,6 +57,16 @@ def test_scan_agrees_with_load_on_every_fixture(case):
         assert report.verdict == "clean", report
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_a_pickles_only_scan_finds_what_the_full_scan_finds(case):
+    full = scanner.scan(case["path"])
+    quick = scanner.scan(case["path"], pickles_only=True)
+    assert quick.findings == full.findings
+    assert quick.format == full.format
+    if full.verdict == "clean":
+        assert quick.verdict == "clean", quick.problems
+
+
 @pytest.mark.parametrize("as_path", [True, False], ids=["path", "bytes"])
 def test_a_storage_whose_local_header_disagrees_is_unreadable(tmp_path, as_path):
     # A path is scanned from reads of each local header, bytes from memory: both
@@ -74,6 +84,18 @@ def test_a_storage_whose_local_header_disagrees_is_unreadable(tmp_path, as_path)
     assert any("disagree" in p for p in report.problems), report.problems
     with pytest.raises(tensorplay.CheckpointError, match="disagree"):
         tensorplay.load(path, backend="numpy")
+    # A storage's header is no pickle's: the pickles-only scan never reads it.
+    assert scanner.scan(path if as_path else bytes(data), pickles_only=True).verdict == "clean"
+
+
+def test_a_pickle_whose_local_header_disagrees_is_reported_by_a_pickles_only_scan(tmp_path):
+    data = bytearray((TORCH_FIXTURES / "seed_batchnorm_state_dict.pt").read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        pkl = next(i for i in z.infolist() if i.filename.endswith("/data.pkl"))
+    data[pkl.header_offset + 30 + len(pkl.filename) - 1] ^= 0x01
+    report = scanner.scan(bytes(data), pickles_only=True)
+    assert report.verdict == "unreadable"
+    assert any("disagree" in p and "data.pkl" in p for p in report.problems), report.problems
 
 
 def test_user_entries_count_as_allowed():
@@ -178,6 +200,17 @@ def test_scan_command_exit_codes_and_json(tmp_path):
     assert reports[str(broken)]["verdict"] == "unreadable" and reports[str(broken)]["problems"]
     table = _cli("scan", str(unsafe)).stdout
     assert "UNSAFE" in table and "torch.nn.modules.linear.Linear" in table
+
+
+def test_scan_command_pickles_only(tmp_path):
+    # A tensor reaching past its storage: a load refuses it, yet nothing in it runs code.
+    past = TORCH_FIXTURES.parent.parent / "malicious" / "files" / "size_past_storage.pt"
+    assert _cli("scan", str(past)).returncode == 2
+    assert _cli("scan", "--pickles-only", str(past)).returncode == 0
+    unsafe = TORCH_FIXTURES / "whole_module.pt"
+    result = _cli("scan", "--pickles-only", "--json", str(unsafe))
+    assert result.returncode == 1
+    assert json.loads(result.stdout)[0]["globals"][0]["name"] == "torch.nn.modules.container.Sequential"
 
 
 def test_unsafe_outranks_unreadable(tmp_path):

@@ -53,7 +53,8 @@ def exit_code(reports: list[scanner.ScanReport]) -> int:
 
 def _scan(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr.isatty() and not args.json)
-    reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress)
+    reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
+                                 pickles_only=args.pickles_only)
     if args.json:
         json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
         print()
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--jobs", type=int, default=None, help="files scanned in parallel (default: cores)")
     scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
                       help="also allow this global (repeatable)")
+    scan.add_argument("--pickles-only", action="store_true",
+                      help="read only the archive directory and the pickles; clean then means no unsafe "
+                           "global, not that a load would accept the file")
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data")
     inspect.add_argument("paths", nargs="+")

@@ -54,13 +54,20 @@ class ScanReport:
         }
 
 
-def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = ()) -> ScanReport:
+def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False) -> ScanReport:
     """Scan one file (a path, or its bytes). ``allow`` adds ``module.name`` entries
-    to the built-in allowlist."""
+    to the built-in allowlist.
+
+    By default a file is clean only if a weights-only load would also accept it:
+    the scan runs the load's every check without copying a tensor, and so reads
+    each archive entry's local header too. ``pickles_only=True`` is the security
+    gate alone: it reads the archive's directory and its pickles, and nothing
+    else, so clean means no global outside the allowlist in any pickle, each read
+    to its end, whether or not a load would accept the tensors."""
     source = bytes(f) if isinstance(f, (bytes, bytearray, memoryview)) else os.fspath(f)
     path = "<bytes>" if isinstance(source, bytes) else source
     try:
-        raw = _core.scan(source, user_names=list(allow), limits=_limits.merged(None))
+        raw = _core.scan(source, user_names=list(allow), limits=_limits.merged(None), pickles_only=pickles_only)
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",))
     findings = tuple(GlobalFinding(**g) for g in raw["findings"])
@@ -91,8 +98,10 @@ def scan_paths(
     jobs: int | None = None,
     allow: Iterable[str] = (),
     progress: Callable[[int, int], None] | None = None,
+    pickles_only: bool = False,
 ) -> list[ScanReport]:
-    """Scan files and directories in parallel (the Rust scanner releases the GIL)."""
+    """Scan files and directories in parallel (the Rust scanner releases the GIL);
+    ``pickles_only`` as for :func:`scan`."""
     files = list(iter_files(paths))
     allow = list(allow)
     workers = min(jobs or os.cpu_count() or 1, len(files))
@@ -101,7 +110,7 @@ def scan_paths(
         # (concurrent.futures alone was a tenth of `tensorplay scan FILE`).
         in_order = []
         for path in files:
-            in_order.append(scan(path, allow=allow))
+            in_order.append(scan(path, allow=allow, pickles_only=pickles_only))
             if progress is not None:
                 progress(len(in_order), len(files))
         return in_order
@@ -109,7 +118,7 @@ def scan_paths(
 
     reports: list[ScanReport | None] = [None] * len(files)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(scan, path, allow=allow): i for i, path in enumerate(files)}
+        futures = {pool.submit(scan, path, allow=allow, pickles_only=pickles_only): i for i, path in enumerate(files)}
         for done, future in enumerate(as_completed(futures), 1):
             reports[futures[future]] = future.result()
             if progress is not None:

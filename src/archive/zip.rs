@@ -322,22 +322,52 @@ pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
 /// that contradicts the central directory, no shared bytes, no repeated name.
 pub fn validate(index: &Index) -> Result<(), Error> {
     for e in &index.entries {
-        let at = || Location {
-            entry: Some(e.name_lossy()),
-            offset: Some(e.header_offset),
-            opcode: None,
-        };
         if e.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
-            return Err(Error::archive("encrypted entries are not supported", at()));
+            return Err(Error::archive(
+                "encrypted entries are not supported",
+                entry_location(e),
+            ));
         }
         if let Some(what) = e.disagreement {
-            return Err(Error::archive(
-                format!("the local header and the central directory disagree: {what}"),
-                at(),
-            ));
+            return Err(disagreement_error(e, what));
         }
     }
     check_layout(&index.entries, index.directory_offset)
+}
+
+/// The rules of [`validate`] that the central directory alone settles (no
+/// encrypted entry, no repeated name), for an index of [`read_directory_only`].
+pub fn validate_directory(index: &Index) -> Result<(), Error> {
+    if let Some(e) = index
+        .entries
+        .iter()
+        .find(|e| e.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0)
+    {
+        return Err(Error::archive(
+            "encrypted entries are not supported",
+            entry_location(e),
+        ));
+    }
+    check_names(&index.entries)
+}
+
+pub fn disagreement_error(entry: &Entry, what: &str) -> Error {
+    Error::archive(
+        format!("the local header and the central directory disagree: {what}"),
+        entry_location(entry),
+    )
+}
+
+/// The central directory's entries with no local header read: every payload
+/// unlocated until [`locate_entry`] reads its header.
+pub fn read_directory_only(data: &[u8], max_entries: u64) -> Result<Index, Error> {
+    read_entries_with(data, max_entries, Payloads::Unlocated, false)
+}
+
+/// Locate one entry's payload through its local header, reporting (not
+/// refusing) a header that contradicts the central directory.
+pub fn locate_entry<D: FileBytes + ?Sized>(data: &D, entry: &Entry) -> Result<Entry, Error> {
+    locate_payload(data, &Record::of(entry))
 }
 
 /// Read the central directory without the whole-archive checks (duplicates,
@@ -434,12 +464,9 @@ pub fn locate<D: FileBytes + ?Sized>(
     entry: &Entry,
     directory_offset: u64,
 ) -> Result<Entry, Error> {
-    let located = locate_payload(data, &Record::of(entry))?;
+    let located = locate_entry(data, entry)?;
     if let Some(what) = located.disagreement {
-        return Err(Error::archive(
-            format!("the local header and the central directory disagree: {what}"),
-            entry_location(entry),
-        ));
+        return Err(disagreement_error(entry, what));
     }
     if located.data_end() > directory_offset {
         return Err(Error::archive(
@@ -605,7 +632,7 @@ const TAIL_READ: usize = 16 << 10;
 /// How payload offsets are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Payloads {
-    /// Leave them unknown (0): for `find_record`, which locates one entry itself.
+    /// Leave them unknown (0), for a reader that locates the entries it reads.
     Unlocated,
     /// Read each local header for its name and extra lengths.
     FromLocalHeaders,
@@ -847,19 +874,7 @@ fn locate_payload<D: FileBytes + ?Sized>(data: &D, record: &Record) -> Result<En
 
 /// No two entries may share a name or a byte, and none may reach into the directory.
 pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
-    let mut names = std::collections::HashSet::with_capacity(entries.len());
-    for entry in entries {
-        if !names.insert(&*entry.name) {
-            return Err(Error::archive(
-                "duplicate entry name",
-                Location {
-                    entry: Some(entry.name_lossy()),
-                    offset: Some(entry.header_offset),
-                    opcode: None,
-                },
-            ));
-        }
-    }
+    check_names(entries)?;
     let mut by_offset: Vec<&Entry> = entries.iter().collect();
     by_offset.sort_unstable_by_key(|e| e.header_offset);
     for pair in by_offset.windows(2) {
@@ -889,6 +904,14 @@ pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Erro
         }
     }
     Ok(())
+}
+
+fn check_names(entries: &[Entry]) -> Result<(), Error> {
+    let mut names = std::collections::HashSet::with_capacity(entries.len());
+    match entries.iter().find(|e| !names.insert(&*e.name)) {
+        Some(twin) => Err(Error::archive("duplicate entry name", entry_location(twin))),
+        None => Ok(()),
+    }
 }
 
 /// Local headers read one after another from the start, as a streaming reader

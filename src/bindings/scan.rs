@@ -19,27 +19,37 @@ fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyR
     Ok(ScanOptions {
         limits: limits_from(limits)?,
         user_globals: UserGlobals::new(user_names),
+        pickles_only: false,
     })
 }
 
 /// Scan a path or a bytes object; returns the report as a dict.
 #[pyfunction]
-#[pyo3(signature = (source, *, user_names=Vec::new(), limits=None))]
+#[pyo3(signature = (source, *, user_names=Vec::new(), limits=None, pickles_only=false))]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
     user_names: Vec<String>,
     limits: Option<HashMap<String, u64>>,
+    pickles_only: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = options(user_names, limits)?;
+    let options = ScanOptions {
+        pickles_only,
+        ..options(user_names, limits)?
+    };
     let data = open_source(py, source, MapMode::ReadOnly)?;
     let report = py.detach(|| {
+        let bytes = data.bytes();
+        if pickles_only {
+            // Only the directory and the pickles are read: every local header
+            // read in advance would be wasted.
+            return scan_file(bytes, None, &options);
+        }
         let read_at = |offset: u64, n: usize| {
             let mut buf = vec![0u8; n];
             data.read_into(offset, &mut buf)?.ok()?;
             Some(buf)
         };
-        let bytes = data.bytes();
         let entries = bytes
             .starts_with(b"PK\x03\x04")
             .then(|| {

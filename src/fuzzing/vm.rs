@@ -160,9 +160,9 @@ pub fn scanner_differential(data: &[u8]) {
     drop(load_arena);
     drop(scan_arena);
 
-    let options = ScanOptions {
+    let mut options = ScanOptions {
         limits,
-        user_globals: UserGlobals::default(),
+        ..ScanOptions::default()
     };
     let report = scan::scan_bytes(data, &options);
     // Linear work however entries overlap or nest: a pickle takes at least a byte
@@ -180,4 +180,19 @@ pub fn scanner_differential(data: &[u8]) {
         data.len()
     );
     let _ = scan::unsafe_globals(data, &options);
+
+    // The pickles-only scan checks less than the full one, never more: a file the
+    // full scan passes, it passes too.
+    options.pickles_only = true;
+    let pickles_only = scan::scan_bytes(data, &options);
+    assert!(u64::from(pickles_only.pickles) <= bound);
+    if report.verdict() == scan::Verdict::Clean {
+        assert_eq!(
+            pickles_only.verdict(),
+            scan::Verdict::Clean,
+            "clean in a full scan, not in a pickles-only one: {:?} {:?}",
+            pickles_only.findings,
+            pickles_only.problems
+        );
+    }
 }

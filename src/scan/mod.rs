@@ -172,6 +172,11 @@ pub struct ScanOptions {
     pub limits: Limits,
     /// Entries the user allowlists on top of the built-in allowlist.
     pub user_globals: UserGlobals,
+    /// Read only the archive's directory and its pickles, as a security gate
+    /// needs: no load dry run, no payload's local header, no inflating of
+    /// compressed payloads. "Clean" then means every pickle was read to its end
+    /// and holds only allowlisted globals, not that a load would accept the file.
+    pub pickles_only: bool,
 }
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
@@ -252,7 +257,11 @@ fn scan_into(
         "zip" => scan_zip(data, location, depth, options, report, top),
         "npy" => scan_npy(data, location, options, report),
         "tar" => scan_tar(data, location, depth, options, report),
-        "torch-legacy" if top && validated_load(data, None, location, options, report) => {
+        "torch-legacy"
+            if top
+                && !options.pickles_only
+                && validated_load(data, None, location, options, report) =>
+        {
             report.pickles += 5;
         }
         "torch-legacy" => {
@@ -394,7 +403,12 @@ fn scan_zip(
 ) {
     let max = options.limits.max_zip_entries;
     let mut strict = true;
-    let index = match zip::read_entries(data, max) {
+    let read = if options.pickles_only {
+        zip::read_directory_only
+    } else {
+        zip::read_entries
+    };
+    let index = match read(data, max) {
         Ok(index) => index,
         // Other readers still extract something: a zip after a prefix (Python's
         // zipfile shifts the offsets), or, with no directory, the local headers.
@@ -425,7 +439,8 @@ fn scan_zip(
 }
 
 /// Scan the entries of a zip; `strict` when `index` was read as a load reads it,
-/// not by the fallbacks of other readers.
+/// not by the fallbacks of other readers. With `pickles_only`, a strict index may
+/// leave payloads unlocated: an entry is located when it is read.
 #[allow(clippy::too_many_arguments)]
 fn scan_zip_entries(
     data: &[u8],
@@ -437,7 +452,13 @@ fn scan_zip_entries(
     report: &mut Report,
     top: bool,
 ) {
-    if let Err(e) = zip::validate(&index) {
+    let unlocated = strict && options.pickles_only;
+    let valid = if unlocated {
+        zip::validate_directory(&index)
+    } else {
+        zip::validate(&index)
+    };
+    if let Err(e) = valid {
         report.problem(location, e);
     }
     // A torch checkpoint: every entry under one root folder, with a data.pkl.
@@ -474,6 +495,7 @@ fn scan_zip_entries(
     // A checkpoint a load accepts has only allowlisted globals in its data.pkl.
     let main_pickle = root.as_ref().map(|r| format!("{r}/data.pkl"));
     let loadable = top
+        && !options.pickles_only
         && root.is_some()
         && validated_load(
             data,
@@ -499,7 +521,7 @@ fn scan_zip_entries(
             || is_tensordict_leaf(&names, &name)
             || name.ends_with('/')
         {
-            if entry.method != 0 {
+            if entry.method != 0 && !options.pickles_only {
                 let here = entry_location(location, entry);
                 if !report.charge(entry.uncompressed_size, true, &here) {
                     return;
@@ -516,6 +538,22 @@ fn scan_zip_entries(
         if !charged {
             return;
         }
+        let located;
+        let entry = if unlocated {
+            located = match zip::locate_entry(data, entry) {
+                Ok(e) => e,
+                Err(e) => {
+                    report.problem(&here, e);
+                    continue;
+                }
+            };
+            if let Some(what) = located.disagreement {
+                report.problem(location, zip::disagreement_error(&located, what));
+            }
+            &located
+        } else {
+            entry
+        };
         let bytes = match entry_data(entry, data, &options.limits) {
             Ok(b) => b,
             Err(e) => {
