@@ -328,10 +328,7 @@ fn scan_trailing_zip(
     report: &mut Report,
 ) {
     let tail_start = data.len().saturating_sub(22 + 0xffff + 64);
-    let has_end_record = data
-        .get(tail_start..)
-        .is_some_and(|tail| tail.windows(4).any(|w| w == b"PK\x05\x06"));
-    if !has_end_record {
+    if !data.get(tail_start..).is_some_and(has_end_record_signature) {
         return;
     }
     if let Ok(index) = zip::read_entries_after_prefix(data, options.limits.max_zip_entries) {
@@ -340,6 +337,32 @@ fn scan_trailing_zip(
             scan_zip(data, location, depth + 1, options, report, false);
         }
     }
+}
+
+/// Does `data` hold `PK\x05\x06` anywhere? Every pickle the scanner reads is
+/// searched, so it looks for the `P` eight bytes at a time (a byte-by-byte window
+/// search was a tenth of a pickles-only scan of a checkpoint).
+fn has_end_record_signature(data: &[u8]) -> bool {
+    const SIGNATURE: &[u8] = b"PK\x05\x06";
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const PS: u64 = u64::from_ne_bytes([b'P'; 8]);
+    let at = |i: usize| {
+        data.get(i..)
+            .is_some_and(|rest| rest.starts_with(SIGNATURE))
+    };
+    let mut chunks = data.chunks_exact(8);
+    let mut start = 0usize;
+    for chunk in &mut chunks {
+        let word = u64::from_ne_bytes(<[u8; 8]>::try_from(chunk).unwrap_or_default());
+        // A zero byte in `word ^ PS` is a `P`; this is nonzero if there is one.
+        let x = word ^ PS;
+        if x.wrapping_sub(ONES) & !x & HIGHS != 0 && (start..start + 8).any(at) {
+            return true;
+        }
+        start += 8;
+    }
+    (start..data.len()).any(at)
 }
 
 fn scan_pickle(data: &[u8], location: &str, options: &ScanOptions, report: &mut Report, top: bool) {
@@ -823,4 +846,26 @@ fn outcome(report: Report) -> Result<Vec<String>, Error> {
         }
     }
     Ok(report.names())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_end_record_signature;
+
+    #[test]
+    fn the_end_record_search_finds_what_a_window_search_finds() {
+        let signature = b"PK\x05\x06";
+        for len in 0..40 {
+            for at in 0..len {
+                // `P`s and partial signatures everywhere, the whole one at `at` or nowhere.
+                let mut data: Vec<u8> = (0..len).map(|i| b"PPK\x05x"[i % 5]).collect();
+                assert!(!has_end_record_signature(&data), "{data:?}");
+                if at + 4 <= len {
+                    data[at..at + 4].copy_from_slice(signature);
+                }
+                let expected = data.windows(4).any(|w| w == signature);
+                assert_eq!(has_end_record_signature(&data), expected, "{data:?}");
+            }
+        }
+    }
 }
