@@ -5,7 +5,8 @@ mod common;
 use common::zipw::{self, Entry, Options};
 use tensorplay::archive::zip::read_entries_by_reading;
 use tensorplay::scan::{
-    scan_bytes, scan_file, unsafe_globals, unsafe_globals_by_reading, Report, ScanOptions, Verdict,
+    scan_bytes, scan_file, scan_pickles_by_reading, unsafe_globals, unsafe_globals_by_reading,
+    Report, ScanOptions, Verdict,
 };
 
 fn scan(data: &[u8]) -> Report {
@@ -441,14 +442,6 @@ fn scanning_with_entries_read_in_pieces_gives_the_report_of_the_whole_file() {
             answered += usize::from(by_reading.is_some());
             let whole = scan_bytes(&data, &options);
             let pieces = scan_file(&data, by_reading, &options);
-            let summary = |r: &Report| {
-                (
-                    r.format.clone(),
-                    r.findings.clone(),
-                    r.problems.clone(),
-                    r.pickles,
-                )
-            };
             assert_eq!(summary(&pieces), summary(&whole), "{}", path.display());
         }
     }
@@ -456,4 +449,50 @@ fn scanning_with_entries_read_in_pieces_gives_the_report_of_the_whole_file() {
         answered >= 30,
         "only {answered} files were indexed from pieces"
     );
+}
+
+#[test]
+fn a_pickles_only_scan_from_reads_gives_the_report_of_the_whole_file() {
+    let options = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let (mut answered, mut zips) = (0, 0);
+    for dir in ["fixtures/torch", "malicious/files"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            let read_at = |offset: u64, n: usize| {
+                let start = usize::try_from(offset).ok()?;
+                data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+            };
+            zips += usize::from(data.starts_with(b"PK\x03\x04"));
+            let Some(pieces) = scan_pickles_by_reading(data.len() as u64, &read_at, &options)
+            else {
+                continue;
+            };
+            answered += 1;
+            assert_eq!(
+                summary(&pieces),
+                summary(&scan_bytes(&data, &options)),
+                "{}",
+                path.display()
+            );
+        }
+    }
+    // The rest are broken archives, for the fallbacks of the whole-file scan.
+    assert!(
+        answered >= 100 && zips - answered <= 5,
+        "{answered} of {zips} zips answered from reads"
+    );
+}
+
+fn summary(r: &Report) -> (String, Vec<tensorplay::scan::Finding>, Vec<String>, u32) {
+    (
+        r.format.clone(),
+        r.findings.clone(),
+        r.problems.clone(),
+        r.pickles,
+    )
 }

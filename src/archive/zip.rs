@@ -75,6 +75,11 @@ pub trait FileBytes {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The whole file, when it is all in memory.
+    fn whole(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl FileBytes for [u8] {
@@ -84,6 +89,10 @@ impl FileBytes for [u8] {
 
     fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
         <[u8]>::get(self, range)
+    }
+
+    fn whole(&self) -> Option<&[u8]> {
+        Some(self)
     }
 }
 
@@ -520,6 +529,37 @@ pub fn read_record(
     let payload_len = usize::try_from(located.compressed_size).ok()?;
     ensure(&mut pieces, located.data_offset, payload_len, read_at)?;
     Some((located, pieces))
+}
+
+/// What [`read_directory_only`] gives on the whole file, from reads of its head
+/// and end, with those pieces for [`read_entry_into`] to add to. `None` when the
+/// file does not start with a local header or the reads cannot settle it.
+pub fn read_directory_by_reading(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    max_entries: u64,
+) -> Option<(Index, Pieces)> {
+    let head = read_at(0, usize::try_from(len).ok()?.min(HEAD_READ))?;
+    if !head.starts_with(&LFH_SIG.to_le_bytes()) {
+        return None;
+    }
+    let mut pieces = read_end_and_directory(len, read_at)?;
+    let index = read_entries_with(&pieces, max_entries, Payloads::Unlocated, false).ok()?;
+    pieces.add(0, head);
+    Some((index, pieces))
+}
+
+/// Read `entry`'s local header and payload into `pieces`. `None` when they
+/// cannot be read or the header does not locate a payload inside the file.
+pub fn read_entry_into(
+    pieces: &mut Pieces,
+    entry: &Entry,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<()> {
+    ensure_local_header(pieces, entry, read_at)?;
+    let located = locate_entry(pieces, entry).ok()?;
+    let payload_len = usize::try_from(located.compressed_size).ok()?;
+    ensure(pieces, located.data_offset, payload_len, read_at)
 }
 
 /// Every entry of a zip archive of `len` bytes, located through its local

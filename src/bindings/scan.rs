@@ -12,7 +12,8 @@ use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{limits_from, open_source};
 use crate::pickle::globals::UserGlobals;
 use crate::scan::{
-    scan_file, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, ScanOptions,
+    scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
+    unsafe_globals_by_reading, Report, ScanOptions,
 };
 
 fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
@@ -37,6 +38,15 @@ pub fn scan<'py>(
         pickles_only,
         ..options(user_names, limits)?
     };
+    if let (true, Err(_), Ok(path)) = (
+        pickles_only,
+        source.cast::<PyBytes>(),
+        source.extract::<PathBuf>(),
+    ) {
+        if let Some(report) = py.detach(|| scan_by_reading(&path, &options)) {
+            return report_dict(py, &report);
+        }
+    }
     let data = open_source(py, source, MapMode::ReadOnly)?;
     let report = py.detach(|| {
         let bytes = data.bytes();
@@ -62,6 +72,10 @@ pub fn scan<'py>(
             .flatten();
         scan_file(bytes, entries, &options)
     });
+    report_dict(py, &report)
+}
+
+fn report_dict<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyDict>> {
     let findings = PyList::empty(py);
     for f in &report.findings {
         let d = PyDict::new(py);
@@ -104,6 +118,24 @@ pub fn globals_outside_allowlist(
 /// The answer for a zip checkpoint from a few reads of the file, when they settle
 /// it; see `scan::unsafe_globals_by_reading`.
 fn globals_by_reading(path: &Path, options: &ScanOptions) -> Option<Vec<String>> {
+    with_reads(path, |len, read_at| {
+        unsafe_globals_by_reading(len, read_at, options)
+    })
+}
+
+/// A pickles-only report from a few reads of the file, when they settle it; see
+/// `scan::scan_pickles_by_reading`.
+fn scan_by_reading(path: &Path, options: &ScanOptions) -> Option<Report> {
+    with_reads(path, |len, read_at| {
+        scan_pickles_by_reading(len, read_at, options)
+    })
+}
+
+/// `f` with the length of the regular file at `path` and a reader of its bytes.
+fn with_reads<T>(
+    path: &Path,
+    f: impl FnOnce(u64, &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
+) -> Option<T> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok().filter(|m| m.is_file())?.len();
@@ -112,5 +144,5 @@ fn globals_by_reading(path: &Path, options: &ScanOptions) -> Option<Vec<String>>
         file.read_exact_at(&mut buf, offset).ok()?;
         Some(buf)
     };
-    unsafe_globals_by_reading(len, &read_at, options)
+    f(len, &read_at)
 }

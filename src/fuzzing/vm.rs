@@ -195,4 +195,24 @@ pub fn scanner_differential(data: &[u8]) {
             pickles_only.problems
         );
     }
+    // Reading pieces of the file may give up, but never gives another report.
+    let read_at = |offset: u64, n: usize| {
+        let start = usize::try_from(offset).ok()?;
+        data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+    };
+    if let Some(by_reading) = scan::scan_pickles_by_reading(len, &read_at, &options) {
+        let summary = |r: &scan::Report| {
+            (
+                r.format.clone(),
+                r.findings.clone(),
+                r.problems.clone(),
+                r.pickles,
+            )
+        };
+        assert_eq!(
+            summary(&by_reading),
+            summary(&pickles_only),
+            "a pickles-only scan from reads differs from the whole file's"
+        );
+    }
 }

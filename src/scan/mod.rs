@@ -236,6 +236,39 @@ pub fn scan_file(data: &[u8], entries: Option<zip::Index>, options: &ScanOptions
     report
 }
 
+/// Bytes a pickles-only scan reads of a file's entries before it maps the file
+/// instead.
+const MAX_READ_ENTRIES: u64 = 64 << 20;
+
+/// [`scan_file`] with `pickles_only` for a zip of `len` bytes, from reads of its
+/// head, its directory and each entry the scan opens (local header and bytes),
+/// never a map of the file. `None` when those reads cannot settle it (not a zip,
+/// an error in the directory or in a header, more than [`MAX_READ_ENTRIES`] bytes
+/// to read): the caller then scans the whole file, for the same report or the
+/// fallbacks of other readers.
+pub fn scan_pickles_by_reading(
+    len: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    options: &ScanOptions,
+) -> Option<Report> {
+    if !options.pickles_only {
+        return None;
+    }
+    let max_entries = options.limits.max_zip_entries;
+    let (index, mut pieces) = zip::read_directory_by_reading(len, read_at, max_entries)?;
+    let layout = ZipLayout::of(&index);
+    let mut budget = MAX_READ_ENTRIES;
+    for entry in &index.entries {
+        if !layout.never_unpickled(&entry.name) {
+            budget = budget.checked_sub(entry.compressed_size)?;
+            zip::read_entry_into(&mut pieces, entry, read_at)?;
+        }
+    }
+    let mut report = Report::for_file(usize::try_from(len).ok()?, &options.limits);
+    scan_zip_entries(&pieces, index, true, "", 0, options, &mut report, true);
+    Some(report)
+}
+
 fn scan_into(
     data: &[u8],
     location: &str,
@@ -399,20 +432,23 @@ fn entry_location(parent: &str, entry: &Entry) -> String {
 }
 
 /// Storage records and small metadata of a torch checkpoint are never unpickled.
-fn is_torch_payload(root: Option<&str>, name: &str) -> bool {
+fn is_torch_payload(root: Option<&str>, name: &[u8]) -> bool {
     let Some(root) = root else { return false };
-    let Some(record) = name.strip_prefix(root).and_then(|r| r.strip_prefix('/')) else {
+    let Some(record) = name
+        .strip_prefix(root.as_bytes())
+        .and_then(|r| r.strip_prefix(b"/"))
+    else {
         return false;
     };
-    record.starts_with("data/")
+    record.starts_with(b"data/")
         || matches!(
             record,
-            "version"
-                | ".data/version"
-                | "byteorder"
-                | ".format_version"
-                | ".storage_alignment"
-                | ".data/serialization_id"
+            b"version"
+                | b".data/version"
+                | b"byteorder"
+                | b".format_version"
+                | b".storage_alignment"
+                | b".data/serialization_id"
         )
 }
 
@@ -465,8 +501,8 @@ fn scan_zip(
 /// not by the fallbacks of other readers. With `pickles_only`, a strict index may
 /// leave payloads unlocated: an entry is located when it is read.
 #[allow(clippy::too_many_arguments)]
-fn scan_zip_entries(
-    data: &[u8],
+fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
+    data: &D,
     index: zip::Index,
     strict: bool,
     location: &str,
@@ -484,34 +520,19 @@ fn scan_zip_entries(
     if let Err(e) = valid {
         report.problem(location, e);
     }
-    // A torch checkpoint: every entry under one root folder, with a data.pkl.
-    let root = index
-        .entries
-        .first()
-        .and_then(|e| e.name_lossy().split_once('/').map(|(r, _)| r.to_owned()));
-    let torch_layout = root.as_deref().is_some_and(|r| {
-        let main = format!("{r}/data.pkl");
-        index.entries.iter().any(|e| *e.name == *main.as_bytes())
-    });
-    let root = if torch_layout { root } else { None };
+    let layout = ZipLayout::of(&index);
+    let root = &layout.root;
     if top {
         report.format = match (
-            &root,
+            root,
             index
                 .entries
                 .iter()
-                .any(|e| e.name_lossy().ends_with("/constants.pkl")),
+                .any(|e| e.name.ends_with(b"/constants.pkl")),
         ) {
             (Some(_), true) => "torchscript-zip".into(),
             (Some(_), false) => "torch-zip".into(),
-            (None, _)
-                if index
-                    .entries
-                    .iter()
-                    .all(|e| e.name_lossy().ends_with(".npy")) =>
-            {
-                "npz".into()
-            }
+            (None, _) if index.entries.iter().all(|e| e.name.ends_with(b".npy")) => "npz".into(),
             _ => "zip".into(),
         };
     }
@@ -520,30 +541,21 @@ fn scan_zip_entries(
     let loadable = top
         && !options.pickles_only
         && root.is_some()
-        && validated_load(
-            data,
-            strict.then(|| index.clone()),
-            location,
-            options,
-            report,
-        );
-    // Only TensorDict leaves need to know their neighbours.
-    let names: std::collections::HashSet<String> =
-        if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
-            index.entries.iter().map(Entry::name_lossy).collect()
-        } else {
-            Default::default()
-        };
+        && data.whole().is_some_and(|whole| {
+            validated_load(
+                whole,
+                strict.then(|| index.clone()),
+                location,
+                options,
+                report,
+            )
+        });
     for entry in &index.entries {
-        let name = entry.name_lossy();
-        if loadable && main_pickle.as_deref() == Some(name.as_str()) {
+        if loadable && main_pickle.as_deref().map(str::as_bytes) == Some(&*entry.name) {
             report.pickles += 1;
             continue;
         }
-        if is_torch_payload(root.as_deref(), &name)
-            || is_tensordict_leaf(&names, &name)
-            || name.ends_with('/')
-        {
+        if layout.never_unpickled(&entry.name) {
             if entry.method != 0 && !options.pickles_only {
                 let here = entry_location(location, entry);
                 if !report.charge(entry.uncompressed_size, true, &here) {
@@ -553,6 +565,7 @@ fn scan_zip_entries(
             }
             continue;
         }
+        let name = entry.name_lossy();
         let here = entry_location(location, entry);
         let charged = match entry.method {
             0 => report.charge(entry.compressed_size, false, &here),
@@ -595,23 +608,67 @@ fn scan_zip_entries(
     }
 }
 
-/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
-/// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
-/// is never mistaken for a broken pickle.
-fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
-    if !name.ends_with(".memmap") {
-        return false;
+/// What a zip's names say about which of its entries are never unpickled.
+struct ZipLayout {
+    /// The root folder of a torch checkpoint: every entry under it, with a data.pkl.
+    root: Option<String>,
+    /// Every name, when some entry is a TensorDict leaf: only those need to know
+    /// their neighbours.
+    names: std::collections::HashSet<String>,
+}
+
+impl ZipLayout {
+    fn of(index: &zip::Index) -> ZipLayout {
+        let root = index
+            .entries
+            .first()
+            .and_then(|e| e.name_lossy().split_once('/').map(|(r, _)| r.to_owned()));
+        let torch_layout = root.as_deref().is_some_and(|r| {
+            let main = format!("{r}/data.pkl");
+            index.entries.iter().any(|e| *e.name == *main.as_bytes())
+        });
+        let names = if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
+            index.entries.iter().map(Entry::name_lossy).collect()
+        } else {
+            Default::default()
+        };
+        ZipLayout {
+            root: root.filter(|_| torch_layout),
+            names,
+        }
     }
-    let meta = match name.rsplit_once('/') {
-        Some((folder, _)) => format!("{folder}/meta.json"),
-        None => "meta.json".to_owned(),
-    };
-    name.ends_with(".memmap") && names.contains(&meta)
+
+    /// Storage records and metadata of a checkpoint, TensorDict leaves, folders.
+    fn never_unpickled(&self, name: &[u8]) -> bool {
+        is_torch_payload(self.root.as_deref(), name)
+            || name.ends_with(b"/")
+            || (name.ends_with(b".memmap")
+                && self.is_tensordict_leaf(&String::from_utf8_lossy(name)))
+    }
+
+    /// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
+    /// `meta.json`: raw tensor bytes that no reader unpickles, so random data in
+    /// them is never mistaken for a broken pickle.
+    fn is_tensordict_leaf(&self, name: &str) -> bool {
+        if !name.ends_with(".memmap") {
+            return false;
+        }
+        let meta = match name.rsplit_once('/') {
+            Some((folder, _)) => format!("{folder}/meta.json"),
+            None => "meta.json".to_owned(),
+        };
+        self.names.contains(&meta)
+    }
 }
 
 /// A compressed storage record must inflate to exactly what it declares (a load
 /// would find out only when copying it); counted without keeping the output.
-fn check_compressed_payload(data: &[u8], entry: &Entry, location: &str, report: &mut Report) {
+fn check_compressed_payload<D: zip::FileBytes + ?Sized>(
+    data: &D,
+    entry: &Entry,
+    location: &str,
+    report: &mut Report,
+) {
     if entry.method != 8 {
         return;
     }
