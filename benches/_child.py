@@ -30,6 +30,7 @@ IMPORTS = {
     "st_numpy": ["numpy", "ml_dtypes", "safetensors.numpy"],
     "tp_scan_api": ["tensorplay"],
     "tp_scanner_api": ["tensorplay.scanner"],
+    "tp_scanner_pickles": ["tensorplay.scanner"],
     "torch_scan": ["torch"],
     "picklescan_api": ["picklescan.scanner"],
     "floor_read": [],
@@ -155,6 +156,10 @@ def operation(op: str, path: str, payload: int):
             import tensorplay.scanner
 
             return (lambda: tensorplay.scanner.scan(path)), False
+        if base == "tp_scanner_pickles":
+            import tensorplay.scanner
+
+            return (lambda: tensorplay.scanner.scan(path, pickles_only=True)), False
         backend = "torch" if base.startswith("tp_torch") else "numpy"
         use_mmap = base.endswith("_mmap")
         return (lambda: tensorplay.load(path, mmap=use_mmap, backend=backend)), touch_after

@@ -190,10 +190,7 @@ fn open(inputs: &Inputs) -> usize {
 }
 
 fn unsafe_globals(inputs: &Inputs) -> usize {
-    let options = ScanOptions {
-        limits: Limits::default(),
-        user_globals: UserGlobals::default(),
-    };
+    let options = ScanOptions::default();
     scan::unsafe_globals(inputs.archive.bytes(), &options)
         .expect("scan")
         .len()
@@ -205,22 +202,28 @@ fn setup(inputs: &Inputs) -> usize {
 }
 
 fn scan(inputs: &Inputs) -> usize {
+    let options = ScanOptions::default();
+    scan::scan_bytes(inputs.archive.bytes(), &options).pickles as usize
+}
+
+fn scan_pickles_only(inputs: &Inputs) -> usize {
     let options = ScanOptions {
-        limits: Limits::default(),
-        user_globals: UserGlobals::default(),
+        pickles_only: true,
+        ..ScanOptions::default()
     };
     scan::scan_bytes(inputs.archive.bytes(), &options).pickles as usize
 }
 
 type Workload = fn(&Inputs) -> usize;
 
-const WORKLOADS: [(&str, Workload); 6] = [
+const WORKLOADS: [(&str, Workload); 7] = [
     ("setup", setup),
     ("vm", vm),
     ("archive_index", archive_index),
     ("open", open),
     ("unsafe_globals", unsafe_globals),
     ("scan", scan),
+    ("scan_pickles_only", scan_pickles_only),
 ];
 
 fn main() {

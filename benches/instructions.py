@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "benches" / "instructions.json"
-WORKLOADS = ["vm", "archive_index", "open", "unsafe_globals", "scan"]
+WORKLOADS = ["vm", "archive_index", "open", "unsafe_globals", "scan", "scan_pickles_only"]
 
 
 def build() -> Path:
@@ -72,11 +72,11 @@ def main() -> None:
     counts = {w: instructions(binary, w) - setup for w in WORKLOADS}
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {}
     failed = False
-    print(f"{'workload':16} {'instructions':>15} {'baseline':>15} {'change':>8}")
+    print(f"{'workload':18} {'instructions':>15} {'baseline':>15} {'change':>8}")
     for name, count in counts.items():
         base = baseline.get(name)
         change = "" if not base else f"{(count - base) / base:+.1%}"
-        print(f"{name:16} {count:15,} {base or 0:15,} {change:>8}")
+        print(f"{name:18} {count:15,} {base or 0:15,} {change:>8}")
         if base and count > base * (1 + args.tolerance):
             failed = True
     if args.update:

@@ -48,6 +48,7 @@ OPERATIONS = [
         "get_unsafe_globals_in_checkpoint",
         _after_import(f"tensorplay.serialization.get_unsafe_globals_in_checkpoint({_ZIP})"),
     ),
+    ("scanner.scan, pickles only", _after_import(f"tensorplay.scanner.scan({_ZIP}, pickles_only=True)")),
     ("scanner.scan", _after_import(f"tensorplay.scanner.scan({_ZIP})")),
     (
         "load, numpy backend",

@@ -59,10 +59,13 @@ OPS = [
     Op("st_numpy_touch", "safetensors.numpy.load_file + touch", "safetensors"),
     Op("tp_scan_api", "tensorplay.serialization.get_unsafe_globals_in_checkpoint", "torch", needs="tp_scan_api"),
     Op("tp_scanner_api", "tensorplay.scanner.scan (in process)", "torch", needs="tp_scanner_api"),
+    Op("tp_scanner_pickles", "tensorplay.scanner.scan(pickles_only=True)", "torch", needs="tp_scanner_pickles"),
     Op("torch_scan", "torch.serialization.get_unsafe_globals_in_checkpoint", "torch"),
     Op("picklescan_api", "picklescan.scanner.scan_file_path", "torch", needs="picklescan_api"),
     Op("tp_scan_api_warm", "tensorplay get_unsafe_globals_in_checkpoint, warm", "torch", needs="tp_scan_api"),
     Op("tp_scanner_api_warm", "tensorplay.scanner.scan (in process), warm", "torch", needs="tp_scanner_api"),
+    Op("tp_scanner_pickles_warm", "tensorplay.scanner.scan(pickles_only=True), warm", "torch",
+       needs="tp_scanner_pickles"),
     Op("torch_scan_warm", "torch get_unsafe_globals_in_checkpoint, warm", "torch"),
     Op("picklescan_api_warm", "picklescan.scanner.scan_file_path, warm", "torch", needs="picklescan_api"),
     Op("tp_scan_cli", "`tensorplay scan FILE` (whole process)", "torch", needs="tp_scan_cli", cli=True),
@@ -77,6 +80,7 @@ OPS_BY_ID = {op.id: op for op in OPS}
 SKIP_REASONS = {
     "tp_scan_api": "tensorplay.serialization.get_unsafe_globals_in_checkpoint does not exist yet",
     "tp_scanner_api": "tensorplay.scanner does not exist yet",
+    "tp_scanner_pickles": "tensorplay.scanner.scan has no pickles_only option yet",
     "tp_scan_cli": "the `tensorplay scan` command does not exist yet (no tensorplay.cli module)",
     "picklescan_api": "picklescan is not installed (pip install picklescan)",
     "picklescan_cli": "the picklescan command is not on PATH (pip install picklescan)",
@@ -102,6 +106,9 @@ if out["tensorplay"]:
     import tensorplay, tensorplay.serialization
     caps["tp_scan_api"] = hasattr(tensorplay.serialization, "get_unsafe_globals_in_checkpoint")
     caps["tp_scanner_api"] = importlib.util.find_spec("tensorplay.scanner") is not None
+    if caps["tp_scanner_api"]:
+        import inspect, tensorplay.scanner
+        caps["tp_scanner_pickles"] = "pickles_only" in inspect.signature(tensorplay.scanner.scan).parameters
     caps["tp_scan_cli"] = bool(shutil.which("tensorplay")) and importlib.util.find_spec("tensorplay.cli") is not None
     # The thread override is honoured if the package or its core mentions the variable.
     pkg = Path(tensorplay.__file__).parent
@@ -334,12 +341,19 @@ RATIOS_SPEED = [
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan", "tp_scan_api"),
     ("scan: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api", "tp_scanner_api"),
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan", "torch_scan", "tp_scanner_api"),
+    ("scan: picklescan API ÷ tensorplay.scanner.scan(pickles_only=True)", "picklescan_api", "tp_scanner_pickles"),
+    ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan(pickles_only=True)", "torch_scan",
+     "tp_scanner_pickles"),
     ("scan, warm: picklescan API ÷ tensorplay get_unsafe_globals_in_checkpoint", "picklescan_api_warm",
      "tp_scan_api_warm"),
     ("scan, warm: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan_warm", "tp_scan_api_warm"),
     ("scan, warm: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api_warm", "tp_scanner_api_warm"),
     ("scan, warm: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan", "torch_scan_warm",
      "tp_scanner_api_warm"),
+    ("scan, warm: picklescan API ÷ tensorplay.scanner.scan(pickles_only=True)", "picklescan_api_warm",
+     "tp_scanner_pickles_warm"),
+    ("scan, warm: torch get_unsafe_globals_in_checkpoint ÷ tensorplay.scanner.scan(pickles_only=True)",
+     "torch_scan_warm", "tp_scanner_pickles_warm"),
     ("scan CLI: `picklescan --path` ÷ `tensorplay scan`", "picklescan_cli", "tp_scan_cli"),
 ]
 RATIOS_FLOOR = [
