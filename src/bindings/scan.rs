@@ -38,11 +38,8 @@ pub fn scan<'py>(
         pickles_only,
         ..options(user_names, limits)?
     };
-    if let (true, Err(_), Ok(path)) = (
-        pickles_only,
-        source.cast::<PyBytes>(),
-        source.extract::<PathBuf>(),
-    ) {
+    if pickles_only && source.cast::<PyBytes>().is_err() {
+        let path: PathBuf = source.extract()?;
         if let Some(report) = py.detach(|| scan_by_reading(&path, &options)) {
             return report_dict(py, &report);
         }

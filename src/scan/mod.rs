@@ -650,9 +650,6 @@ impl ZipLayout {
     /// `meta.json`: raw tensor bytes that no reader unpickles, so random data in
     /// them is never mistaken for a broken pickle.
     fn is_tensordict_leaf(&self, name: &str) -> bool {
-        if !name.ends_with(".memmap") {
-            return false;
-        }
         let meta = match name.rsplit_once('/') {
             Some((folder, _)) => format!("{folder}/meta.json"),
             None => "meta.json".to_owned(),
