@@ -488,6 +488,41 @@ fn a_pickles_only_scan_from_reads_gives_the_report_of_the_whole_file() {
     );
 }
 
+#[test]
+fn a_pickles_only_scan_reads_a_bounded_number_of_entries_one_by_one() {
+    let options = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    let zip_of = |n: usize| {
+        let names: Vec<String> = (0..n).map(|i| format!("p/{i}.pkl")).collect();
+        let entries: Vec<Entry> = names.iter().map(|n| Entry::new(n, b"N.")).collect();
+        zipw::write(&entries, Options::default())
+    };
+    for (n, answered) in [(100, true), (5000, false)] {
+        let data = zip_of(n);
+        let reads = std::cell::Cell::new(0usize);
+        let read_at = |offset: u64, len: usize| {
+            reads.set(reads.get() + 1);
+            let start = usize::try_from(offset).ok()?;
+            data.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+        };
+        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, &options);
+        assert_eq!(by_reading.is_some(), answered, "{n} entries");
+        // The directory, then (only when answering) a header and a payload each.
+        assert!(
+            reads.get() <= 3 + 2 * usize::from(answered) * n,
+            "{} reads",
+            reads.get()
+        );
+        let whole = scan_bytes(&data, &options);
+        assert_eq!(whole.pickles as usize, n);
+        if let Some(r) = by_reading {
+            assert_eq!(summary(&r), summary(&whole));
+        }
+    }
+}
+
 fn summary(r: &Report) -> (String, Vec<tensorplay::scan::Finding>, Vec<String>, u32) {
     (
         r.format.clone(),

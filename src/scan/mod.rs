@@ -236,16 +236,18 @@ pub fn scan_file(data: &[u8], entries: Option<zip::Index>, options: &ScanOptions
     report
 }
 
-/// Bytes a pickles-only scan reads of a file's entries before it maps the file
-/// instead.
-const MAX_READ_ENTRIES: u64 = 64 << 20;
+/// Entries, and bytes of them, a pickles-only scan reads one by one before it
+/// maps the file instead: each read is a system call and a piece kept in order,
+/// where a map of the file costs the same for any number of entries.
+const MAX_READ_ENTRIES: usize = 1024;
+const MAX_READ_ENTRY_BYTES: u64 = 64 << 20;
 
 /// [`scan_file`] with `pickles_only` for a zip of `len` bytes, from reads of its
 /// head, its directory and each entry the scan opens (local header and bytes),
 /// never a map of the file. `None` when those reads cannot settle it (not a zip,
-/// an error in the directory or in a header, more than [`MAX_READ_ENTRIES`] bytes
-/// to read): the caller then scans the whole file, for the same report or the
-/// fallbacks of other readers.
+/// an error in the directory or in a header, more than [`MAX_READ_ENTRIES`]
+/// entries or [`MAX_READ_ENTRY_BYTES`] bytes to read): the caller then scans the
+/// whole file, for the same report or the fallbacks of other readers.
 pub fn scan_pickles_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
@@ -257,12 +259,18 @@ pub fn scan_pickles_by_reading(
     let max_entries = options.limits.max_zip_entries;
     let (index, mut pieces) = zip::read_directory_by_reading(len, read_at, max_entries)?;
     let layout = ZipLayout::of(&index);
-    let mut budget = MAX_READ_ENTRIES;
-    for entry in &index.entries {
-        if !layout.never_unpickled(&entry.name) {
-            budget = budget.checked_sub(entry.compressed_size)?;
-            zip::read_entry_into(&mut pieces, entry, read_at)?;
-        }
+    let wanted: Vec<&Entry> = (index.entries.iter())
+        .filter(|e| !layout.never_unpickled(&e.name))
+        .collect();
+    let bytes = wanted
+        .iter()
+        .map(|e| e.compressed_size)
+        .try_fold(0u64, u64::checked_add);
+    if wanted.len() > MAX_READ_ENTRIES || bytes? > MAX_READ_ENTRY_BYTES {
+        return None;
+    }
+    for entry in wanted {
+        zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
     let mut report = Report::for_file(usize::try_from(len).ok()?, &options.limits);
     scan_zip_entries(&pieces, index, true, "", 0, options, &mut report, true);
