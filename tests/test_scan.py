@@ -210,7 +210,10 @@ def test_scan_command_pickles_only(tmp_path):
     unsafe = TORCH_FIXTURES / "whole_module.pt"
     result = _cli("scan", "--pickles-only", "--json", str(unsafe))
     assert result.returncode == 1
-    assert json.loads(result.stdout)[0]["globals"][0]["name"] == "torch.nn.modules.container.Sequential"
+    report = json.loads(result.stdout)[0]
+    assert report["globals"][0]["name"] == "torch.nn.modules.container.Sequential"
+    assert report["pickles_only"] is True
+    assert json.loads(_cli("scan", "--json", str(unsafe)).stdout)[0]["pickles_only"] is False
 
 
 def test_unsafe_outranks_unreadable(tmp_path):

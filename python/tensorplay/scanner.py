@@ -34,6 +34,9 @@ class ScanReport:
     findings: tuple[GlobalFinding, ...] = ()
     problems: tuple[str, ...] = ()
     pickles: int = 0
+    #: Only the directory and the pickles were read: ``"clean"`` does not say a
+    #: load would accept the file.
+    pickles_only: bool = False
     globals: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -51,6 +54,7 @@ class ScanReport:
             ],
             "problems": list(self.problems),
             "pickles": self.pickles,
+            "pickles_only": self.pickles_only,
         }
 
 
@@ -69,9 +73,11 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     try:
         raw = _core.scan(source, user_names=list(allow), limits=_limits.merged(None), pickles_only=pickles_only)
     except OSError as e:
-        return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",))
+        return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",),
+                          pickles_only=pickles_only)
     findings = tuple(GlobalFinding(**g) for g in raw["findings"])
-    return ScanReport(path, raw["format"], raw["verdict"], findings, tuple(raw["problems"]), raw["pickles"])
+    return ScanReport(path, raw["format"], raw["verdict"], findings, tuple(raw["problems"]), raw["pickles"],
+                      pickles_only)
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
