@@ -537,6 +537,18 @@ def smoke_problems(results: dict) -> list[str]:
 # --- main -----------------------------------------------------------------------------
 
 
+def _repeats(tokens: list[str], command: str) -> bool:
+    """Does a run with --only TOKENS re-measure everything the earlier COMMAND did?"""
+    earlier = command.split("--only ", 1)[1].split()[0].split(",") if "--only " in command else []
+
+    def covered(names: list[str], universe) -> set[str]:
+        return {t for t in names if t in universe} or set(universe)
+
+    return bool(earlier) and all(
+        covered(earlier, u) <= covered(tokens, u) for u in (CHECKPOINTS, OPS_BY_ID)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tensorplay side-by-side benchmarks")
     ap.add_argument("--scale", choices=["small", "full"], default="small")
@@ -616,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
             results["threads_sweep"] = old.get("threads_sweep")
             # The header keeps describing the run that made most of the numbers; the
             # partial re-measurements are listed with their own commit.
-            results["updates"] = old.get("updates", []) + [{
+            # An earlier re-measurement this one repeats in full is no longer shown.
+            results["updates"] = [u for u in old.get("updates", []) if not _repeats(tokens, u["command"])] + [{
                 "command": results["command"],
                 "commit": results["machine"]["tensorplay_commit"],
                 "core_sha256": info.get("tensorplay_core_sha256"),
