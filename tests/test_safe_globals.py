@@ -6,6 +6,8 @@ import argparse
 import io
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import zipfile
 
@@ -139,6 +141,19 @@ def test_bytes_loads_by_default_and_namespaces_by_preset():
     assert tensorplay.load(_checkpoint(data), backend="numpy")["args"] == ns
 
 
+def test_the_argparse_preset_is_built_on_first_use():
+    """argparse is a third of `import tensorplay`; only the preset needs it."""
+    code = (
+        "import sys, tensorplay.serialization as s\n"
+        "assert 'argparse' not in sys.modules\n"
+        "assert 'ARGPARSE_PRESET' in dir(s)\n"
+        "from tensorplay.serialization import ARGPARSE_PRESET\n"
+        "import argparse\n"
+        "assert ARGPARSE_PRESET == [argparse.Namespace] and s.ARGPARSE_PRESET is ARGPARSE_PRESET\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 @needs_torch
 def test_patched_torch_routes_a_third_party_call_path_through_tensorplay():
     import third_party_loader
@@ -159,9 +174,6 @@ def test_patched_torch_routes_a_third_party_call_path_through_tensorplay():
 
 @needs_torch
 def test_the_environment_switch_patches_at_import(tmp_path):
-    import subprocess
-    import sys
-
     code = ("import tensorplay, torch; "
             f"print(torch.load({str(TORCH_FIXTURES / 'protocol_4.pt')!r}, weights_only=True)['s'][:3])")
     env = {**os.environ, "TENSORPLAY_PATCH_TORCH": "1"}

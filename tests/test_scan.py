@@ -202,6 +202,16 @@ def test_scan_command_exit_codes_and_json(tmp_path):
     assert "UNSAFE" in table and "torch.nn.modules.linear.Linear" in table
 
 
+def test_the_scanner_imports_neither_dataclasses_nor_argparse():
+    """`tensorplay scan` runs once per upload: `dataclasses` (through `inspect`)
+    was a tenth of the process."""
+    code = (
+        "import sys, tensorplay.scanner\n"
+        "assert not {'dataclasses', 'inspect', 'argparse'} & set(sys.modules), sys.modules.keys()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_scan_command_pickles_only(tmp_path):
     # A tensor reaching past its storage: a load refuses it, yet nothing in it runs code.
     past = TORCH_FIXTURES.parent.parent / "malicious" / "files" / "size_past_storage.pt"

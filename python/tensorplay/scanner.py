@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import _core, _limits
 
+# Records are named tuples, not dataclasses: `dataclasses` imports `inspect`, a
+# tenth of a `tensorplay scan FILE` process that hubs start once per upload.
 
-@dataclass(frozen=True)
-class GlobalFinding:
+
+class GlobalFinding(NamedTuple):
     """A global outside the allowlist: ``dangerous`` when it is on the denylist of
     names that run code, touch files or the network, or unpickle nested data."""
 
@@ -25,8 +27,7 @@ class GlobalFinding:
     offset: int
 
 
-@dataclass(frozen=True)
-class ScanReport:
+class ScanReport(NamedTuple):
     path: str
     format: str
     #: ``"clean"``, ``"unsafe"`` (globals found; outranks unreadable) or ``"unreadable"``.
@@ -37,11 +38,11 @@ class ScanReport:
     #: Only the directory and the pickles were read: ``"clean"`` does not say a
     #: load would accept the file.
     pickles_only: bool = False
-    globals: tuple[str, ...] = field(init=False)
 
-    def __post_init__(self) -> None:
-        names = tuple(dict.fromkeys(f.name for f in self.findings))
-        object.__setattr__(self, "globals", names)
+    @property
+    def globals(self) -> tuple[str, ...]:
+        """The distinct global names, in order of first appearance."""
+        return tuple(dict.fromkeys(f.name for f in self.findings))
 
     def to_json(self) -> dict:
         return {

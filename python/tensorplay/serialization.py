@@ -6,7 +6,6 @@ or copies made once, in parallel, with the GIL released.
 """
 from __future__ import annotations
 
-import argparse
 import enum
 import importlib.util
 import io
@@ -348,10 +347,24 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     return _core.unsafe_globals(_source(f, mmap=False), user_names=_allowlist.names(), limits=_limits.merged(None))
 
 
-#: Opt-in preset: ``add_safe_globals(ARGPARSE_PRESET)`` lets ``argparse.Namespace``
-#: objects (how many training scripts save their hyperparameters) load as plain
-#: attribute state.
-ARGPARSE_PRESET = [argparse.Namespace]
+ARGPARSE_PRESET: list[type]  # built by __getattr__ below
+
+
+def __getattr__(name: str) -> Any:
+    # ARGPARSE_PRESET: the opt-in preset ``add_safe_globals(ARGPARSE_PRESET)`` lets
+    # ``argparse.Namespace`` objects (how many training scripts save their
+    # hyperparameters) load as plain attribute state. Built on first use:
+    # argparse is a third of ``import tensorplay``.
+    if name == "ARGPARSE_PRESET":
+        import argparse
+
+        globals()[name] = preset = [argparse.Namespace]
+        return preset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def add_safe_globals(safe_globals: Iterable[Any]) -> None:
