@@ -19,6 +19,26 @@ use crate::torch::tensor::StorageId;
 pub const MAGIC_PICKLE_V2: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
 /// The magic number's two's-complement little-endian bytes.
 const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+/// The magic number in decimal, as protocols 0 and 1 write it (a text LONG).
+const MAGIC_DECIMAL: &str = "119547037146038801333356";
+
+/// Is `node` the magic number, from a binary or a text long?
+fn is_magic(node: &Node) -> bool {
+    match node {
+        Node::BigInt(b) => **b == MAGIC,
+        // The VM keeps a long text literal as written; pickle reads it with
+        // int(text, 0), which also takes a sign and single underscores between
+        // digits (and no leading zero).
+        Node::DecimalInt(text) => {
+            let unsigned = text.strip_prefix('+').unwrap_or(text);
+            !unsigned.starts_with('_')
+                && !unsigned.ends_with('_')
+                && !unsigned.contains("__")
+                && unsigned.replace('_', "") == MAGIC_DECIMAL
+        }
+        _ => false,
+    }
+}
 const PROTOCOL_VERSION: i64 = 1001;
 
 /// What a legacy stream holds once parsed and checked.
@@ -46,7 +66,7 @@ pub fn is_legacy(data: &[u8]) -> bool {
         &Limits::tight(),
         StringEncoding::Utf8,
     ) {
-        Ok(parsed) => matches!(arena.get(parsed.root), Node::BigInt(b) if **b == MAGIC),
+        Ok(parsed) => is_magic(arena.get(parsed.root)),
         Err(_) => false,
     }
 }
@@ -96,7 +116,7 @@ pub fn parse(
 
     pickle_offsets[0] = pos;
     let (arena, parsed) = aux_pickle(rest(data, pos), pos, user, limits, encoding, "magic number")?;
-    if !matches!(arena.get(parsed.root), Node::BigInt(b) if **b == MAGIC) {
+    if !is_magic(arena.get(parsed.root)) {
         return Err(bad("Invalid magic number; corrupt file?".into(), 0));
     }
     pos += parsed.end as u64;
@@ -237,4 +257,46 @@ pub fn parse(
         offsets,
         pickle_offsets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The VM's answer, from the root value of the first pickle.
+    fn vm_says_legacy(data: &[u8]) -> bool {
+        let user = UserGlobals::default();
+        let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
+        let mut arena = Arena::new(&Limits::tight());
+        let head = &data[..data.len().min(64)];
+        machine::run(
+            head,
+            &mut hooks,
+            &mut arena,
+            &Limits::tight(),
+            StringEncoding::Utf8,
+        )
+        .is_ok_and(|p| is_magic(arena.get(p.root)))
+    }
+
+    #[test]
+    fn every_encoding_of_the_magic_number_is_recognised() {
+        let magic_long1 = &MAGIC_PICKLE_V2[2..MAGIC_PICKLE_V2.len() - 1];
+        for data in [
+            MAGIC_PICKLE_V2.to_vec(),
+            // A value popped before the magic number, and a padded LONG1.
+            [b"\x80\x02N0", magic_long1, b"."].concat(),
+            [b"\x80\x02\x8a\x0b", &MAGIC[..], b"\x00."].concat(),
+            b"L119547037146038801333356L\n.".to_vec(),
+            b"\x80\x02L+119_547037146038801333356L\n.".to_vec(),
+            b"\x80\x04\x95\x0d\x00\x00\x00\x00\x00\x00\x00\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec(),
+        ] {
+            assert!(vm_says_legacy(&data), "vm {data:?}");
+            assert!(is_legacy(&data), "{data:?}");
+        }
+        assert!(!is_legacy(b"L0119547037146038801333356L\n."));
+        let state_dict_head =
+            b"\x80\x02}q\x00(X\x1b\x00\x00\x00transformer.h.0.attn.c_attn.wq\x01ctorch._utils\n";
+        assert!(!is_legacy(state_dict_head));
+    }
 }
