@@ -9,6 +9,7 @@ use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
+use crate::pickle::opcodes::{self, Arg};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storages::{IdFormat, Storages};
@@ -55,10 +56,16 @@ pub struct Legacy {
 
 /// Does the stream begin with the legacy magic number (whatever protocol wrote it)?
 pub fn is_legacy(data: &[u8]) -> bool {
+    let head = data.get(..data.len().min(64)).unwrap_or_default();
+    // Most pickles (a state dict's data.pkl) have no STOP in their first bytes;
+    // finding that out needs no VM, whose code a scan would otherwise run for
+    // the first time on every file it sniffs.
+    if !stops_within(head) {
+        return false;
+    }
     let user = UserGlobals::default();
     let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
     let mut arena = Arena::new(&Limits::tight());
-    let head = data.get(..data.len().min(64)).unwrap_or_default();
     match machine::run(
         head,
         &mut hooks,
@@ -69,6 +76,44 @@ pub fn is_legacy(data: &[u8]) -> bool {
         Ok(parsed) => is_magic(arena.get(parsed.root)),
         Err(_) => false,
     }
+}
+
+/// Is there a STOP at an opcode boundary of `head`? Opcodes are read one after
+/// another by their argument shapes, as the VM reads them: without one, the VM
+/// cannot reach the end of a pickle inside `head`.
+fn stops_within(head: &[u8]) -> bool {
+    let mut pos = 0usize;
+    while let Some(&op) = head.get(pos) {
+        let Some((_, arg)) = opcodes::info(op) else {
+            return false;
+        };
+        if op == opcodes::STOP {
+            return true;
+        }
+        let rest = head.get(pos + 1..).unwrap_or_default();
+        let line = |bytes: &[u8]| bytes.iter().position(|b| *b == b'\n').map(|n| n + 1);
+        let arg_len = match arg {
+            Arg::None => Some(0),
+            Arg::Fixed(n) => Some(usize::from(n)),
+            Arg::Line => line(rest),
+            Arg::TwoLines => line(rest).and_then(|first| Some(first + line(rest.get(first..)?)?)),
+            Arg::Counted(width) => {
+                let width = usize::from(width);
+                rest.get(..width).and_then(|bytes| {
+                    let mut le = [0u8; 8];
+                    le.get_mut(..width)?.copy_from_slice(bytes);
+                    usize::try_from(u64::from_le_bytes(le))
+                        .ok()?
+                        .checked_add(width)
+                })
+            }
+        };
+        let Some(next) = arg_len.and_then(|n| pos.checked_add(1 + n)) else {
+            return false;
+        };
+        pos = next;
+    }
+    false
 }
 
 fn aux_pickle(
@@ -262,8 +307,9 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    /// The VM's answer, from the root value of the first pickle.
+    /// What `is_legacy` was before the STOP pre-check: the VM alone.
     fn vm_says_legacy(data: &[u8]) -> bool {
         let user = UserGlobals::default();
         let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
@@ -298,5 +344,16 @@ mod tests {
         let state_dict_head =
             b"\x80\x02}q\x00(X\x1b\x00\x00\x00transformer.h.0.attn.c_attn.wq\x01ctorch._utils\n";
         assert!(!is_legacy(state_dict_head));
+    }
+
+    proptest! {
+        #[test]
+        fn the_stop_pre_check_never_changes_the_answer(
+            prefix in prop::sample::select(vec![&b""[..], b"\x80\x02", b"\x80\x02N0", b"(", b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00"]),
+            body in prop::collection::vec(prop::sample::select(b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.NL0(tlq\x00h\x01\n}X\x02\x00\x00\x00ab".to_vec()), 0..40),
+        ) {
+            let data = [prefix, &body[..]].concat();
+            prop_assert_eq!(is_legacy(&data), vm_says_legacy(&data));
+        }
     }
 }
