@@ -22,6 +22,7 @@ pub const MAGIC_PICKLE_V2: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6
 const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 /// The magic number in decimal, as protocols 0 and 1 write it (a text LONG).
 const MAGIC_DECIMAL: &str = "119547037146038801333356";
+const PROTOCOL_VERSION: i64 = 1001;
 
 /// Is `node` the magic number, from a binary or a text long?
 fn is_magic(node: &Node) -> bool {
@@ -40,7 +41,6 @@ fn is_magic(node: &Node) -> bool {
         _ => false,
     }
 }
-const PROTOCOL_VERSION: i64 = 1001;
 
 /// What a legacy stream holds once parsed and checked.
 pub struct Legacy {
