@@ -96,7 +96,9 @@ fn stops_within(head: &[u8]) -> bool {
             Arg::None => Some(0),
             Arg::Fixed(n) => Some(usize::from(n)),
             Arg::Line => line(rest),
-            Arg::TwoLines => line(rest).and_then(|first| Some(first + line(rest.get(first..)?)?)),
+            Arg::TwoLines => {
+                line(rest).and_then(|first| first.checked_add(line(rest.get(first..)?)?))
+            }
             Arg::Counted(width) => {
                 let width = usize::from(width);
                 rest.get(..width).and_then(|bytes| {
@@ -108,7 +110,7 @@ fn stops_within(head: &[u8]) -> bool {
                 })
             }
         };
-        let Some(next) = arg_len.and_then(|n| pos.checked_add(1 + n)) else {
+        let Some(next) = arg_len.and_then(|n| pos.checked_add(n.checked_add(1)?)) else {
             return false;
         };
         pos = next;
@@ -341,6 +343,8 @@ mod tests {
             assert!(is_legacy(&data), "{data:?}");
         }
         assert!(!is_legacy(b"L0119547037146038801333356L\n."));
+        // A counted argument as long as an address can be (found by fuzzing).
+        assert!(!is_legacy(b"\x96\xf7\xff\xff\xff\xff\xff\xff\xff\xffb."));
         let state_dict_head =
             b"\x80\x02}q\x00(X\x1b\x00\x00\x00transformer.h.0.attn.c_attn.wq\x01ctorch._utils\n";
         assert!(!is_legacy(state_dict_head));
