@@ -128,6 +128,26 @@ fn duplicate_names_are_refused() {
 }
 
 #[test]
+fn duplicate_names_are_refused_among_many() {
+    // Few names are compared pairwise, many through a hash set: both find the twin.
+    for storages in [3, 40] {
+        let mut entries = vec![Entry::new("a/data.pkl", b"N.")];
+        entries.extend((0..storages).map(|i| Entry::new(&format!("a/data/{i}"), b"\0\0\0\0")));
+        entries.push(Entry::new(&format!("a/data/{}", storages - 1), b"\0\0\0\0"));
+        let bytes = zipw::write(&entries, Options::default());
+        let error = archive_error(open(bytes));
+        assert!(
+            error.contains("duplicate entry name"),
+            "{storages}: {error}"
+        );
+        assert!(
+            error.contains(&format!("a/data/{}", storages - 1)),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn overlapping_entries_are_refused() {
     let mut second = Entry::new("a/version", b"3");
     second.offset_override = Some(0);

@@ -115,6 +115,25 @@ fn every_pickle_in_an_archive_is_scanned_and_duplicates_too() {
 }
 
 #[test]
+fn a_repeated_storage_name_matters_to_a_load_not_to_the_pickles_only_gate() {
+    let zip = zipw::write(
+        &[
+            Entry::new("a/data.pkl", b"\x80\x02N."),
+            Entry::new("a/data/0", b"\x00\x00\x00\x00"),
+            Entry::new("a/data/0", b"\x01\x01\x01\x01"),
+            Entry::new("a/version", b"3"),
+        ],
+        Options::default(),
+    );
+    let full = scan(&zip);
+    assert_eq!(full.verdict(), Verdict::Unreadable);
+    assert!(full.problems.iter().any(|p| p.contains("duplicate")));
+    let gate = scan_pickles_only(&zip);
+    assert_eq!(gate.verdict(), Verdict::Clean, "{:?}", gate.problems);
+    assert_eq!(gate.pickles, 1);
+}
+
+#[test]
 fn local_headers_that_disagree_are_reported() {
     let mut e = Entry::new("a/data.pkl", b"\x80\x02N.");
     e.local_name = Some("a/other.pk".into());

@@ -72,13 +72,14 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     source = bytes(f) if isinstance(f, (bytes, bytearray, memoryview)) else os.fspath(f)
     path = "<bytes>" if isinstance(source, bytes) else source
     try:
-        raw = _core.scan(source, user_names=list(allow), limits=_limits.merged(None), pickles_only=pickles_only)
+        kind, verdict, found, problems, pickles = _core.scan(
+            source, user_names=list(allow), limits=_limits.merged(None), pickles_only=pickles_only
+        )
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",),
                           pickles_only=pickles_only)
-    findings = tuple(GlobalFinding(**g) for g in raw["findings"])
-    return ScanReport(path, raw["format"], raw["verdict"], findings, tuple(raw["problems"]), raw["pickles"],
-                      pickles_only)
+    findings = tuple(map(GlobalFinding._make, found)) if found else ()
+    return ScanReport(path, kind, verdict, findings, problems, pickles, pickles_only)
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:

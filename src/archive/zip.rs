@@ -345,8 +345,12 @@ pub fn validate(index: &Index) -> Result<(), Error> {
 }
 
 /// The rules of [`validate`] that the central directory alone settles (no
-/// encrypted entry, no repeated name), for an index of [`read_directory_only`].
-pub fn validate_directory(index: &Index) -> Result<(), Error> {
+/// encrypted entry, no repeated name among the entries `read`), for an index
+/// of [`read_directory_only`].
+pub fn validate_directory<'i>(
+    index: &'i Index,
+    read: impl Iterator<Item = &'i Entry>,
+) -> Result<(), Error> {
     if let Some(e) = index
         .entries
         .iter()
@@ -357,7 +361,7 @@ pub fn validate_directory(index: &Index) -> Result<(), Error> {
             entry_location(e),
         ));
     }
-    check_names(&index.entries)
+    check_names(read)
 }
 
 pub fn disagreement_error(entry: &Entry, what: &str) -> Error {
@@ -914,7 +918,7 @@ fn locate_payload<D: FileBytes + ?Sized>(data: &D, record: &Record) -> Result<En
 
 /// No two entries may share a name or a byte, and none may reach into the directory.
 pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Error> {
-    check_names(entries)?;
+    check_names(entries.iter())?;
     let mut by_offset: Vec<&Entry> = entries.iter().collect();
     by_offset.sort_unstable_by_key(|e| e.header_offset);
     for pair in by_offset.windows(2) {
@@ -946,13 +950,25 @@ pub fn check_layout(entries: &[Entry], directory_offset: u64) -> Result<(), Erro
     Ok(())
 }
 
-fn check_names(entries: &[Entry]) -> Result<(), Error> {
-    let mut names = std::collections::HashSet::with_capacity(entries.len());
-    match entries.iter().find(|e| !names.insert(&*e.name)) {
+fn check_names<'e>(entries: impl Iterator<Item = &'e Entry>) -> Result<(), Error> {
+    let entries: Vec<&Entry> = entries.collect();
+    let is_twin = |i: usize, e: &&Entry| entries.iter().take(i).any(|p| p.name == e.name);
+    let twin = if entries.len() <= FEW_NAMES {
+        // A hash set's `RandomState` seeds itself from the OS on first use: a
+        // system call that a one-pickle scan would pay to compare one name.
+        (entries.iter().enumerate()).find_map(|(i, e)| is_twin(i, e).then_some(*e))
+    } else {
+        let mut names = std::collections::HashSet::with_capacity(entries.len());
+        entries.iter().copied().find(|e| !names.insert(&*e.name))
+    };
+    match twin {
         Some(twin) => Err(Error::archive("duplicate entry name", entry_location(twin))),
         None => Ok(()),
     }
 }
+
+/// Up to this many names are compared pairwise instead of hashed.
+const FEW_NAMES: usize = 8;
 
 /// Local headers read one after another from the start, as a streaming reader
 /// sees an archive whose central directory is missing or damaged. For scanners:

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::archive::source::MapMode;
 use crate::archive::zip::read_entries_by_reading;
@@ -33,7 +33,7 @@ pub fn scan<'py>(
     user_names: Vec<String>,
     limits: Option<HashMap<String, u64>>,
     pickles_only: bool,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<Bound<'py, PyTuple>> {
     let options = ScanOptions {
         pickles_only,
         ..options(user_names, limits)?
@@ -41,7 +41,7 @@ pub fn scan<'py>(
     if pickles_only && source.cast::<PyBytes>().is_err() {
         let path: PathBuf = source.extract()?;
         if let Some(report) = py.detach(|| scan_by_reading(&path, &options)) {
-            return report_dict(py, &report);
+            return report_tuple(py, &report);
         }
     }
     let data = open_source(py, source, MapMode::ReadOnly)?;
@@ -69,26 +69,24 @@ pub fn scan<'py>(
             .flatten();
         scan_file(bytes, entries, &options)
     });
-    report_dict(py, &report)
+    report_tuple(py, &report)
 }
 
-fn report_dict<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyDict>> {
-    let findings = PyList::empty(py);
-    for f in &report.findings {
-        let d = PyDict::new(py);
-        d.set_item("name", &f.name)?;
-        d.set_item("dangerous", f.dangerous)?;
-        d.set_item("location", &f.location)?;
-        d.set_item("offset", f.offset)?;
-        findings.append(d)?;
-    }
-    let out = PyDict::new(py);
-    out.set_item("format", &report.format)?;
-    out.set_item("verdict", report.verdict().name())?;
-    out.set_item("findings", findings)?;
-    out.set_item("problems", &report.problems)?;
-    out.set_item("pickles", report.pickles)?;
-    Ok(out)
+/// `(format, verdict, findings, problems, pickles)`, each finding a tuple
+/// `(name, dangerous, location, offset)`: the fields of `scanner.ScanReport`
+/// and `scanner.GlobalFinding` in order.
+fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyTuple>> {
+    let findings = (report.findings.iter())
+        .map(|f| (&f.name, f.dangerous, &f.location, f.offset).into_pyobject(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    (
+        &report.format,
+        report.verdict().name(),
+        PyTuple::new(py, findings)?,
+        PyTuple::new(py, &report.problems)?,
+        report.pickles,
+    )
+        .into_pyobject(py)
 }
 
 /// The globals of a checkpoint's pickles that the allowlist does not cover.

@@ -224,7 +224,18 @@ pub fn scan_file(data: &[u8], entries: Option<zip::Index>, options: &ScanOptions
     let mut report = Report::for_file(data.len(), &options.limits);
     match entries {
         Some(index) if sniff(data) == "zip" => {
-            scan_zip_entries(data, index, true, "", 0, options, &mut report, true);
+            let layout = ZipLayout::of(&index);
+            scan_zip_entries(
+                data,
+                index,
+                &layout,
+                true,
+                "",
+                0,
+                options,
+                &mut report,
+                true,
+            );
         }
         _ => scan_into(data, "", 0, options, &mut report, true),
     }
@@ -259,9 +270,7 @@ pub fn scan_pickles_by_reading(
     let max_entries = options.limits.max_zip_entries;
     let (index, mut pieces) = zip::read_directory_by_reading(len, read_at, max_entries)?;
     let layout = ZipLayout::of(&index);
-    let wanted: Vec<&Entry> = (index.entries.iter())
-        .filter(|e| !layout.never_unpickled(&e.name))
-        .collect();
+    let wanted: Vec<&Entry> = layout.pickles(&index).collect();
     let bytes = wanted
         .iter()
         .map(|e| e.compressed_size)
@@ -273,7 +282,17 @@ pub fn scan_pickles_by_reading(
         zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
     let mut report = Report::for_file(usize::try_from(len).ok()?, &options.limits);
-    scan_zip_entries(&pieces, index, true, "", 0, options, &mut report, true);
+    scan_zip_entries(
+        &pieces,
+        index,
+        &layout,
+        true,
+        "",
+        0,
+        options,
+        &mut report,
+        true,
+    );
     Some(report)
 }
 
@@ -440,12 +459,8 @@ fn entry_location(parent: &str, entry: &Entry) -> String {
 }
 
 /// Storage records and small metadata of a torch checkpoint are never unpickled.
-fn is_torch_payload(root: Option<&str>, name: &[u8]) -> bool {
-    let Some(root) = root else { return false };
-    let Some(record) = name
-        .strip_prefix(root.as_bytes())
-        .and_then(|r| r.strip_prefix(b"/"))
-    else {
+fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
+    let Some(record) = root.and_then(|r| record_name(r, name)) else {
         return false;
     };
     record.starts_with(b"data/")
@@ -458,6 +473,11 @@ fn is_torch_payload(root: Option<&str>, name: &[u8]) -> bool {
                 | b".storage_alignment"
                 | b".data/serialization_id"
         )
+}
+
+/// `name` less its `<root>/`, when it lies under the root folder.
+fn record_name<'n>(root: &[u8], name: &'n [u8]) -> Option<&'n [u8]> {
+    name.strip_prefix(root)?.strip_prefix(b"/")
 }
 
 fn scan_zip(
@@ -502,7 +522,10 @@ fn scan_zip(
             }
         },
     };
-    scan_zip_entries(data, index, strict, location, depth, options, report, top);
+    let layout = ZipLayout::of(&index);
+    scan_zip_entries(
+        data, index, &layout, strict, location, depth, options, report, top,
+    );
 }
 
 /// Scan the entries of a zip; `strict` when `index` was read as a load reads it,
@@ -512,6 +535,7 @@ fn scan_zip(
 fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
     data: &D,
     index: zip::Index,
+    layout: &ZipLayout,
     strict: bool,
     location: &str,
     depth: u32,
@@ -521,14 +545,15 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
 ) {
     let unlocated = strict && options.pickles_only;
     let valid = if unlocated {
-        zip::validate_directory(&index)
+        // A repeated name leaves readers to pick one of its entries: only the
+        // pickles' choice matters to a gate that reads no tensor.
+        zip::validate_directory(&index, layout.pickles(&index))
     } else {
         zip::validate(&index)
     };
     if let Err(e) = valid {
         report.problem(location, e);
     }
-    let layout = ZipLayout::of(&index);
     let root = &layout.root;
     if top {
         report.format = match (
@@ -545,7 +570,6 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
         };
     }
     // A checkpoint a load accepts has only allowlisted globals in its data.pkl.
-    let main_pickle = root.as_ref().map(|r| format!("{r}/data.pkl"));
     let loadable = top
         && !options.pickles_only
         && root.is_some()
@@ -558,12 +582,13 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
                 report,
             )
         });
-    for entry in &index.entries {
-        if loadable && main_pickle.as_deref().map(str::as_bytes) == Some(&*entry.name) {
+    debug_assert_eq!(layout.unpickled.len(), index.entries.len());
+    for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
+        if loadable && layout.is_main_pickle(&entry.name) {
             report.pickles += 1;
             continue;
         }
-        if layout.never_unpickled(&entry.name) {
+        if !unpickled {
             if entry.method != 0 && !options.pickles_only {
                 let here = entry_location(location, entry);
                 if !report.charge(entry.uncompressed_size, true, &here) {
@@ -573,7 +598,6 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             }
             continue;
         }
-        let name = entry.name_lossy();
         let here = entry_location(location, entry);
         let charged = match entry.method {
             0 => report.charge(entry.compressed_size, false, &here),
@@ -608,7 +632,9 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
         let by_name = [
             ".pkl", ".pickle", ".joblib", ".pt", ".pth", ".bin", ".ckpt", ".npy", ".dat", ".data",
         ];
-        let scan_it = by_name.iter().any(|ext| name.ends_with(ext))
+        let scan_it = by_name
+            .iter()
+            .any(|ext| entry.name.ends_with(ext.as_bytes()))
             || !matches!(sniff(&bytes), "pickle" | "empty");
         if scan_it || bytes.first() == Some(&0x80) {
             scan_into(&bytes, &here, depth + 1, options, report, false);
@@ -619,51 +645,59 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
 /// What a zip's names say about which of its entries are never unpickled.
 struct ZipLayout {
     /// The root folder of a torch checkpoint: every entry under it, with a data.pkl.
-    root: Option<String>,
-    /// Every name, when some entry is a TensorDict leaf: only those need to know
-    /// their neighbours.
-    names: std::collections::HashSet<String>,
+    root: Option<Vec<u8>>,
+    /// Per entry of the index, in order: whether a reader may unpickle it.
+    unpickled: Vec<bool>,
 }
 
 impl ZipLayout {
     fn of(index: &zip::Index) -> ZipLayout {
-        let root = index
-            .entries
-            .first()
-            .and_then(|e| e.name_lossy().split_once('/').map(|(r, _)| r.to_owned()));
-        let torch_layout = root.as_deref().is_some_and(|r| {
-            let main = format!("{r}/data.pkl");
-            index.entries.iter().any(|e| *e.name == *main.as_bytes())
-        });
-        let names = if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
-            index.entries.iter().map(Entry::name_lossy).collect()
-        } else {
-            Default::default()
+        let root = (index.entries.first())
+            .and_then(|e| e.name.get(..e.name.iter().position(|&b| b == b'/')?))
+            .filter(|&r| {
+                (index.entries.iter()).any(|e| record_name(r, &e.name) == Some(b"data.pkl"))
+            });
+        // Only TensorDict leaves need to know their neighbours.
+        let names: std::collections::HashSet<String> =
+            if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
+                index.entries.iter().map(Entry::name_lossy).collect()
+            } else {
+                Default::default()
+            };
+        let never_unpickled = |name: &[u8]| {
+            is_torch_payload(root, name)
+                || name.ends_with(b"/")
+                || (name.ends_with(b".memmap")
+                    && is_tensordict_leaf(&names, &String::from_utf8_lossy(name)))
         };
         ZipLayout {
-            root: root.filter(|_| torch_layout),
-            names,
+            unpickled: (index.entries.iter())
+                .map(|e| !never_unpickled(&e.name))
+                .collect(),
+            root: root.map(<[u8]>::to_vec),
         }
     }
 
-    /// Storage records and metadata of a checkpoint, TensorDict leaves, folders.
-    fn never_unpickled(&self, name: &[u8]) -> bool {
-        is_torch_payload(self.root.as_deref(), name)
-            || name.ends_with(b"/")
-            || (name.ends_with(b".memmap")
-                && self.is_tensordict_leaf(&String::from_utf8_lossy(name)))
+    /// The checkpoint's main pickle, `<root>/data.pkl`.
+    fn is_main_pickle(&self, name: &[u8]) -> bool {
+        (self.root.as_deref()).and_then(|r| record_name(r, name)) == Some(b"data.pkl")
     }
 
-    /// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
-    /// `meta.json`: raw tensor bytes that no reader unpickles, so random data in
-    /// them is never mistaken for a broken pickle.
-    fn is_tensordict_leaf(&self, name: &str) -> bool {
-        let meta = match name.rsplit_once('/') {
-            Some((folder, _)) => format!("{folder}/meta.json"),
-            None => "meta.json".to_owned(),
-        };
-        self.names.contains(&meta)
+    /// The entries of `index` (the one this layout is of) that a reader may unpickle.
+    fn pickles<'i>(&'i self, index: &'i zip::Index) -> impl Iterator<Item = &'i Entry> {
+        (index.entries.iter().zip(&self.unpickled)).filter_map(|(e, &u)| u.then_some(e))
     }
+}
+
+/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
+/// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
+/// is never mistaken for a broken pickle.
+fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
+    let meta = match name.rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/meta.json"),
+        None => "meta.json".to_owned(),
+    };
+    names.contains(&meta)
 }
 
 /// A compressed storage record must inflate to exactly what it declares (a load
