@@ -623,7 +623,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and raw.exists() and (tokens or not set(cks) >= set(CHECKPOINTS)):
         # A partial run (--only) updates the previous results of the same scale and run count.
         old = json.loads(raw.read_text())
-        if old.get("scale") == args.scale and old.get("runs") == args.runs:
+        if old.get("scale") == args.scale and old.get("runs") != args.runs:
+            # Measured anyway, it would replace every other row with nothing.
+            print(f"the {args.scale} results in {raw} are from {old.get('runs')} runs per operation: "
+                  f"a partial run must use --runs {old.get('runs')} (or remove {raw} to start over)")
+            return 2
+        if old.get("scale") == args.scale:
             results["checkpoints"] = old.get("checkpoints", {})
             results["threads_sweep"] = old.get("threads_sweep")
             # The header keeps describing the run that made most of the numbers; the
