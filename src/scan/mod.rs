@@ -225,17 +225,7 @@ pub fn scan_file(data: &[u8], entries: Option<zip::Index>, options: &ScanOptions
     match entries {
         Some(index) if sniff(data) == "zip" => {
             let layout = ZipLayout::of(&index);
-            scan_zip_entries(
-                data,
-                index,
-                &layout,
-                true,
-                "",
-                0,
-                options,
-                &mut report,
-                true,
-            );
+            scan_whole_zip(data, index, &layout, options, &mut report);
         }
         _ => scan_into(data, "", 0, options, &mut report, true),
     }
@@ -282,18 +272,19 @@ pub fn scan_pickles_by_reading(
         zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
     let mut report = Report::for_file(usize::try_from(len).ok()?, &options.limits);
-    scan_zip_entries(
-        &pieces,
-        index,
-        &layout,
-        true,
-        "",
-        0,
-        options,
-        &mut report,
-        true,
-    );
+    scan_whole_zip(&pieces, index, &layout, options, &mut report);
     Some(report)
+}
+
+/// A file that is a zip, from an index read as a load reads it.
+fn scan_whole_zip<D: zip::FileBytes + ?Sized>(
+    data: &D,
+    index: zip::Index,
+    layout: &ZipLayout,
+    options: &ScanOptions,
+    report: &mut Report,
+) {
+    scan_zip_entries(data, index, layout, true, "", 0, options, report, true);
 }
 
 fn scan_into(
