@@ -649,17 +649,16 @@ impl ZipLayout {
                 (index.entries.iter()).any(|e| record_name(r, &e.name) == Some(b"data.pkl"))
             });
         // Only TensorDict leaves need to know their neighbours.
-        let names: std::collections::HashSet<String> =
-            if index.entries.iter().any(|e| e.name.ends_with(b".memmap")) {
-                index.entries.iter().map(Entry::name_lossy).collect()
-            } else {
-                Default::default()
-            };
+        let names: Option<std::collections::HashSet<String>> =
+            (index.entries.iter().any(|e| e.name.ends_with(b".memmap")))
+                .then(|| index.entries.iter().map(Entry::name_lossy).collect());
         let never_unpickled = |name: &[u8]| {
             is_torch_payload(root, name)
                 || name.ends_with(b"/")
-                || (name.ends_with(b".memmap")
-                    && is_tensordict_leaf(&names, &String::from_utf8_lossy(name)))
+                || names.as_ref().is_some_and(|names| {
+                    name.ends_with(b".memmap")
+                        && is_tensordict_leaf(names, &String::from_utf8_lossy(name))
+                })
         };
         ZipLayout {
             unpickled: (index.entries.iter())
