@@ -86,7 +86,6 @@ impl<'a> Cursor<'a> {
     }
 
     /// A little-endian unsigned count of `width` bytes (1, 4 or 8).
-    #[inline]
     pub fn count(&mut self, width: u8) -> Result<u64, Error> {
         match width {
             1 => self.u8().map(u64::from),
