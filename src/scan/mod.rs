@@ -454,17 +454,18 @@ fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
     let Some(record) = root.and_then(|r| record_name(r, name)) else {
         return false;
     };
-    record.starts_with(b"data/")
-        || matches!(
-            record,
-            b"version"
-                | b".data/version"
-                | b"byteorder"
-                | b".format_version"
-                | b".storage_alignment"
-                | b".data/serialization_id"
-        )
+    record.starts_with(b"data/") || TORCH_METADATA.contains(&record)
 }
+
+/// The small records torch writes beside data.pkl and the storages.
+const TORCH_METADATA: [&[u8]; 6] = [
+    b"version",
+    b".data/version",
+    b"byteorder",
+    b".format_version",
+    b".storage_alignment",
+    b".data/serialization_id",
+];
 
 /// `name` less its `<root>/`, when it lies under the root folder.
 fn record_name<'n>(root: &[u8], name: &'n [u8]) -> Option<&'n [u8]> {
