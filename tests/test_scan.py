@@ -212,6 +212,35 @@ def test_the_scanner_imports_neither_dataclasses_nor_argparse():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_scan_command_imports_only_the_scanner():
+    """`import tensorplay` defers the loader, the writer and the inspector to first
+    use: importing them was half of a `tensorplay scan FILE` process."""
+    code = (
+        "import sys, tensorplay.cli\n"
+        "loaded = {m for m in sys.modules if m.startswith('tensorplay.')}\n"
+        "assert loaded == {'tensorplay._core', 'tensorplay._limits', 'tensorplay.scanner', 'tensorplay.cli'}, loaded\n"
+        "assert 'json' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = (
+        "import sys, tensorplay\n"
+        "assert tensorplay.utils.serialization.config.load.mmap is False\n"
+        "from tensorplay import load, safe_globals, TensorSpec\n"
+        "assert load is tensorplay.load is sys.modules['tensorplay.serialization'].load\n"
+        "assert tensorplay.serialization.safe_globals is safe_globals\n"
+        "assert TensorSpec is sys.modules['tensorplay._types'].TensorSpec\n"
+        "assert set(tensorplay.__all__) <= set(dir(tensorplay))\n"
+        "assert all(getattr(tensorplay, name) is not None for name in tensorplay.__all__)\n"
+        "try:\n"
+        "    tensorplay.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    assert 'no_such_name' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_scan_command_pickles_only(tmp_path):
     # A tensor reaching past its storage: a load refuses it, yet nothing in it runs code.
     past = TORCH_FIXTURES.parent.parent / "malicious" / "files" / "size_past_storage.pt"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from . import scanner
@@ -56,6 +55,8 @@ def _scan(args: argparse.Namespace) -> int:
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
                                  pickles_only=args.pickles_only)
     if args.json:
+        import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
+
         json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
         print()
     else:
@@ -72,6 +73,8 @@ def _size(n: int) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import json
+
     from ._inspect import inspect
     from ._types import TensorInfo
 
