@@ -44,7 +44,10 @@ fn new_class(
 
 pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
     CLASSES.get_or_try_init(py, || {
-        let unpickling = py.import("pickle")?.getattr("UnpicklingError")?.cast_into::<PyType>()?;
+        // `pickle.UnpicklingError` is the C accelerator's class, re-exported: taken
+        // from `_pickle`, a scan's process does not import pickle.py (a millisecond).
+        let module = py.import("_pickle").or_else(|_| py.import("pickle"))?;
+        let unpickling = module.getattr("UnpicklingError")?.cast_into::<PyType>()?;
         let base = new_class(
             py,
             "CheckpointError",
