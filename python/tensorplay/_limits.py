@@ -20,7 +20,6 @@ could make the loader spend; raise one only for files you trust.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from . import _core
 
@@ -51,7 +50,7 @@ def set_default_limits(**limits: int) -> None:
                 _overrides[name] = value
 
 
-def merged(per_call: dict[str, Any] | None) -> dict[str, int] | None:
+def merged(per_call: dict[str, int] | None) -> dict[str, int] | None:
     """The limits for one call: process-wide overrides, then the call's own.
     ``None`` when neither changes a default, so the core builds no map."""
     if not _overrides and not per_call:
