@@ -28,7 +28,7 @@ IMPORTS = {
     "torch_load": ["torch"],
     "st_torch": ["torch", "safetensors.torch"],
     "st_numpy": ["numpy", "ml_dtypes", "safetensors.numpy"],
-    "tp_scan_api": ["tensorplay"],
+    "tp_scan_api": ["tensorplay", "tensorplay.serialization"],
     "tp_scanner_api": ["tensorplay.scanner"],
     "tp_scanner_pickles": ["tensorplay.scanner"],
     "torch_scan": ["torch"],
@@ -151,7 +151,8 @@ def operation(op: str, path: str, payload: int):
         import tensorplay
 
         if base == "tp_scan_api":
-            return (lambda: tensorplay.serialization.get_unsafe_globals_in_checkpoint(path)), False
+            unsafe_globals = tensorplay.serialization.get_unsafe_globals_in_checkpoint
+            return (lambda: unsafe_globals(path)), False
         if base == "tp_scanner_api":
             import tensorplay.scanner
 
@@ -162,7 +163,8 @@ def operation(op: str, path: str, payload: int):
             return (lambda: tensorplay.scanner.scan(path, pickles_only=True)), False
         backend = "torch" if base.startswith("tp_torch") else "numpy"
         use_mmap = base.endswith("_mmap")
-        return (lambda: tensorplay.load(path, mmap=use_mmap, backend=backend)), touch_after
+        load = tensorplay.load  # resolved (and its module imported) before the timing
+        return (lambda: load(path, mmap=use_mmap, backend=backend)), touch_after
     if base.startswith("torch_load"):
         import torch
 
