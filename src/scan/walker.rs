@@ -15,10 +15,16 @@ use crate::pickle::opcodes::*;
 use crate::pickle::text;
 use crate::torch::semantics::{found_global, FoundGlobal, UNRESOLVED_GLOBAL};
 
-/// What the walk knows about a value.
+/// What the walk knows about a value: a string by its place in the pickle, so
+/// twelve bytes, not a slice's 24. The memo holds one per value put there (GPT-2's
+/// pickle: 1,191), and a first scan in a process pays a page fault for every
+/// fresh page it fills.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Shadow<'d> {
-    Str(&'d [u8]),
+enum Shadow {
+    Str {
+        start: u32,
+        len: u32,
+    },
     List,
     Dict,
     Set,
@@ -32,6 +38,8 @@ enum Shadow<'d> {
     Other,
 }
 
+const _: () = assert!(std::mem::size_of::<Shadow>() == 12);
+
 /// The walk of one pickle: the globals outside the allowlist, and where it ended.
 pub struct Walk {
     pub found: Vec<FoundGlobal>,
@@ -40,12 +48,13 @@ pub struct Walk {
 }
 
 struct Walker<'d, 'u> {
+    data: &'d [u8],
     cursor: Cursor<'d>,
     user: &'u UserGlobals,
     limits: &'u Limits,
-    stack: Vec<Shadow<'d>>,
+    stack: Vec<Shadow>,
     marks: Vec<usize>,
-    memo: Vec<Shadow<'d>>,
+    memo: Vec<Shadow>,
     /// Values created, payload bytes, and items added to containers: the VM's
     /// limits are far above these in any file the walk answers for.
     values: u64,
@@ -66,6 +75,7 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
     // time was a third of a small walk's allocator calls.
     let memo_guess = (data.len() / 12).min(MAX_PRESIZED);
     let mut w = Walker {
+        data,
         cursor: Cursor::new(data),
         user,
         limits,
@@ -127,20 +137,20 @@ impl<'d> Walker<'d, '_> {
         self.marks.last().copied().unwrap_or(0)
     }
 
-    fn push(&mut self, v: Shadow<'d>) -> Option<()> {
+    fn push(&mut self, v: Shadow) -> Option<()> {
         self.values += 1;
         self.stack.push(v);
         Some(())
     }
 
-    fn pop(&mut self) -> Option<Shadow<'d>> {
+    fn pop(&mut self) -> Option<Shadow> {
         if self.stack.len() <= self.floor() {
             return None;
         }
         self.stack.pop()
     }
 
-    fn top(&self) -> Option<Shadow<'d>> {
+    fn top(&self) -> Option<Shadow> {
         if self.stack.len() <= self.floor() {
             return None;
         }
@@ -156,7 +166,7 @@ impl<'d> Walker<'d, '_> {
         Some(n)
     }
 
-    fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow<'d> {
+    fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow {
         let (module, name) = globals::map_py2(module, name);
         match globals::resolve(&module, &name, self.user) {
             Resolution::Allowed(Global::Builtin(Builtin::OrderedDict | Builtin::Counter)) => {
@@ -171,12 +181,19 @@ impl<'d> Walker<'d, '_> {
         }
     }
 
+    /// A string value's text, from where its opcode put it.
+    fn text(&self, start: u32, len: u32) -> Option<&'d str> {
+        let start = usize::try_from(start).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        std::str::from_utf8(self.data.get(start..end)?).ok()
+    }
+
     fn line(&mut self) -> Option<&'d str> {
         std::str::from_utf8(self.cursor.line().ok()?).ok()
     }
 
     /// A container opcode may only target the kind the VM accepts for sure.
-    fn mutate(&mut self, kind: Shadow<'d>, added: usize) -> Option<()> {
+    fn mutate(&mut self, kind: Shadow, added: usize) -> Option<()> {
         (self.top()? == kind).then_some(())?;
         self.items = self.items.saturating_add(added as u64);
         Some(())
@@ -238,10 +255,12 @@ impl<'d> Walker<'d, '_> {
                     _ => 8,
                 };
                 let n = self.cursor.count(width).ok()?;
+                let start = u32::try_from(self.cursor.position()).ok()?;
                 let bytes = self.cursor.take_counted(n).ok()?;
                 text::is_utf8_surrogatepass(bytes).then_some(())?;
                 self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::Str(bytes))?;
+                let len = u32::try_from(n).ok()?;
+                self.push(Shadow::Str { start, len })?;
             }
             BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
                 let width = match op {
@@ -335,9 +354,9 @@ impl<'d> Walker<'d, '_> {
                 let name = self.pop()?;
                 let module = self.pop()?;
                 let g = match (module, name) {
-                    (Shadow::Str(m), Shadow::Str(n)) => {
-                        let m = std::str::from_utf8(m).ok()?;
-                        let n = std::str::from_utf8(n).ok()?;
+                    (Shadow::Str { start, len }, Shadow::Str { start: s, len: l }) => {
+                        let m = self.text(start, len)?;
+                        let n = self.text(s, l)?;
                         self.global(m, n, at)
                     }
                     _ => {
