@@ -386,4 +386,32 @@ proptest! {
             }
         }
     }
+
+    /// After `keep_holding`, the pieces answer exactly as if only the reads that
+    /// held one of the offsets had been made.
+    #[test]
+    fn pieces_kept_by_offset_answer_as_those_reads_alone(
+        reads in proptest::collection::vec((0usize..300, 0usize..80), 0..24),
+        offsets in proptest::collection::vec(0u64..400, 0..6),
+        ranges in proptest::collection::vec((0usize..400, 0usize..90), 1..24),
+    ) {
+        let file: Vec<u8> = (0..400u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut pieces = Pieces::new(file.len());
+        for &(start, len) in &reads {
+            pieces.add(start, file[start..start + len].to_vec());
+        }
+        pieces.keep_holding(&offsets);
+        let kept: Vec<_> = (reads.iter())
+            .filter(|&&(s, l)| offsets.iter().any(|&o| s as u64 <= o && o < (s + l) as u64))
+            .collect();
+        for (start, len) in ranges {
+            let range = start..start + len;
+            let covered = kept.iter().any(|&&(s, l)| s <= range.start && range.end <= s + l);
+            let got = pieces.get(range.clone());
+            prop_assert_eq!(got.is_some(), covered, "range {:?}", range);
+            if let Some(bytes) = got {
+                prop_assert_eq!(bytes, &file[range]);
+            }
+        }
+    }
 }

@@ -268,6 +268,9 @@ pub fn scan_pickles_by_reading(
     if wanted.len() > MAX_READ_ENTRIES || bytes? > MAX_READ_ENTRY_BYTES {
         return None;
     }
+    // The directory is spent once indexed.
+    let headers: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
+    pieces.keep_holding(&headers);
     for entry in wanted {
         zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
