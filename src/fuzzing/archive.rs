@@ -63,11 +63,19 @@ pub fn zip_archive(data: &[u8]) {
             "find_record gave an entry read_entries does not have"
         );
     }
-    if let Some((entry, _)) = zip::read_record(len, &read_at, max, "data.pkl", u64::MAX) {
+    if let Some((entry, pieces)) = zip::read_record(len, &read_at, max, "data.pkl", u64::MAX) {
         assert_eq!(
             found.as_ref().ok(),
             Some(&entry),
             "read_record differs from find_record"
+        );
+        let start = usize::try_from(entry.data_offset).unwrap_or(usize::MAX);
+        let size = usize::try_from(entry.compressed_size).unwrap_or(usize::MAX);
+        let range = start..start.saturating_add(size);
+        assert_eq!(
+            zip::FileBytes::get(&pieces, range.clone()),
+            data.get(range),
+            "read_record's pieces do not hold the payload's bytes"
         );
     }
     if let Ok(index) = zip::read_entries_after_prefix(data, max) {
