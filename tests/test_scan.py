@@ -3,8 +3,8 @@ torch is right, read what torch cannot, and never disagree with load."""
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -242,6 +242,24 @@ def test_the_scan_command_imports_only_the_scanner():
         "    raise AssertionError('no AttributeError')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_typed_record_fields_are_the_runtime_ones():
+    """Type checkers read the records' fields from a typing.NamedTuple branch that
+    never runs; the runtime records are collections.namedtuple. Both must agree."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(scanner))
+    typed = {
+        node.name: [(f.target.id, f.value is not None) for f in node.body if isinstance(f, ast.AnnAssign)]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in ("_FindingFields", "_ReportFields")
+    }
+    for record, base in ((scanner.GlobalFinding, "_FindingFields"), (scanner.ScanReport, "_ReportFields")):
+        defaults = record._field_defaults
+        assert typed[base] == [(name, name in defaults) for name in record._fields], record
+    assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False)
 
 
 def test_command_help_is_sized_to_columns_as_argparse_sizes_it():
