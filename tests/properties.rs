@@ -108,6 +108,7 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
         Just(b"\x8c\x05posix\x8c\x06systemq\x00\x93".to_vec()),
         Just(b"\x8c\x0bcollections\x94\x8c\x07Counter\x94\x93".to_vec()),
         Just(b"\x8c\x03evil\x94h\x00\x93".to_vec()),
+        Just(b"X\x05\x00\x00\x00posix\x8d\x06\x00\x00\x00\x00\x00\x00\x00system\x93".to_vec()),
         Just(b"N\x8c\x01x\x93".to_vec()),
     ];
     let leaf = prop_oneof![

@@ -15,30 +15,55 @@ use crate::pickle::opcodes::*;
 use crate::pickle::text;
 use crate::torch::semantics::{found_global, FoundGlobal, UNRESOLVED_GLOBAL};
 
-/// What the walk knows about a value: a string by its place in the pickle, so
-/// twelve bytes, not a slice's 24. The memo holds one per value put there (GPT-2's
-/// pickle: 1,191), and a first scan in a process pays a page fault for every
-/// fresh page it fills.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Shadow {
-    Str {
-        start: u32,
-        len: u32,
-    },
-    List,
-    Dict,
-    Set,
-    EmptyTuple,
+/// What the walk knows about a value, in four bytes: a string by the offset of
+/// the opcode that pushed it, anything else by kind. The memo holds one per value
+/// put there (GPT-2's pickle: 1,191) and the stack one per item of a container's
+/// batch (up to 1,000 pairs), and a process's first scan pays a page fault for
+/// every fresh page they fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shadow(u32);
+
+impl Shadow {
+    const LIST: Shadow = Shadow(u32::MAX);
+    const DICT: Shadow = Shadow(u32::MAX - 1);
+    const SET: Shadow = Shadow(u32::MAX - 2);
+    const EMPTY_TUPLE: Shadow = Shadow(u32::MAX - 3);
     /// `collections.OrderedDict` or `collections.Counter` itself: called with no
     /// arguments, it makes an empty dict.
-    DictClass,
+    const DICT_CLASS: Shadow = Shadow(u32::MAX - 4);
     /// `builtins.set` itself.
-    SetClass,
+    const SET_CLASS: Shadow = Shadow(u32::MAX - 5);
     /// Anything else: a number, bytes, a tuple, an object, a tensor...
-    Other,
+    const OTHER: Shadow = Shadow(u32::MAX - 6);
+    /// Values from here up are kinds, so a string's opcode must lie below it.
+    const FIRST_KIND: u32 = u32::MAX - 6;
+
+    /// The string pushed by the opcode at `at`.
+    fn string(at: usize) -> Option<Shadow> {
+        let at = u32::try_from(at).ok()?;
+        (at < Self::FIRST_KIND).then_some(Shadow(at))
+    }
+
+    fn string_opcode(self) -> Option<usize> {
+        if self.0 < Self::FIRST_KIND {
+            usize::try_from(self.0).ok()
+        } else {
+            None
+        }
+    }
 }
 
-const _: () = assert!(std::mem::size_of::<Shadow>() == 12);
+const _: () = assert!(std::mem::size_of::<Shadow>() == 4);
+
+/// The width of a string opcode's length prefix.
+fn unicode_width(op: u8) -> Option<u8> {
+    match op {
+        SHORT_BINUNICODE => Some(1),
+        BINUNICODE => Some(4),
+        BINUNICODE8 => Some(8),
+        _ => None,
+    }
+}
 
 /// The walk of one pickle: the globals outside the allowlist, and where it ended.
 pub struct Walk {
@@ -170,22 +195,24 @@ impl<'d> Walker<'d, '_> {
         let (module, name) = globals::map_py2(module, name);
         match globals::resolve(&module, &name, self.user) {
             Resolution::Allowed(Global::Builtin(Builtin::OrderedDict | Builtin::Counter)) => {
-                Shadow::DictClass
+                Shadow::DICT_CLASS
             }
-            Resolution::Allowed(Global::Builtin(Builtin::Set)) => Shadow::SetClass,
-            Resolution::Allowed(_) => Shadow::Other,
+            Resolution::Allowed(Global::Builtin(Builtin::Set)) => Shadow::SET_CLASS,
+            Resolution::Allowed(_) => Shadow::OTHER,
             Resolution::Blocked | Resolution::NotAllowed => {
                 self.found.push(found_global(&module, &name, at as u64));
-                Shadow::Other
+                Shadow::OTHER
             }
         }
     }
 
-    /// A string value's text, from where its opcode put it.
-    fn text(&self, start: u32, len: u32) -> Option<&'d str> {
-        let start = usize::try_from(start).ok()?;
-        let end = start.checked_add(usize::try_from(len).ok()?)?;
-        std::str::from_utf8(self.data.get(start..end)?).ok()
+    /// A string's text, read again from the opcode that pushed it (which the
+    /// walk checked then).
+    fn text(&self, s: Shadow) -> Option<&'d str> {
+        let mut opcode = Cursor::new(self.data.get(s.string_opcode()?..)?);
+        let width = unicode_width(opcode.u8().ok()?)?;
+        let n = opcode.count(width).ok()?;
+        std::str::from_utf8(opcode.take_counted(n).ok()?).ok()
     }
 
     fn line(&mut self) -> Option<&'d str> {
@@ -221,22 +248,22 @@ impl<'d> Walker<'d, '_> {
                 let top = self.top()?;
                 self.stack.push(top);
             }
-            NONE | NEWTRUE | NEWFALSE => self.push(Shadow::Other)?,
+            NONE | NEWTRUE | NEWFALSE => self.push(Shadow::OTHER)?,
             BININT => {
                 self.cursor.take(4).ok()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             BININT1 => {
                 self.cursor.take(1).ok()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             BININT2 => {
                 self.cursor.take(2).ok()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             BINFLOAT => {
                 self.cursor.take(8).ok()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             LONG1 | LONG4 => {
                 let n = if op == LONG1 {
@@ -246,21 +273,14 @@ impl<'d> Walker<'d, '_> {
                 };
                 self.cursor.take_counted(n).ok()?;
                 self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             BINUNICODE | SHORT_BINUNICODE | BINUNICODE8 => {
-                let width = match op {
-                    SHORT_BINUNICODE => 1,
-                    BINUNICODE => 4,
-                    _ => 8,
-                };
-                let n = self.cursor.count(width).ok()?;
-                let start = u32::try_from(self.cursor.position()).ok()?;
+                let n = self.cursor.count(unicode_width(op)?).ok()?;
                 let bytes = self.cursor.take_counted(n).ok()?;
                 text::is_utf8_surrogatepass(bytes).then_some(())?;
                 self.payload = self.payload.saturating_add(n);
-                let len = u32::try_from(n).ok()?;
-                self.push(Shadow::Str { start, len })?;
+                self.push(Shadow::string(at)?)?;
             }
             BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
                 let width = match op {
@@ -271,59 +291,59 @@ impl<'d> Walker<'d, '_> {
                 let n = self.cursor.count(width).ok()?;
                 self.cursor.take_counted(n).ok()?;
                 self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
-            EMPTY_TUPLE => self.push(Shadow::EmptyTuple)?,
+            EMPTY_TUPLE => self.push(Shadow::EMPTY_TUPLE)?,
             TUPLE1 | TUPLE2 | TUPLE3 => {
                 let n = usize::from(op - TUPLE1 + 1);
                 (self.stack.len() >= self.floor() + n).then_some(())?;
                 self.stack.truncate(self.stack.len() - n);
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             TUPLE => {
                 let n = self.pop_mark()?;
                 self.push(if n == 0 {
-                    Shadow::EmptyTuple
+                    Shadow::EMPTY_TUPLE
                 } else {
-                    Shadow::Other
+                    Shadow::OTHER
                 })?;
             }
-            EMPTY_LIST => self.push(Shadow::List)?,
+            EMPTY_LIST => self.push(Shadow::LIST)?,
             LIST => {
                 self.pop_mark()?;
-                self.push(Shadow::List)?;
+                self.push(Shadow::LIST)?;
             }
-            EMPTY_DICT => self.push(Shadow::Dict)?,
+            EMPTY_DICT => self.push(Shadow::DICT)?,
             DICT => {
                 (self.pop_mark()? % 2 == 0).then_some(())?;
-                self.push(Shadow::Dict)?;
+                self.push(Shadow::DICT)?;
             }
-            EMPTY_SET => self.push(Shadow::Set)?,
+            EMPTY_SET => self.push(Shadow::SET)?,
             FROZENSET => {
                 self.pop_mark()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             APPEND => {
                 self.pop()?;
-                self.mutate(Shadow::List, 1)?;
+                self.mutate(Shadow::LIST, 1)?;
             }
             APPENDS => {
                 let n = self.pop_mark()?;
-                self.mutate(Shadow::List, n)?;
+                self.mutate(Shadow::LIST, n)?;
             }
             SETITEM => {
                 self.pop()?;
                 self.pop()?;
-                self.mutate(Shadow::Dict, 1)?;
+                self.mutate(Shadow::DICT, 1)?;
             }
             SETITEMS => {
                 let n = self.pop_mark()?;
                 (n % 2 == 0).then_some(())?;
-                self.mutate(Shadow::Dict, n / 2)?;
+                self.mutate(Shadow::DICT, n / 2)?;
             }
             ADDITEMS => {
                 let n = self.pop_mark()?;
-                self.mutate(Shadow::Set, n)?;
+                self.mutate(Shadow::SET, n)?;
             }
             BINPUT => {
                 let index = usize::from(self.cursor.u8().ok()?);
@@ -353,16 +373,16 @@ impl<'d> Walker<'d, '_> {
             STACK_GLOBAL => {
                 let name = self.pop()?;
                 let module = self.pop()?;
-                let g = match (module, name) {
-                    (Shadow::Str { start, len }, Shadow::Str { start: s, len: l }) => {
-                        let m = self.text(start, len)?;
-                        let n = self.text(s, l)?;
+                let g = match (module.string_opcode(), name.string_opcode()) {
+                    (Some(_), Some(_)) => {
+                        let m = self.text(module)?;
+                        let n = self.text(name)?;
                         self.global(m, n, at)
                     }
                     _ => {
                         self.found
                             .push(found_global(UNRESOLVED_GLOBAL, "", at as u64));
-                        Shadow::Other
+                        Shadow::OTHER
                     }
                 };
                 self.push(g)?;
@@ -375,31 +395,31 @@ impl<'d> Walker<'d, '_> {
                 };
                 let name = format!("<extension code {code}>");
                 self.found.push(found_global(&name, "", at as u64));
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             REDUCE => {
                 let args = self.pop()?;
                 let func = self.pop()?;
                 let made = match (func, args) {
-                    (Shadow::DictClass, Shadow::EmptyTuple) => Shadow::Dict,
-                    (Shadow::SetClass, Shadow::EmptyTuple) => Shadow::Set,
+                    (Shadow::DICT_CLASS, Shadow::EMPTY_TUPLE) => Shadow::DICT,
+                    (Shadow::SET_CLASS, Shadow::EMPTY_TUPLE) => Shadow::SET,
                     // A copy of another container is charged against the limits
                     // by its size, which the walk does not know.
-                    (Shadow::DictClass | Shadow::SetClass, _) => return None,
-                    _ => Shadow::Other,
+                    (Shadow::DICT_CLASS | Shadow::SET_CLASS, _) => return None,
+                    _ => Shadow::OTHER,
                 };
                 self.push(made)?;
             }
             NEWOBJ => {
                 self.pop()?;
                 self.pop()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             NEWOBJ_EX => {
                 self.pop()?;
                 self.pop()?;
                 self.pop()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             BUILD => {
                 self.pop()?;
@@ -407,18 +427,18 @@ impl<'d> Walker<'d, '_> {
             }
             BINPERSID => {
                 self.pop()?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             INST => {
                 let module = self.line()?;
                 let name = self.line()?;
                 self.pop_mark()?;
                 self.global(module, name, at);
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             OBJ => {
                 (self.pop_mark()? >= 1).then_some(())?;
-                self.push(Shadow::Other)?;
+                self.push(Shadow::OTHER)?;
             }
             // Protocol 0 and 1 text opcodes, out-of-band buffers and anything
             // unknown: the VM decides.
