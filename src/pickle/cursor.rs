@@ -8,6 +8,41 @@ pub struct Cursor<'a> {
     pos: usize,
 }
 
+/// Why a read failed. Small and `Copy`: a reader that only asks whether a read
+/// worked (the scan's walk) never builds a message, and the VM builds one, through
+/// `?`, only on the error path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    Truncated {
+        at: usize,
+        wanted: u64,
+        remaining: usize,
+    },
+    NoNewline {
+        at: usize,
+    },
+}
+
+impl From<ReadError> for Error {
+    #[cold]
+    fn from(e: ReadError) -> Error {
+        match e {
+            ReadError::Truncated {
+                at,
+                wanted,
+                remaining,
+            } => Error::pickle(
+                format!("truncated: needs {wanted} more bytes, {remaining} remain"),
+                Location::at(at as u64),
+            ),
+            ReadError::NoNewline { at } => Error::pickle(
+                "line without a terminating newline",
+                Location::at(at as u64),
+            ),
+        }
+    }
+}
+
 impl<'a> Cursor<'a> {
     pub fn new(data: &'a [u8]) -> Self {
         Cursor { data, pos: 0 }
@@ -25,17 +60,15 @@ impl<'a> Cursor<'a> {
         self.remaining() == 0
     }
 
-    fn eof(&self, wanted: u64) -> Error {
-        Error::pickle(
-            format!(
-                "truncated: needs {wanted} more bytes, {} remain",
-                self.remaining()
-            ),
-            Location::at(self.pos as u64),
-        )
+    fn eof(&self, wanted: u64) -> ReadError {
+        ReadError::Truncated {
+            at: self.pos,
+            wanted,
+            remaining: self.remaining(),
+        }
     }
 
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], ReadError> {
         let end = self
             .pos
             .checked_add(n)
@@ -50,43 +83,43 @@ impl<'a> Cursor<'a> {
     }
 
     /// Take a length read from the input: checked against what remains before use.
-    pub fn take_counted(&mut self, n: u64) -> Result<&'a [u8], Error> {
+    pub fn take_counted(&mut self, n: u64) -> Result<&'a [u8], ReadError> {
         match usize::try_from(n) {
             Ok(n) if n <= self.remaining() => self.take(n),
             _ => Err(self.eof(n)),
         }
     }
 
-    pub fn u8(&mut self) -> Result<u8, Error> {
+    pub fn u8(&mut self) -> Result<u8, ReadError> {
         let b = self.take(1)?;
         b.first().copied().ok_or_else(|| self.eof(1))
     }
 
-    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], ReadError> {
         let slice = self.take(N)?;
         let mut out = [0u8; N];
         out.copy_from_slice(slice);
         Ok(out)
     }
 
-    pub fn u16_le(&mut self) -> Result<u16, Error> {
+    pub fn u16_le(&mut self) -> Result<u16, ReadError> {
         self.array::<2>().map(u16::from_le_bytes)
     }
 
-    pub fn u32_le(&mut self) -> Result<u32, Error> {
+    pub fn u32_le(&mut self) -> Result<u32, ReadError> {
         self.array::<4>().map(u32::from_le_bytes)
     }
 
-    pub fn i32_le(&mut self) -> Result<i32, Error> {
+    pub fn i32_le(&mut self) -> Result<i32, ReadError> {
         self.array::<4>().map(i32::from_le_bytes)
     }
 
-    pub fn u64_le(&mut self) -> Result<u64, Error> {
+    pub fn u64_le(&mut self) -> Result<u64, ReadError> {
         self.array::<8>().map(u64::from_le_bytes)
     }
 
     /// A little-endian unsigned count of `width` bytes (1, 4 or 8).
-    pub fn count(&mut self, width: u8) -> Result<u64, Error> {
+    pub fn count(&mut self, width: u8) -> Result<u64, ReadError> {
         match width {
             1 => self.u8().map(u64::from),
             2 => self.u16_le().map(u64::from),
@@ -96,7 +129,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// One line without its terminating newline. A missing newline is an error, as in pickle.
-    pub fn line(&mut self) -> Result<&'a [u8], Error> {
+    pub fn line(&mut self) -> Result<&'a [u8], ReadError> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
         match rest.iter().position(|b| *b == b'\n') {
             Some(n) => {
@@ -104,10 +137,7 @@ impl<'a> Cursor<'a> {
                 self.pos += 1;
                 Ok(line)
             }
-            None => Err(Error::pickle(
-                "line without a terminating newline",
-                Location::at(self.pos as u64),
-            )),
+            None => Err(ReadError::NoNewline { at: self.pos }),
         }
     }
 }
@@ -124,6 +154,23 @@ mod tests {
         assert_eq!(c.u16_le().unwrap(), 0x0302);
         assert!(c.is_at_end());
         assert!(c.take_counted(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn a_failed_read_becomes_an_error_naming_where() {
+        let mut c = Cursor::new(b"\x01\x02\x03");
+        c.u8().unwrap();
+        let truncated = Error::from(c.u32_le().unwrap_err()).to_string();
+        assert!(
+            truncated.contains("truncated: needs 4 more bytes, 2 remain"),
+            "{truncated}"
+        );
+        assert!(truncated.contains("byte offset 1"), "{truncated}");
+        let no_newline = Error::from(c.line().unwrap_err()).to_string();
+        assert!(
+            no_newline.contains("line without a terminating newline"),
+            "{no_newline}"
+        );
     }
 
     #[test]
