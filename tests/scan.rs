@@ -315,6 +315,48 @@ fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
     );
 }
 
+#[test]
+fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/torch/shapes_and_strides.pt");
+    let data = std::fs::read(path).unwrap();
+    let pickles_only = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    let reads = std::cell::Cell::new(Vec::new());
+    let read_at = |offset: u64, n: usize| {
+        let mut seen = reads.take();
+        seen.push(offset);
+        reads.set(seen);
+        let start = usize::try_from(offset).ok()?;
+        data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+    };
+    // The end (the directory), then data.pkl's local header and payload, which
+    // torch writes first, so that read holds the signature too.
+    let len = data.len() as u64;
+    assert!(unsafe_globals_by_reading(len, &read_at, &ScanOptions::default()).is_some());
+    assert_eq!(reads.take().len(), 2);
+    assert!(scan_pickles_by_reading(len, &read_at, &pickles_only).is_some());
+    assert_eq!(reads.take(), [len.saturating_sub(16 << 10), 0]);
+
+    // Bytes before the first entry: torch does not read it as a zip checkpoint,
+    // so neither do the reads; the whole-file scan decides.
+    let prefixed = [&b"junk"[..], &data].concat();
+    let read_prefixed = |offset: u64, n: usize| {
+        let start = usize::try_from(offset).ok()?;
+        prefixed
+            .get(start..start.checked_add(n)?)
+            .map(<[u8]>::to_vec)
+    };
+    let len = prefixed.len() as u64;
+    assert_eq!(
+        unsafe_globals_by_reading(len, &read_prefixed, &ScanOptions::default()),
+        None
+    );
+    assert!(scan_pickles_by_reading(len, &read_prefixed, &pickles_only).is_none());
+}
+
 /// A zip whose central directory lists its one stored entry `n` times.
 fn listed_n_times(payload: &[u8], n: u16) -> Vec<u8> {
     let mut out = Vec::new();

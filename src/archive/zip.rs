@@ -521,7 +521,9 @@ const MAX_READ_DIRECTORY: u64 = 64 << 20;
 
 /// `<root>/<record>` of an archive of `len` bytes, read in pieces with `read_at`
 /// instead of mapping the whole file: the end (for the directory records), the
-/// central directory, the record's local header and its payload. Mapping a
+/// central directory, the record's local header and payload (one read), and the
+/// signature (held by that read when the record comes first, as torch writes
+/// data.pkl). Mapping a
 /// multi-gigabyte file to read a few kilobytes costs more in page tables than the
 /// reads do. `None` whenever the pieces cannot settle it (not a zip, a huge
 /// directory, any error): the caller then reads the file through a map, which
@@ -533,57 +535,57 @@ pub fn read_record(
     record: &str,
     max_payload: u64,
 ) -> Option<(Entry, Pieces)> {
-    let len_usize = usize::try_from(len).ok()?;
-    // torch writes data.pkl first: one read of the head usually holds its local
-    // header and payload as well as the signature, saving two or three reads.
-    let head = read_at(0, len_usize.min(HEAD_READ))?;
-    if !head.starts_with(&LFH_SIG.to_le_bytes()) {
-        return None;
-    }
     let mut pieces = read_end_and_directory(len, read_at)?;
     let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
-    pieces.add(0, head);
-    ensure_local_header(&mut pieces, &entry, read_at)?;
-    let located = locate(&pieces, &entry, directory_offset).ok()?;
-    if located.compressed_size > max_payload {
+    if entry.compressed_size > max_payload {
         return None;
     }
-    let payload_len = usize::try_from(located.compressed_size).ok()?;
-    let start = usize::try_from(located.data_offset).ok()?;
-    if pieces.get(start..start.checked_add(payload_len)?).is_none() {
-        // The head and the directory are spent: dropped first, as in
-        // `Pieces::keep_holding`, their memory can take the payload.
-        pieces = Pieces::new(len_usize);
-        pieces.add(start, read_at(located.data_offset, payload_len)?);
-    }
+    // The directory is spent: dropped first, its memory can take the record.
+    pieces.keep_holding(&[entry.header_offset]);
+    read_entry_into(&mut pieces, &entry, read_at)?;
+    check_signature(&mut pieces, read_at)?;
+    let located = locate(&pieces, &entry, directory_offset).ok()?;
     Some((located, pieces))
 }
 
-/// What [`read_directory_only`] gives on the whole file, from reads of its head
-/// and end, with those pieces for [`read_entry_into`] to add to. `None` when the
-/// file does not start with a local header or the reads cannot settle it.
+/// What [`read_directory_only`] gives on the whole file, from a read of its end,
+/// with that piece for [`read_entry_into`] to add to. `None` when the reads
+/// cannot settle it. The caller checks the signature ([`check_signature`]) once
+/// it has read the entries it wants: torch writes data.pkl first, so its read
+/// usually holds the signature too.
 pub fn read_directory_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
 ) -> Option<(Index, Pieces)> {
-    let head = read_at(0, usize::try_from(len).ok()?.min(HEAD_READ))?;
-    if !head.starts_with(&LFH_SIG.to_le_bytes()) {
-        return None;
-    }
-    let mut pieces = read_end_and_directory(len, read_at)?;
+    let pieces = read_end_and_directory(len, read_at)?;
     let index = read_entries_with(&pieces, max_entries, Payloads::Unlocated, false).ok()?;
-    pieces.add(0, head);
     Some((index, pieces))
 }
 
-/// Read `entry`'s local header and payload into `pieces`. `None` when they
+/// `Some` when the file starts with a local header, as torch requires of a zip
+/// checkpoint (a file with anything before its first entry loads differently).
+pub fn check_signature(
+    pieces: &mut Pieces,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<()> {
+    ensure(pieces, 0, 4, read_at)?;
+    (pieces.get(0..4)? == LFH_SIG.to_le_bytes()).then_some(())
+}
+
+/// Read `entry`'s local header and payload into `pieces`: in one read when the
+/// header's extra field is no longer than torch's padding. `None` when they
 /// cannot be read or the header does not locate a payload inside the file.
 pub fn read_entry_into(
     pieces: &mut Pieces,
     entry: &Entry,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<()> {
+    let start = usize::try_from(entry.header_offset).ok()?;
+    let both = (LFH_LEN + entry.name.len() + LOCAL_EXTRA_GUESS)
+        .checked_add(usize::try_from(entry.compressed_size).ok()?)?
+        .min(pieces.len().checked_sub(start)?);
+    ensure(pieces, entry.header_offset, both, read_at)?;
     ensure_local_header(pieces, entry, read_at)?;
     let located = locate_entry(pieces, entry).ok()?;
     let payload_len = usize::try_from(located.compressed_size).ok()?;
@@ -634,8 +636,15 @@ fn read_end_and_directory(
         let eocd = find_eocd(&pieces).ok()?;
         Some((pieces, start, eocd))
     };
-    let (pieces, tail_start, eocd) =
-        read_tail(TAIL_READ).or_else(|| read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16)))?;
+    let (pieces, tail_start, eocd) = match read_tail(TAIL_READ) {
+        Some(found) => found,
+        // No end record in the last bytes: rarely a zip (a legacy checkpoint, a
+        // raw pickle), which its first bytes tell before the whole window is read.
+        None => {
+            (read_at(0, 4)? == LFH_SIG.to_le_bytes()).then_some(())?;
+            read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16))?
+        }
+    };
     let dir = read_directory(&pieces, eocd).ok()?;
     if dir.offset >= tail_start as u64 {
         return Some(pieces);
@@ -683,12 +692,6 @@ fn ensure(
     }
     Some(())
 }
-
-/// What [`read_record`] reads first: the signature, and in a torch checkpoint of
-/// a few dozen tensors, data.pkl. A bigger pickle costs one more read, but larger
-/// buffers cost every call more: on a one-file scan the reads' fresh memory is a
-/// measurable part of the time.
-const HEAD_READ: usize = 4 << 10;
 
 /// What [`read_record`] reads of the end: the end records and a directory of
 /// about 160 entries (published checkpoints mostly hold 100-400 tensors; a

@@ -244,8 +244,8 @@ const MAX_READ_ENTRIES: usize = 1024;
 const MAX_READ_ENTRY_BYTES: u64 = 64 << 20;
 
 /// [`scan_file`] with `pickles_only` for a zip of `len` bytes, from reads of its
-/// head, its directory and each entry the scan opens (local header and bytes),
-/// never a map of the file. `None` when those reads cannot settle it (not a zip,
+/// end (the directory), each entry the scan opens (local header and bytes) and
+/// its signature, never a map of the file. `None` when those reads cannot settle it (not a zip,
 /// an error in the directory or in a header, more than [`MAX_READ_ENTRIES`]
 /// entries or [`MAX_READ_ENTRY_BYTES`] bytes to read): the caller then scans the
 /// whole file, for the same report or the fallbacks of other readers.
@@ -274,6 +274,7 @@ pub fn scan_pickles_by_reading(
     for entry in wanted {
         zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
+    zip::check_signature(&mut pieces, read_at)?;
     let mut report = Report::for_file(usize::try_from(len).ok()?, &options.limits);
     scan_whole_zip(&pieces, index, &layout, options, &mut report);
     Some(report)
