@@ -523,9 +523,8 @@ const MAX_READ_DIRECTORY: u64 = 64 << 20;
 /// instead of mapping the whole file: the end (for the directory records), the
 /// central directory, the record's local header and payload (one read), and the
 /// signature (held by that read when the record comes first, as torch writes
-/// data.pkl). Mapping a
-/// multi-gigabyte file to read a few kilobytes costs more in page tables than the
-/// reads do. `None` whenever the pieces cannot settle it (not a zip, a huge
+/// data.pkl). Mapping a multi-gigabyte file to read a few kilobytes costs more in
+/// page tables than the reads do. `None` whenever the pieces cannot settle it (not a zip, a huge
 /// directory, any error): the caller then reads the file through a map, which
 /// gives the same answer or the precise error.
 pub fn read_record(
