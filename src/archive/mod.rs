@@ -12,6 +12,7 @@
 )]
 
 pub mod decompress;
+pub mod entry_name;
 pub mod inflate;
 pub mod layout;
 pub mod source;

@@ -8,6 +8,7 @@
 //! ranges, exact payload offsets) need every header field, and the general-purpose
 //! readers keep some of them private.
 
+use crate::archive::entry_name::EntryName;
 use crate::error::{Error, Location};
 use crate::limits;
 
@@ -32,7 +33,7 @@ const FLAG_STRONG_ENCRYPTION: u16 = 0x0040;
 /// through the local header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    pub name: Box<[u8]>,
+    pub name: EntryName,
     pub method: u16,
     pub flags: u16,
     pub crc32: u32,
