@@ -245,10 +245,11 @@ const MAX_READ_ENTRY_BYTES: u64 = 64 << 20;
 
 /// [`scan_file`] with `pickles_only` for a zip of `len` bytes, from reads of its
 /// end (the directory), each entry the scan opens (local header and bytes) and
-/// its signature, never a map of the file. `None` when those reads cannot settle it (not a zip,
-/// an error in the directory or in a header, more than [`MAX_READ_ENTRIES`]
-/// entries or [`MAX_READ_ENTRY_BYTES`] bytes to read): the caller then scans the
-/// whole file, for the same report or the fallbacks of other readers.
+/// its signature, never a map of the file. `None` when those reads cannot settle
+/// it (not a zip, an error in the directory or in a header, more than
+/// [`MAX_READ_ENTRIES`] entries or [`MAX_READ_ENTRY_BYTES`] bytes to read): the
+/// caller then scans the whole file, for the same report or the fallbacks of
+/// other readers.
 pub fn scan_pickles_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,

@@ -34,7 +34,7 @@ impl Shadow {
     /// `builtins.set` itself.
     const SET_CLASS: Shadow = Shadow(u32::MAX - 5);
     /// Anything else: a number, bytes, a tuple, an object, a tensor...
-    const OTHER: Shadow = Shadow(u32::MAX - 6);
+    const OTHER: Shadow = Shadow(Self::FIRST_KIND);
     /// Values from here up are kinds, so a string's opcode must lie below it.
     const FIRST_KIND: u32 = u32::MAX - 6;
 
