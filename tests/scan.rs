@@ -584,6 +584,67 @@ fn a_pickles_only_scan_reads_a_bounded_number_of_entries_one_by_one() {
     }
 }
 
+#[test]
+fn a_pickles_only_scan_from_reads_skips_only_storages_that_change_nothing() {
+    let options = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    let clean = b"\x80\x02}q\x00.";
+    let encrypted = Entry {
+        flags: 1,
+        ..Entry::new("t/data/1", b"\0\0\0\0")
+    };
+    let archives: [Vec<Entry>; 4] = [
+        // An encrypted storage after data.pkl is still refused.
+        vec![
+            Entry::new("t/data.pkl", clean),
+            Entry::new("t/data/0", b"\0\0\0\0"),
+            encrypted,
+            Entry::new("t/version", b"3\n"),
+        ],
+        // Storages before data.pkl, one holding a pickle; a second data.pkl after.
+        vec![
+            Entry::new("t/data/0", OS_SYSTEM),
+            Entry::new("t/data.pkl", clean),
+            Entry::new("t/data/1", b"\0\0\0\0"),
+            Entry::new("t/data.pkl", OS_SYSTEM),
+        ],
+        // No data.pkl: no root, so `data/0` is an ordinary member, and read.
+        vec![
+            Entry::new("t/x.pkl", clean),
+            Entry::new("t/data/0", OS_SYSTEM),
+        ],
+        // A pickle under the root that is not a storage.
+        vec![
+            Entry::new("t/data.pkl", clean),
+            Entry::new("t/data/0", b"\0\0\0\0"),
+            Entry::new("t/extra/evil.pkl", OS_SYSTEM),
+        ],
+    ];
+    let mut verdicts = Vec::new();
+    for entries in &archives {
+        let data = zipw::write(entries, Options::default());
+        let read_at = |offset: u64, n: usize| {
+            let start = usize::try_from(offset).ok()?;
+            data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+        };
+        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, &options)
+            .expect("answered from reads");
+        assert_eq!(summary(&by_reading), summary(&scan_bytes(&data, &options)));
+        verdicts.push(by_reading.verdict());
+    }
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Unreadable,
+            Verdict::Unsafe,
+            Verdict::Unsafe,
+            Verdict::Unsafe
+        ]
+    );
+}
+
 fn summary(r: &Report) -> (String, Vec<tensorplay::scan::Finding>, Vec<String>, u32) {
     (
         r.format.clone(),

@@ -549,17 +549,33 @@ pub fn read_record(
 }
 
 /// What [`read_directory_only`] gives on the whole file, from a read of its end,
-/// with that piece for [`read_entry_into`] to add to. `None` when the reads
-/// cannot settle it. The caller checks the signature ([`check_signature`]) once
-/// it has read the entries it wants: torch writes data.pkl first, so its read
-/// usually holds the signature too.
+/// with that piece for [`read_entry_into`] to add to, less the entries `skip`
+/// names: a caller that will never open them need not build them (an encrypted
+/// entry is always kept, for [`validate_directory`] to report). `skip` sees each
+/// record's name in directory order. `None` when the reads cannot settle it. The
+/// caller checks the signature ([`check_signature`]) once it has read the
+/// entries it wants: torch writes data.pkl first, so its read usually holds the
+/// signature too.
 pub fn read_directory_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
+    skip: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Option<(Index, Pieces)> {
     let pieces = read_end_and_directory(len, read_at)?;
-    let index = read_entries_with(&pieces, max_entries, Payloads::Unlocated, false).ok()?;
+    let records = Records::new(&pieces, max_entries, false).ok()?;
+    let directory_offset = records.directory_offset;
+    let mut entries = Vec::new();
+    for record in records {
+        let r = record.ok()?;
+        if !skip(r.name) || r.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
+            entries.push(r.unlocated());
+        }
+    }
+    let index = Index {
+        entries,
+        directory_offset,
+    };
     Some((index, pieces))
 }
 

@@ -259,7 +259,9 @@ pub fn scan_pickles_by_reading(
         return None;
     }
     let max_entries = options.limits.max_zip_entries;
-    let (index, mut pieces) = zip::read_directory_by_reading(len, read_at, max_entries)?;
+    let mut payloads = TorchPayloads::default();
+    let (index, mut pieces) =
+        zip::read_directory_by_reading(len, read_at, max_entries, &mut |name| payloads.skip(name))?;
     let layout = ZipLayout::of(&index);
     let wanted: Vec<&Entry> = layout.pickles(&index).collect();
     let bytes = wanted
@@ -456,6 +458,8 @@ fn entry_location(parent: &str, entry: &Entry) -> String {
 }
 
 /// Storage records and small metadata of a torch checkpoint are never unpickled.
+/// Inlined: it is asked once per entry, for tens of thousands of entries.
+#[inline(always)]
 fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
     let Some(record) = root.and_then(|r| record_name(r, name)) else {
         return false;
@@ -651,7 +655,7 @@ struct ZipLayout {
 impl ZipLayout {
     fn of(index: &zip::Index) -> ZipLayout {
         let root = (index.entries.first())
-            .and_then(|e| e.name.get(..e.name.iter().position(|&b| b == b'/')?))
+            .and_then(|e| folder_of(&e.name))
             .filter(|&r| {
                 (index.entries.iter()).any(|e| record_name(r, &e.name) == Some(b"data.pkl"))
             });
@@ -683,6 +687,37 @@ impl ZipLayout {
     /// The entries of `index` (the one this layout is of) that a reader may unpickle.
     fn pickles<'i>(&'i self, index: &'i zip::Index) -> impl Iterator<Item = &'i Entry> {
         (index.entries.iter().zip(&self.unpickled)).filter_map(|(e, &u)| u.then_some(e))
+    }
+}
+
+/// The top folder of an entry name, if it lies in one.
+fn folder_of(name: &[u8]) -> Option<&[u8]> {
+    name.get(..name.iter().position(|&b| b == b'/')?)
+}
+
+/// The directory records a pickles-only scan of a torch checkpoint need not
+/// build: those [`ZipLayout`] sets aside as torch payload (most of a checkpoint's
+/// entries), from the record after `<root>/data.pkl` on. torch writes data.pkl
+/// first; any payload before it is built and set aside by the layout as usual,
+/// so the layout of the entries kept is the layout of them all.
+#[derive(Default)]
+struct TorchPayloads {
+    /// The first record's folder, once a record has been seen.
+    root: Option<Option<Vec<u8>>>,
+    holds_main_pickle: bool,
+}
+
+impl TorchPayloads {
+    fn skip(&mut self, name: &[u8]) -> bool {
+        let root = (self.root).get_or_insert_with(|| folder_of(name).map(<[u8]>::to_vec));
+        let Some(root) = root.as_deref() else {
+            return false;
+        };
+        if !self.holds_main_pickle {
+            self.holds_main_pickle = record_name(root, name) == Some(b"data.pkl");
+            return false;
+        }
+        is_torch_payload(Some(root), name)
     }
 }
 
