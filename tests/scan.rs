@@ -338,7 +338,33 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     assert!(unsafe_globals_by_reading(len, &read_at, &ScanOptions::default()).is_some());
     assert_eq!(reads.take().len(), 2);
     assert!(scan_pickles_by_reading(len, &read_at, &pickles_only).is_some());
-    assert_eq!(reads.take(), [len.saturating_sub(16 << 10), 0]);
+    assert_eq!(reads.take(), [len.saturating_sub(4 << 10), 0]);
+
+    // A directory bigger than the first read's page costs one more read: of it.
+    let names: Vec<String> = (0..200).map(|i| format!("data/{i}")).collect();
+    let records: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"\0\0"[..])).collect();
+    let big = zipw::checkpoint(b"\x80\x02}q\x00.", &records);
+    let directory_offset = read_entries_by_reading(
+        big.len() as u64,
+        &|offset, n| {
+            let start = usize::try_from(offset).ok()?;
+            big.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+        },
+        u64::MAX,
+    )
+    .expect("an index")
+    .directory_offset;
+    let read_big = |offset: u64, n: usize| {
+        let mut seen = reads.take();
+        seen.push(offset);
+        reads.set(seen);
+        let start = usize::try_from(offset).ok()?;
+        big.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+    };
+    let len = big.len() as u64;
+    assert!(len - directory_offset > 4 << 10);
+    assert!(scan_pickles_by_reading(len, &read_big, &pickles_only).is_some());
+    assert_eq!(reads.take(), [len - (4 << 10), directory_offset, 0]);
 
     // Bytes before the first entry: torch does not read it as a zip checkpoint,
     // so neither do the reads; the whole-file scan decides.
