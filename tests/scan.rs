@@ -315,6 +315,20 @@ fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
     );
 }
 
+/// A reader of `data` for the scans by reading that notes each read's offset.
+fn recording_reader<'a>(
+    data: &'a [u8],
+    reads: &'a std::cell::Cell<Vec<u64>>,
+) -> impl Fn(u64, usize) -> Option<Vec<u8>> + 'a {
+    move |offset, n| {
+        let mut seen = reads.take();
+        seen.push(offset);
+        reads.set(seen);
+        let start = usize::try_from(offset).ok()?;
+        data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
+    }
+}
+
 #[test]
 fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -325,13 +339,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
         ..ScanOptions::default()
     };
     let reads = std::cell::Cell::new(Vec::new());
-    let read_at = |offset: u64, n: usize| {
-        let mut seen = reads.take();
-        seen.push(offset);
-        reads.set(seen);
-        let start = usize::try_from(offset).ok()?;
-        data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
-    };
+    let read_at = recording_reader(&data, &reads);
     // The end (the directory), then data.pkl's local header and payload, which
     // torch writes first, so that read holds the signature too.
     let len = data.len() as u64;
@@ -344,24 +352,12 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     let names: Vec<String> = (0..200).map(|i| format!("data/{i}")).collect();
     let records: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"\0\0"[..])).collect();
     let big = zipw::checkpoint(b"\x80\x02}q\x00.", &records);
-    let directory_offset = read_entries_by_reading(
-        big.len() as u64,
-        &|offset, n| {
-            let start = usize::try_from(offset).ok()?;
-            big.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
-        },
-        u64::MAX,
-    )
-    .expect("an index")
-    .directory_offset;
-    let read_big = |offset: u64, n: usize| {
-        let mut seen = reads.take();
-        seen.push(offset);
-        reads.set(seen);
-        let start = usize::try_from(offset).ok()?;
-        big.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
-    };
+    let read_big = recording_reader(&big, &reads);
     let len = big.len() as u64;
+    let directory_offset = (read_entries_by_reading(len, &read_big, u64::MAX))
+        .expect("an index")
+        .directory_offset;
+    reads.take();
     assert!(len - directory_offset > 4 << 10);
     assert!(scan_pickles_by_reading(len, &read_big, &pickles_only).is_some());
     assert_eq!(reads.take(), [len - (4 << 10), directory_offset, 0]);
