@@ -13,7 +13,7 @@ import fixture_classes
 import numpy as np
 import pytest
 import tensorplay
-from conftest import has_torch, torch_manifest
+from conftest import TORCH_FIXTURES, has_torch, torch_manifest
 from expectations import check_numpy_result, check_torch_result, numpy_cannot_hold
 from tensorplay.serialization import config, set_crc32_options, skip_data
 
@@ -135,6 +135,31 @@ def test_numpy_arrays_save_without_torch_and_torch_opens_them(tmp_path):
         assert with_torch.read_bytes() == path.read_bytes()
 
 
+@pytest.mark.parametrize("name", ["shared_storage_tied", "seed_views", "shapes_and_strides", "legacy_seed_views"])
+def test_numpy_loads_save_the_same_file_whether_mapped_or_copied(tmp_path, name):
+    """Arrays over a mapped checkpoint save their own storages, shared as loaded,
+    not the whole mapped file."""
+    for mmap in (False, True):
+        arrays = tensorplay.load(TORCH_FIXTURES / f"{name}.pt", backend="numpy", mmap=mmap)
+        (tmp_path / str(mmap)).mkdir()
+        tensorplay.save(arrays, tmp_path / str(mmap) / "again.pt")
+    assert (tmp_path / "True" / "again.pt").read_bytes() == (tmp_path / "False" / "again.pt").read_bytes()
+
+
+def test_arrays_over_other_arrays_and_buffers_save_the_memory_they_view(tmp_path):
+    base = np.arange(6, dtype=np.float32)
+    state = {"base": base, "windows": np.lib.stride_tricks.sliding_window_view(base, 3),
+             "rows": np.broadcast_to(base, (2, 6)),
+             "part": np.frombuffer(bytes(range(64)), dtype=np.uint8, count=8, offset=16)}
+    tensorplay.save(state, tmp_path / "w.pt")
+    loaded = tensorplay.load(tmp_path / "w.pt", backend="numpy")
+    for key, a in state.items():
+        assert loaded[key].tolist() == a.tolist() and loaded[key].strides == a.strides
+    assert np.shares_memory(loaded["windows"], loaded["base"]) and np.shares_memory(loaded["rows"], loaded["base"])
+    with zipfile.ZipFile(tmp_path / "w.pt") as z:
+        assert z.getinfo("w/data/1").file_size == 8  # the array's bytes, not the whole buffer's
+
+
 def test_the_file_layout_is_torchs(tmp_path):
     path = tmp_path / "my.model.pt"
     tensorplay.save({"a": np.ones(3, np.float32), "b": np.zeros(2, np.int64)}, path)
@@ -237,6 +262,11 @@ def test_pickle_protocols_and_the_legacy_format(tmp_path, protocol):
     tensorplay.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False, pickle_protocol=protocol)
     legacy = tensorplay.load(tmp_path / "legacy.pt", backend="numpy")
     assert np.array_equal(legacy["v"], state["v"])
+    # No legacy storage class for uint16: an untyped storage, which counts bytes
+    # (torch writes these files too and cannot read them back).
+    u16 = np.arange(3, dtype=np.uint16)
+    tensorplay.save(u16, tmp_path / "u16.pt", _use_new_zipfile_serialization=False, pickle_protocol=protocol)
+    assert np.array_equal(tensorplay.load(tmp_path / "u16.pt", backend="numpy"), u16)
     if has_torch():
         import torch
 

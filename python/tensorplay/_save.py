@@ -126,15 +126,39 @@ class _Storages:
         return key
 
 
-def _memory_owner(a: np.ndarray) -> tuple[Any, int, int]:
-    """The object owning ``a``'s memory, where that memory starts, and its size."""
+def _memory_owner(a: np.ndarray) -> tuple[Any, int, int] | None:
+    """The array whose memory ``a`` views, where that memory starts, and its size:
+    the last ndarray in ``a``'s chain of bases, which is what a storage was when
+    tensorplay loaded it. Over a foreign buffer (``np.memmap``, ``np.frombuffer``)
+    that is the array made over it, not the whole buffer, which may hold much else.
+    None when that memory is not one block (the array is then written as a copy)."""
     owner = a
-    while isinstance(owner.base, np.ndarray):
-        owner = owner.base
-    if owner.base is None:
-        return owner, owner.__array_interface__["data"][0], owner.nbytes
-    raw = np.frombuffer(owner.base, dtype=np.uint8)
-    return owner.base, raw.__array_interface__["data"][0], raw.nbytes
+    while True:
+        base = owner.base
+        if isinstance(base, np.ndarray):
+            owner = base
+        elif isinstance(getattr(base, "base", None), np.ndarray) and hasattr(base, "__array_interface__"):
+            owner = base.base  # numpy's stride tricks wrap the array they view in a DummyArray
+        else:
+            break
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        return None
+    return owner, owner.__array_interface__["data"][0], owner.nbytes
+
+
+def _views_memory(a: np.ndarray, start: int, nbytes: int) -> bool:
+    """Whether every element of ``a`` lies in the memory at ``start``, whole and
+    aligned: what a tensor over that memory as its storage can express.
+    (``as_strided`` can point anywhere.)"""
+    item = a.itemsize
+    ptr = a.__array_interface__["data"][0]
+    if not (a.dtype.isnative and all(s >= 0 and s % item == 0 for s in a.strides)
+            and (ptr - start) % item == 0 and nbytes % item == 0):
+        return False
+    if a.size == 0:
+        return start <= ptr <= start + nbytes
+    end = ptr + sum((n - 1) * s for n, s in zip(a.shape, a.strides)) + item
+    return start <= ptr and end <= start + nbytes
 
 
 class _PicklerMixin:
@@ -188,36 +212,35 @@ class _PicklerMixin:
 
     def _array_as_tensor(self, a: np.ndarray, name: str):
         item = a.itemsize
-        owner, start, nbytes = _memory_owner(a)
-        ptr = a.__array_interface__["data"][0]
-        shares = (a.dtype.isnative and all(s >= 0 and s % item == 0 for s in a.strides)
-                  and (ptr - start) % item == 0 and nbytes % item == 0)
-        if shares and ("np", id(owner)) in self.storages.dtypes and self.storages.dtypes[("np", id(owner))] != name:
+        # A copy of an empty array loses its strides; they address nothing, so keep them.
+        empty_strides = a.strides if a.size == 0 and all(s >= 0 and s % item == 0 for s in a.strides) else None
+        memory = _memory_owner(a)
+        shares = memory is not None and _views_memory(a, memory[1], memory[2])
+        if shares and self.storages.dtypes.get(("np", id(memory[0])), name) != name:
             shares = False  # another dtype's view of the same memory: write this one on its own
         if not shares:
             a = np.array(a, dtype=a.dtype.newbyteorder("="), order="C", copy=True)
-            owner, start, nbytes = a, a.__array_interface__["data"][0], a.nbytes
-            ptr = start
+            memory = a, a.__array_interface__["data"][0], a.nbytes
+        owner, start, nbytes = memory
+        ptr = a.__array_interface__["data"][0]
         identity = ("np", id(owner))
         # The buffer (a view of `owner`) keeps it alive, so `id(owner)` stays unique.
-        key = self.storages.add(identity, lambda: _memory_bytes(owner), name, item)
         typed = name in _LEGACY
+        # An untyped storage (the dtypes without a legacy class) counts bytes.
+        key = self.storages.add(identity, lambda: _memory_bytes(owner), name, item if typed else 1)
         storage_type = _ref("torch", _LEGACY[name]) if typed else _ref("torch.storage", "UntypedStorage")
         ref = _StorageRef(storage_type, key, "cpu", nbytes // item if typed else nbytes)
         offset = (ptr - start) // item
-        stride = tuple(s // item for s in a.strides)
+        stride = tuple(s // item for s in (empty_strides or a.strides))
         if typed:
             return _ref("torch._utils", "_rebuild_tensor_v2"), (ref, offset, a.shape, stride, False, OrderedDict())
         dtype = _ref("torch", name)
         return _ref("torch._utils", "_rebuild_tensor_v3"), (ref, offset, a.shape, stride, False, OrderedDict(), dtype)
 
 
-def _memory_bytes(owner: Any) -> np.ndarray:
-    if isinstance(owner, np.ndarray):
-        # An array that owns its memory is one contiguous block: ravel in memory order is a view.
-        flat = owner.ravel(order="K")
-        return flat.view(np.uint8)
-    return np.frombuffer(owner, dtype=np.uint8)
+def _memory_bytes(owner: np.ndarray) -> np.ndarray:
+    # `_memory_owner` checked it is one contiguous block: ravel in memory order is a view.
+    return owner.ravel(order="K").view(np.uint8)
 
 
 def _torch_storage_bytes(torch: Any, storage: Any) -> Any:

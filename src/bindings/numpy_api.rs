@@ -75,15 +75,14 @@ impl<'py> NumpyApi<'py> {
             })?;
             let (memory, _) = MappedFile::new(source);
             let ptr = memory.ptr();
-            return Ok(Buffer {
+            let mapping = Buffer {
                 base: Bound::new(py, memory)?.into_any(),
                 ptr,
                 writable: true,
-            });
+            };
+            return self.storage_array(&mapping, n);
         }
-        let descr = self
-            .descr(DType::UInt8)?
-            .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyTypeError, _>("uint8"))?;
+        let descr = self.uint8()?;
         let mut dims = [n as npy_intp];
         // SAFETY: dims outlives the call; NewFromDescr steals the descriptor reference
         // we hand it and returns null (with an exception set) when it cannot allocate.
@@ -113,6 +112,26 @@ impl<'py> NumpyApi<'py> {
             ptr,
             writable: true,
         })
+    }
+
+    /// The `n` bytes at `buf.ptr` as one uint8 array, which becomes the base of
+    /// every array over them. Arrays over a mapping then show where their storage
+    /// starts and ends, not just the whole mapping: `tensorplay.save` writes back
+    /// the storage, with the views that shared it, and not the whole file.
+    pub fn storage_array(&self, buf: &Buffer<'py>, n: usize) -> PyResult<Buffer<'py>> {
+        let n = u64::try_from(n).map_err(|_| pyo3::exceptions::PyOverflowError::new_err(n))?;
+        // SAFETY: the caller hands us memory of at least `n` bytes at `buf.ptr`.
+        let array = unsafe { self.view(&self.uint8()?, buf, 0, &[n], &[1])? };
+        Ok(Buffer {
+            base: array,
+            ptr: buf.ptr,
+            writable: buf.writable,
+        })
+    }
+
+    fn uint8(&self) -> PyResult<Bound<'py, PyArrayDescr>> {
+        self.descr(DType::UInt8)?
+            .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyTypeError, _>("uint8"))
     }
 
     /// An array of `descr` over `buf.ptr + byte_offset`, with `buf.base` as its base.

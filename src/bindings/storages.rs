@@ -155,12 +155,13 @@ pub fn numpy_roots<'py>(
         let buf = match in_place {
             Some((file, (start, _))) => {
                 let f = file.get();
-                Buffer {
+                let mapping = Buffer {
                     base: file.clone().into_any(),
                     // SAFETY: `mapped_range` lies inside the mapping.
                     ptr: unsafe { f.ptr().add(start) },
                     writable: f.is_writable(),
-                }
+                };
+                api.storage_array(&mapping, n)?
             }
             None => {
                 let buf = api.alloc(n)?;
