@@ -88,7 +88,7 @@ class _ArrayCollector(Describer):
 
 def check_numpy_result(obj, expected):
     """The numpy backend: same values, and arrays share memory exactly where the
-    saved tensors shared a storage."""
+    saved tensors shared a storage (a conjugated or negated view is a copy)."""
     collector = _ArrayCollector()
     actual = collector(obj)
     expected_tensors = _tensors_in_order(expected, [])
@@ -97,6 +97,8 @@ def check_numpy_result(obj, expected):
     starts = {}
     for array, tensor in zip(collector.arrays, expected_tensors):
         if tensor["kind"] == "ndarray" or tensor.get("storage_nbytes", 0) == 0 or not array.size:
+            continue
+        if tensor.get("conj") or tensor.get("neg"):  # numpy has no lazy view: a copy
             continue
         address = array.__array_interface__["data"][0] - tensor["storage_offset"] * array.itemsize
         starts.setdefault(tensor["storage"], set()).add(address)

@@ -136,6 +136,23 @@ def test_numpy_backend_reads_bare_storages_as_flat_arrays():
 
 
 @needs_torch
+def test_numpy_backend_copies_lazy_conjugates_keeping_shape_and_strides(tmp_path):
+    import torch
+
+    base = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    state = {"scalar": base[1].conj(), "broadcast": base.as_strided((3, 2), (0, 1)).conj(),
+             "negated": torch._neg_view(torch.tensor([1.5, -2.0]))}
+    torch.save(state, tmp_path / "lazy.pt")
+    for mmap in (False, True):
+        arrays = tensorplay.load(tmp_path / "lazy.pt", backend="numpy", mmap=mmap)
+        assert type(arrays["scalar"]) is np.ndarray and arrays["scalar"].shape == ()
+        assert arrays["scalar"].item() == 3 + 4j
+        assert arrays["broadcast"].strides == (0, 8)
+        assert arrays["broadcast"].tolist() == [[1 - 2j, 3 + 4j]] * 3
+        assert arrays["negated"].tolist() == [-1.5, 2.0]
+
+
+@needs_torch
 def test_torch_backend_returns_typed_storages_and_tensor_attributes():
     import torch
 

@@ -151,12 +151,21 @@ def torch_call(name, args):
 # --- numpy backend --------------------------------------------------------------------
 
 def apply_conj_neg(array, conj, neg):
+    """numpy has no lazy conjugate or negative view, so the elements the view spans
+    are copied once, transformed, and viewed again with the tensor's shape and
+    strides: a 0-d tensor stays a 0-d array, broadcast and overlapping strides
+    survive. (A ufunc on the view would give a scalar for 0-d and new strides.)"""
     import numpy as np
+    from numpy.lib.stride_tricks import as_strided
+
+    itemsize = array.itemsize
+    span = 1 + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) // itemsize if array.size else 0
+    spanned = as_strided(array, (span,), (itemsize,), writeable=False).copy()
     if conj:
-        array = np.conj(array)
+        np.conjugate(spanned, out=spanned)
     if neg:
-        array = np.negative(array)
-    return array
+        np.negative(spanned, out=spanned)
+    return as_strided(spanned, array.shape, array.strides)
 
 
 def meta_spec(dtype, shape, stride):
