@@ -141,7 +141,8 @@ def test_numpy_backend_copies_lazy_conjugates_keeping_shape_and_strides(tmp_path
 
     base = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
     state = {"scalar": base[1].conj(), "broadcast": base.as_strided((3, 2), (0, 1)).conj(),
-             "negated": torch._neg_view(torch.tensor([1.5, -2.0]))}
+             "negated": torch._neg_view(torch.tensor([1.5, -2.0])),
+             "float8": torch._neg_view(torch.tensor([[1.5, -2.0]]).to(torch.float8_e5m2)).t()}
     torch.save(state, tmp_path / "lazy.pt")
     for mmap in (False, True):
         arrays = tensorplay.load(tmp_path / "lazy.pt", backend="numpy", mmap=mmap)
@@ -150,6 +151,7 @@ def test_numpy_backend_copies_lazy_conjugates_keeping_shape_and_strides(tmp_path
         assert arrays["broadcast"].strides == (0, 8)
         assert arrays["broadcast"].tolist() == [[1 - 2j, 3 + 4j]] * 3
         assert arrays["negated"].tolist() == [-1.5, 2.0]
+        assert arrays["float8"].astype(np.float32).tolist() == [[-1.5], [2.0]]  # ml_dtypes
 
 
 @needs_torch

@@ -154,18 +154,20 @@ def apply_conj_neg(array, conj, neg):
     """numpy has no lazy conjugate or negative view, so the elements the view spans
     are copied once, transformed, and viewed again with the tensor's shape and
     strides: a 0-d tensor stays a 0-d array, broadcast and overlapping strides
-    survive. (A ufunc on the view would give a scalar for 0-d and new strides.)"""
+    survive. (A ufunc on the view would give a scalar for 0-d and new strides.)
+    Negation is IEEE 754's, a flip of the sign bit; torch resolves float16 and
+    bfloat16 through float32, which quiets or canonicalises a NaN."""
     import numpy as np
-    from numpy.lib.stride_tricks import as_strided
 
-    itemsize = array.itemsize
-    span = 1 + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) // itemsize if array.size else 0
-    spanned = as_strided(array, (span,), (itemsize,), writeable=False).copy()
+    span = 1 + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) // array.itemsize if array.size else 0
+    spanned = np.zeros(span, dtype=array.dtype)
+    out = np.ndarray(array.shape, dtype=array.dtype, buffer=spanned, strides=array.strides)
+    np.copyto(out, array)
     if conj:
         np.conjugate(spanned, out=spanned)
     if neg:
         np.negative(spanned, out=spanned)
-    return as_strided(spanned, array.shape, array.strides)
+    return out
 
 
 def meta_spec(dtype, shape, stride):
