@@ -147,6 +147,38 @@ def _build(tree, bases):
     return tree
 
 
+def _tensors(obj, out):
+    """The tree's tensors depth first, in the order describe() walks them."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _tensors(value, out)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _tensors(value, out)
+    return out
+
+
+def _check_inspection(path, obj):
+    """inspect() reports every tensor as saved, and where its storage's bytes are."""
+    data = path.read_bytes()
+    infos = [info for _, info in tensorplay.inspect(path).tensors()]
+    tensors = _tensors(obj, [])
+    assert len(infos) == len(tensors)
+    keys = {}
+    for info, t in zip(infos, tensors):
+        assert (info.dtype, info.shape, info.stride, info.storage_offset) == \
+            (str(t.dtype).removeprefix("torch."), tuple(t.shape), t.stride(), t.storage_offset())
+        assert (info.requires_grad, info.parameter) == (t.requires_grad, isinstance(t, torch.nn.Parameter))
+        storage = t.untyped_storage()
+        assert info.nbytes == storage.nbytes()
+        assert data[info.offset:info.offset + info.nbytes] == bytes(storage)
+        if info.nbytes:  # the same key exactly for the same storage
+            assert keys.setdefault(info.storage, storage.data_ptr()) == storage.data_ptr()
+    assert len(set(keys.values())) == len(keys)
+
+
 def _torch_reads(path, expected) -> bool:
     """Whether torch.load gives back what torch.save wrote. It does not for two
     kinds of tensor it writes through `_rebuild_tensor_v3` (dtypes newer than the
@@ -180,6 +212,7 @@ def test_torch_saved_trees_load_scan_and_save_as_torch_does(tree, storages, prot
                 check_numpy_result(arrays, expected)
                 tensorplay.save(arrays, pathlib.Path(folder, "arrays.pt"), **options)
                 check_numpy_result(tensorplay.load(pathlib.Path(folder, "arrays.pt"), backend="numpy"), expected)
+        _check_inspection(theirs, obj)
         assert scanner.scan(theirs).verdict == "clean"
         if zipped:
             assert get_unsafe_globals_in_checkpoint(theirs) == []
