@@ -377,7 +377,8 @@ fn bind_storages(
     file_order: ByteOrder,
     mut locate: impl FnMut(StorageId, &StorageDecl) -> Result<(StorageData, String), Error>,
 ) -> Result<Vec<Storage>, Error> {
-    let (decls, views) = storages.into_parts();
+    let (mut decls, views) = storages.into_parts();
+    align_roots_for_views(&mut decls, &views)?;
     let mut view_of = vec![None; decls.len()];
     for (view, root, offset) in views {
         if let Some(slot @ None) = view_of.get_mut(view.index()) {
@@ -412,6 +413,35 @@ fn bind_storages(
     Ok(out)
 }
 
+/// A legacy view's tensors live in its root's memory: the root is used in place
+/// only when aligned for them too, and the view must start aligned within it
+/// (no placement of the root can fix a view that does not).
+fn align_roots_for_views(
+    decls: &mut [StorageDecl],
+    views: &[(StorageId, StorageId, u64)],
+) -> Result<(), Error> {
+    for &(view, root, offset) in views {
+        let Some(view) = decls.get(view.index()) else {
+            continue;
+        };
+        let needs = view.alignment();
+        if offset % needs != 0 {
+            let root_key = decls.get(root.index()).map_or("?", |d| &d.key);
+            return Err(Error::tensor(
+                format!(
+                    "legacy view '{}' starts {offset} bytes into its storage, not a multiple of its element alignment {needs}",
+                    view.key
+                ),
+                Location::entry(&format!("legacy storage '{root_key}'")),
+            ));
+        }
+        if let Some(root) = decls.get_mut(root.index()) {
+            root.view_alignment = root.view_alignment.max(needs);
+        }
+    }
+    Ok(())
+}
+
 impl Checkpoint {
     /// Where a storage's bytes are, for error messages.
     pub fn entry_of(&self, s: &Storage) -> String {
@@ -433,18 +463,12 @@ impl Checkpoint {
     }
 
     /// The byte range of a storage that can be used in place: stored, in native byte
-    /// order, and aligned for its element size.
+    /// order, and aligned for its element type and every tensor viewing it.
     pub fn mapped_range(&self, id: StorageId) -> Option<(usize, usize)> {
         let s = self.storage(id)?;
         match s.data {
             StorageData::Stored { offset } if s.swap.is_none() => {
-                let align = s
-                    .decl
-                    .view_itemsize
-                    .filter(|u| *u > 0)
-                    .unwrap_or(s.decl.dtype.itemsize())
-                    .min(16);
-                if offset % align.max(1) != 0 {
+                if offset % s.decl.alignment() != 0 {
                     return None;
                 }
                 let start = usize::try_from(offset).ok()?;

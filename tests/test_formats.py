@@ -191,6 +191,34 @@ def test_unaligned_entries_are_copied_only_where_needed():
     assert all(views_the_mapped_file(a) for a in aligned.values())
 
 
+@needs_torch
+@pytest.mark.parametrize("fmt", ["legacy", "rezipped"])
+def test_complex128_under_mmap_is_16_byte_aligned_wherever_the_file_puts_it(tmp_path, fmt):
+    """torch loads complex128 with 16-byte aligned vector instructions: an element
+    8 bytes off (legal for its 8-byte parts) crashed them. Such payloads are copied."""
+    import torch
+
+    offsets = set()
+    for pad in range(16):
+        key = "x" * pad if fmt == "legacy" else "x"  # a longer key moves the legacy payload
+        state = {key: torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex128)}
+        path = tmp_path / f"{fmt}{pad}.pt"
+        if fmt == "legacy":
+            torch.save(state, path, _use_new_zipfile_serialization=False)
+        else:
+            torch.save(state, tmp_path / "aligned.pt")
+            with zipfile.ZipFile(tmp_path / "aligned.pt") as z, zipfile.ZipFile(path, "w") as w:
+                w.writestr("aligned/pad", bytes(pad))  # moves every payload after it
+                for info in z.infolist():
+                    w.writestr(info.filename, z.read(info))
+        offsets.add(tensorplay.inspect(path).tensors()[0][1].offset % 16)
+        for backend in ("torch", "numpy"):
+            loaded = next(iter(tensorplay.load(path, mmap=True, backend=backend).values()))
+            address = loaded.data_ptr() if backend == "torch" else loaded.ctypes.data
+            assert address % 16 == 0 and loaded.tolist() == [1 + 2j, 3 - 4j]
+    assert {0, 8} <= offsets  # aligned and 8 bytes off (the case that crashed) were both tried
+
+
 def test_legacy_files_load_with_mmap_and_keep_their_views():
     numbers, evens = tensorplay.load(TORCH_FIXTURES / "legacy_seed_views.pt", backend="numpy", mmap=True)
     evens *= 2

@@ -187,6 +187,7 @@ fn dense(
         Some(seen) if seen == itemsize || dense.numel() == Some(0) => Some(seen),
         Some(_) => Some(0),
     };
+    decl.view_alignment = decl.view_alignment.max(dense.dtype.itemsize());
     Ok(dense)
 }
 

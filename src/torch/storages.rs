@@ -175,6 +175,7 @@ impl Storages {
             location,
             typed,
             view_itemsize: None,
+            view_alignment: 0,
         };
         if format == IdFormat::Zip {
             return self.declare(decl, max_storages, at);

@@ -32,6 +32,18 @@ pub struct StorageDecl {
     pub typed: bool,
     /// Element size of the tensors viewing it, when they agree; decides byte swapping.
     pub view_itemsize: Option<u64>,
+    /// The largest element size of the tensors viewing it (0: none does). Memory
+    /// used in place must be aligned to it: torch's kernels load a complex128 with
+    /// 16-byte aligned vector loads, and crash on a storage aligned to 8.
+    pub view_alignment: u64,
+}
+
+impl StorageDecl {
+    /// The alignment its memory needs to be used in place: that of its own element
+    /// type and of every tensor viewing it (a C++ element's alignment is its size).
+    pub fn alignment(&self) -> u64 {
+        self.view_alignment.max(self.dtype.itemsize()).clamp(1, 16)
+    }
 }
 
 /// The tensor layouts `torch.serialization._get_layout` can name.
@@ -320,6 +332,7 @@ mod tests {
             location: "cpu".into(),
             typed: true,
             view_itemsize: None,
+            view_alignment: 0,
         }
     }
 

@@ -908,6 +908,17 @@ def legacy_family(c: Corpus) -> None:
         "legacy format: valid main pickle with a tensor, then a malicious storage-key-list pickle",
         UNSAFE, LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + main + MALICIOUS_PKL + legacy_storages(),
         ["os.system"])
+    # A complex128 tensor (16-byte elements, which torch loads with aligned vector
+    # instructions) over a byte-storage view that starts 1 byte into its root.
+    view = MARK + u("view") + i(1) + i(32) + TUPLE
+    pid = MARK + u("storage") + glob("torch", "ByteStorage") + u(LEGACY_KEY) + u("cpu") + i(33) + view + TUPLE
+    misaligned = (glob("torch._utils", "_rebuild_tensor_v3") + MARK + pid + BINPERSID + i(0) + tup(i(2)) + tup(i(1))
+                  + NEWFALSE + ordered_dict() + glob("torch", "complex128") + TUPLE + REDUCE)
+    add("legacy_view_misaligned.pt", fam,
+        "legacy format: a complex128 tensor over a view starting 1 byte into a byte storage, where no "
+        "placement of the storage can align it",
+        MALFORMED, LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + pkl(state_dict(("weight", misaligned)))
+        + keys + struct.pack("<q", 33) + bytes(33))
     add("legacy_bad_magic_then_payload.pt", fam,
         "a legacy-looking stream whose magic number is wrong (off by one), followed by a malicious main pickle",
         MALFORMED, pkl(i(0x1950A86A20F9469CFC6D)) + LEGACY_PROTOCOL + LEGACY_SYS_INFO + MALICIOUS_PKL,
