@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
+import fixture_classes
 import pytest
 import tensorplay
 from describe import describe
@@ -21,7 +22,7 @@ from expectations import check_numpy_result, check_torch_result, numpy_cannot_ho
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorplay import scanner
-from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+from tensorplay.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
 torch = pytest.importorskip("torch")
 
@@ -67,7 +68,7 @@ _tensor_specs = st.builds(
 
 _keys = st.one_of(st.text(max_size=6), st.integers(-(2**70), 2**70), st.tuples(st.integers(0, 9), st.text(max_size=3)))
 
-_scalars = st.one_of(
+_plain = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(),
@@ -80,8 +81,9 @@ _scalars = st.one_of(
     st.lists(st.integers(0, 1000), max_size=4).map(lambda dims: ("size", tuple(dims))),
     st.sampled_from(DTYPES).map(lambda name: ("dtype", name)),
     st.sampled_from(["cpu", "cuda:1", "meta"]).map(lambda name: ("device", name)),
-    _tensor_specs,
 )
+# Half the leaves are tensors (a nested one_of would be flattened into 13 equal branches).
+_leaves = st.booleans().flatmap(lambda tensor: _tensor_specs if tensor else _plain)
 
 
 def _containers(children):
@@ -95,9 +97,51 @@ def _containers(children):
     )
 
 
-_trees = st.recursive(_scalars, _containers, max_leaves=30)
+_trees = st.recursive(_leaves, _containers, max_leaves=30)
 _storages = st.lists(st.builds(StorageSpec, st.sampled_from(DTYPES), st.integers(0, 24), st.integers(0, 2**32 - 1)),
                      min_size=1, max_size=4)
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    """One of fixture_classes' kinds of allowlistable object, around subtrees."""
+    kind: str
+    parts: tuple
+
+
+def _objects(children):
+    """Every way the weights-only unpickler builds a class: NEWOBJ with a BUILD of
+    __dict__ (Point, a dataclass), through __setstate__, a namedtuple's NEWOBJ
+    arguments, and an enum's REDUCE."""
+    pair = st.tuples(children, children)
+    return st.one_of(
+        pair.map(lambda p: ObjectSpec("Point", p)),
+        pair.map(lambda p: ObjectSpec("Pair", p)),
+        pair.map(lambda p: ObjectSpec("TrainConfig", p)),
+        children.map(lambda c: ObjectSpec("WithSetState", (c,))),
+        st.sampled_from(["RED", "GREEN"]).map(lambda name: ObjectSpec("Color", (name,))),
+    )
+
+
+_object_trees = st.recursive(_leaves, lambda children: st.one_of(_containers(children), _objects(children)),
+                             max_leaves=30)
+
+
+def _classes(tree, out):
+    """The fixture classes a spec tree uses, by their global names."""
+    if isinstance(tree, ObjectSpec):
+        out.add(f"fixture_classes.{tree.kind}")
+        for part in tree.parts:
+            _classes(part, out)
+    elif isinstance(tree, (Counter, set)):
+        pass
+    elif isinstance(tree, dict):
+        for value in tree.values():
+            _classes(value, out)
+    elif isinstance(tree, (list, tuple)):
+        for value in tree:
+            _classes(value, out)
+    return out
 
 
 def _storage(spec: StorageSpec):
@@ -133,6 +177,13 @@ def _view(spec: TensorSpec, bases: list):
 def _build(tree, bases):
     if isinstance(tree, TensorSpec):
         return _view(tree, bases)
+    if isinstance(tree, ObjectSpec):
+        if tree.kind == "Color":
+            return fixture_classes.Color[tree.parts[0]]
+        parts = [_build(part, bases) for part in tree.parts]
+        if tree.kind == "TrainConfig":
+            return fixture_classes.TrainConfig(lr=parts[0], name=parts[1])
+        return getattr(fixture_classes, tree.kind)(*parts)
     if isinstance(tree, tuple) and len(tree) == 2 and tree[0] in ("size", "dtype", "device"):
         kind, value = tree
         return {"size": torch.Size, "dtype": lambda name: getattr(torch, name), "device": torch.device}[kind](value)
@@ -224,3 +275,37 @@ def test_torch_saved_trees_load_scan_and_save_as_torch_does(tree, storages, prot
             check_torch_result(tensorplay.load(ours, backend="torch"), expected)
             if torch_reads_it:
                 check_torch_result(torch.load(ours, weights_only=False), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=_object_trees, storages=_storages, protocol=st.integers(2, 5), zipped=st.booleans())
+def test_allowlisted_objects_are_refused_reported_and_then_built_as_torch_builds_them(tree, storages, protocol, zipped):
+    """Protocols 2 and up: 0 and 1 build objects through copyreg._reconstructor,
+    which torch does not allowlist."""
+    obj = _build(tree, [_storage(s) for s in storages])
+    classes = _classes(tree, set())
+    allowlist = [getattr(fixture_classes, name.rsplit(".", 1)[1]) for name in sorted(classes)]
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder, "ckpt.pt")
+        torch.save(obj, path, pickle_protocol=protocol, _use_new_zipfile_serialization=zipped)
+        expected = describe(obj)
+
+        assert set(get_unsafe_globals_in_checkpoint(path)) == classes
+        if zipped and protocol == 2:  # torch's own scanner reads only these
+            # It also names builtins.bytes (how protocol 2 writes b''), which its
+            # loader refuses and tensorplay allows.
+            assert set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - {"builtins.bytes"} == classes
+        if classes:
+            with pytest.raises(tensorplay.UnsafeCheckpointError):
+                tensorplay.load(path, backend="torch")
+            assert scanner.scan(path).verdict == "unsafe"
+
+        with safe_globals(allowlist):
+            for mmap in (False, True):
+                check_torch_result(tensorplay.load(path, backend="torch", mmap=mmap), expected)
+                if not numpy_cannot_hold(expected):
+                    check_numpy_result(tensorplay.load(path, backend="numpy", mmap=mmap), expected)
+        weights_only_reads = protocol == 2 and b"\nbytes\n" not in path.read_bytes()
+        if weights_only_reads and _torch_reads(path, expected):
+            with torch.serialization.safe_globals(allowlist):
+                check_torch_result(torch.load(path, weights_only=True), expected)
