@@ -6,7 +6,9 @@ The fixtures pin each case once; this walks the space between them: any nesting 
 the containers the weights-only loader allows, strided views (overlapping,
 broadcast, empty, conjugated) of storages shared across the tree, Parameters, and
 the scalar kinds, through pickle protocols 1 to 5 and both file formats. What the
-numpy backend loads saves back without torch and loads the same again."""
+numpy backend loads saves back without torch and loads the same again. Then the
+same with allowlisted objects in the trees, and with numpy arrays saved by
+tensorplay alone."""
 from __future__ import annotations
 
 import pathlib
@@ -15,6 +17,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 import fixture_classes
+import numpy as np
 import pytest
 import tensorplay
 from describe import describe
@@ -177,6 +180,8 @@ def _view(spec: TensorSpec, bases: list):
 def _build(tree, bases):
     if isinstance(tree, TensorSpec):
         return _view(tree, bases)
+    if isinstance(tree, ArraySpec):
+        return _array(tree, bases)
     if isinstance(tree, ObjectSpec):
         if tree.kind == "Color":
             return fixture_classes.Color[tree.parts[0]]
@@ -309,3 +314,125 @@ def test_allowlisted_objects_are_refused_reported_and_then_built_as_torch_builds
         if weights_only_reads and _torch_reads(path, expected):
             with torch.serialization.safe_globals(allowlist):
                 check_torch_result(torch.load(path, weights_only=True), expected)
+
+
+# --- numpy arrays saved without torch ----------------------------------------------------
+
+NO_LEGACY_CLASS = {"uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"}
+NUMPY_DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32",
+                "uint64", "bool", "complex128", "complex64", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """An array made from one of the example's bases by a few numpy view operations."""
+    base: int
+    ops: tuple
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    dtype: str
+    big_endian: bool
+    shape: tuple
+    fortran: bool
+    seed: int
+
+
+_ops = st.lists(st.one_of(
+    st.just(("T",)),
+    st.tuples(st.just("step"), st.integers(-3, 3).filter(bool), st.integers(0, 4)),
+    st.tuples(st.just("broadcast"), st.integers(0, 3)),
+    st.just(("real",)),
+    st.just(("flat",)),
+), max_size=3).map(tuple)
+_array_specs = st.builds(ArraySpec, st.integers(0, 7), _ops)
+_array_trees = st.recursive(st.booleans().flatmap(lambda array: _array_specs if array else _plain),
+                            _containers, max_leaves=20)
+_bases = st.lists(st.builds(BaseSpec, st.sampled_from(NUMPY_DTYPES), st.booleans(),
+                            st.lists(st.integers(0, 4), min_size=1, max_size=3).map(tuple), st.booleans(),
+                            st.integers(0, 2**32 - 1)), min_size=1, max_size=3)
+
+
+def _numpy_dtype(name: str, big_endian: bool):
+    import ml_dtypes
+
+    dtype = np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) and name not in np.sctypeDict \
+        else np.dtype(name)
+    return dtype.newbyteorder(">") if big_endian and dtype.itemsize > 1 and dtype.kind != "V" else dtype
+
+
+def _base(spec: BaseSpec) -> np.ndarray:
+    dtype = _numpy_dtype(spec.dtype, spec.big_endian)
+    count = int(np.prod(spec.shape))
+    rng = np.random.default_rng(spec.seed)
+    if dtype.kind == "b":
+        flat = rng.integers(0, 2, count).astype(bool)
+    else:
+        flat = np.frombuffer(rng.bytes(count * dtype.itemsize), dtype=dtype).copy()
+    return flat.reshape(spec.shape, order="F" if spec.fortran else "C")
+
+
+def _array(spec: ArraySpec, bases: list) -> np.ndarray:
+    a = bases[spec.base % len(bases)]
+    for op in spec.ops:
+        if op[0] == "T":
+            a = a.T
+        elif op[0] == "step" and a.ndim:
+            a = a[op[2]::op[1]] if op[1] > 0 else a[::op[1]]
+        elif op[0] == "broadcast":
+            a = np.broadcast_to(a, (op[1],) + a.shape)
+        elif op[0] == "real" and a.dtype.kind == "c":
+            a = a.real
+        elif op[0] == "flat" and a.flags.c_contiguous:
+            a = a.reshape(-1)
+    return a
+
+
+def _arrays(obj, out):
+    if isinstance(obj, np.ndarray):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _arrays(value, out)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _arrays(value, out)
+    return out
+
+
+def _native_bytes(a: np.ndarray) -> bytes:
+    c = np.ascontiguousarray(a)
+    return (c.byteswap().view(c.dtype.newbyteorder("=")) if not c.dtype.isnative else c).tobytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=_array_trees, bases=_bases, protocol=st.integers(2, 5), zipped=st.booleans())
+def test_numpy_trees_save_without_torch_and_load_the_same_in_tensorplay_and_torch(tree, bases, protocol, zipped):
+    """What tool authors write with numpy alone: any view (reversed, strided,
+    transposed, broadcast, a complex array's real part), any byte order or memory
+    order, saved by tensorplay.save, loads with the same values and no sharing
+    the arrays did not have, in tensorplay and in torch."""
+    obj = _build(tree, [_base(b) for b in bases])
+    saved = _arrays(obj, [])
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder, "arrays.pt")
+        tensorplay.save(obj, path, pickle_protocol=protocol, _use_new_zipfile_serialization=zipped)
+        loaded = _arrays(tensorplay.load(path, backend="numpy"), [])
+        assert len(loaded) == len(saved)
+        for before, after in zip(saved, loaded):
+            assert after.shape == before.shape and after.dtype == before.dtype.newbyteorder("=")
+            assert _native_bytes(after) == _native_bytes(before)
+        for i, a in enumerate(loaded):
+            for j in range(i):
+                if a.size and loaded[j].size and np.shares_memory(a, loaded[j]):
+                    assert np.shares_memory(saved[i], saved[j])
+        legacy_untyped = not zipped and any(a.dtype.name in NO_LEGACY_CLASS for a in saved)
+        if not legacy_untyped:  # torch cannot read those back (fixtures/README.md)
+            tensors = _tensors(torch.load(path, weights_only=False), [])
+            assert len(tensors) == len(saved)
+            for t, before in zip(tensors, saved):
+                assert tuple(t.shape) == before.shape
+                dense = torch.empty(t.shape, dtype=t.dtype).copy_(t)  # contiguous() may keep a stride
+                raw = dense.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+                assert raw == _native_bytes(before)
