@@ -203,16 +203,18 @@ def _build(tree, bases):
     return tree
 
 
-def _tensors(obj, out):
-    """The tree's tensors depth first, in the order describe() walks them."""
-    if isinstance(obj, torch.Tensor):
+def _leaves_of(obj, kind, out=None):
+    """The tree's leaves of one type (tensors, arrays) depth first, in the order
+    describe() walks them."""
+    out = [] if out is None else out
+    if isinstance(obj, kind):
         out.append(obj)
     elif isinstance(obj, dict):
         for value in obj.values():
-            _tensors(value, out)
+            _leaves_of(value, kind, out)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
-            _tensors(value, out)
+            _leaves_of(value, kind, out)
     return out
 
 
@@ -220,7 +222,7 @@ def _check_inspection(path, obj):
     """inspect() reports every tensor as saved, and where its storage's bytes are."""
     data = path.read_bytes()
     infos = [info for _, info in tensorplay.inspect(path).tensors()]
-    tensors = _tensors(obj, [])
+    tensors = _leaves_of(obj, torch.Tensor)
     assert len(infos) == len(tensors)
     keys = {}
     for info, t in zip(infos, tensors):
@@ -389,18 +391,6 @@ def _array(spec: ArraySpec, bases: list) -> np.ndarray:
     return a
 
 
-def _arrays(obj, out):
-    if isinstance(obj, np.ndarray):
-        out.append(obj)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            _arrays(value, out)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            _arrays(value, out)
-    return out
-
-
 def _native_bytes(a: np.ndarray) -> bytes:
     c = np.ascontiguousarray(a)
     return (c.byteswap().view(c.dtype.newbyteorder("=")) if not c.dtype.isnative else c).tobytes()
@@ -414,11 +404,11 @@ def test_numpy_trees_save_without_torch_and_load_the_same_in_tensorplay_and_torc
     order, saved by tensorplay.save, loads with the same values and no sharing
     the arrays did not have, in tensorplay and in torch."""
     obj = _build(tree, [_base(b) for b in bases])
-    saved = _arrays(obj, [])
+    saved = _leaves_of(obj, np.ndarray)
     with tempfile.TemporaryDirectory() as folder:
         path = pathlib.Path(folder, "arrays.pt")
         tensorplay.save(obj, path, pickle_protocol=protocol, _use_new_zipfile_serialization=zipped)
-        loaded = _arrays(tensorplay.load(path, backend="numpy"), [])
+        loaded = _leaves_of(tensorplay.load(path, backend="numpy"), np.ndarray)
         assert len(loaded) == len(saved)
         for before, after in zip(saved, loaded):
             assert after.shape == before.shape and after.dtype == before.dtype.newbyteorder("=")
@@ -429,7 +419,7 @@ def test_numpy_trees_save_without_torch_and_load_the_same_in_tensorplay_and_torc
                     assert np.shares_memory(saved[i], saved[j])
         legacy_untyped = not zipped and any(a.dtype.name in NO_LEGACY_CLASS for a in saved)
         if not legacy_untyped:  # torch cannot read those back (fixtures/README.md)
-            tensors = _tensors(torch.load(path, weights_only=False), [])
+            tensors = _leaves_of(torch.load(path, weights_only=False), torch.Tensor)
             assert len(tensors) == len(saved)
             for t, before in zip(tensors, saved):
                 assert tuple(t.shape) == before.shape
