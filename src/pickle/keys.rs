@@ -115,7 +115,17 @@ pub fn check_keys(arena: &Arena, max_key_values: u64) -> Result<(), Error> {
                 }
             }
             Node::Set(s) => {
-                for item in &s.items {
+                // `set(list)` hashes the list's items as they were; a set's own
+                // base is checked where that set is.
+                let snapshot = match s.base.map(|(id, len)| (arena.get(id), len)) {
+                    Some((Node::List(items), len)) => items.get(..len).unwrap_or(items),
+                    Some((Node::Tuple(items), len)) => {
+                        let items = arena.items(*items);
+                        items.get(..len).unwrap_or(items)
+                    }
+                    _ => &[],
+                };
+                for item in snapshot.iter().chain(&s.items) {
                     checker.check(*item, "set item")?;
                 }
             }

@@ -92,6 +92,14 @@ impl<'a> Args<'a> {
         match self.node(i)? {
             Node::Float(v) => Ok(*v),
             Node::Int(v) => Ok(*v as f64),
+            Node::Bool(b) => Ok(f64::from(u8::from(*b))),
+            Node::BigInt(bytes) => big_int_to_f64(bytes)
+                .ok_or_else(|| self.fail(format!("{what}: int too large to convert to float"))),
+            Node::DecimalInt(text) => text
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| self.fail(format!("{what}: int too large to convert to float"))),
             other => Err(self.fail(format!("{what} must be a float, got {}", other.kind_name()))),
         }
     }
@@ -198,5 +206,92 @@ impl<'a> Args<'a> {
                 other.kind_name()
             ))),
         }
+    }
+}
+
+/// A two's-complement little-endian int as the nearest float, rounded as Python's
+/// `float(n)` rounds it; `None` past the float range (Python's OverflowError).
+fn big_int_to_f64(bytes: &[u8]) -> Option<f64> {
+    let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+    let mut magnitude = bytes.to_vec();
+    if negative {
+        let mut carry = true;
+        for byte in &mut magnitude {
+            *byte = !*byte;
+            if carry {
+                (*byte, carry) = byte.overflowing_add(1);
+            }
+        }
+    }
+    while magnitude.last() == Some(&0) {
+        magnitude.pop();
+    }
+    // The top 128 bits, with one sticky bit for anything below them, round to the
+    // same 53-bit mantissa as the whole number; scaling by a power of two is exact.
+    let (low, high) = magnitude.split_at(magnitude.len().saturating_sub(16));
+    let mut window = high
+        .iter()
+        .rev()
+        .fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
+    if low.iter().any(|b| *b != 0) {
+        window |= 1;
+    }
+    let value = window as f64 * 2f64.powi(i32::try_from(low.len() * 8).ok()?);
+    value
+        .is_finite()
+        .then_some(if negative { -value } else { value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::big_int_to_f64;
+
+    fn le(v: i128) -> Vec<u8> {
+        v.to_le_bytes().to_vec()
+    }
+
+    #[test]
+    fn big_ints_round_to_the_nearest_float_as_python_does() {
+        for v in [
+            0i128,
+            1,
+            -1,
+            i128::MAX,
+            i128::MIN,
+            (1 << 53) + 1,
+            (1 << 100) + (1 << 47) + 1,
+            -(1 << 90) - 12345,
+        ] {
+            assert_eq!(big_int_to_f64(&le(v)), Some(v as f64), "{v}");
+        }
+        // 2**1024 overflows; 2**1023 and -(2**1023) do not.
+        let mut two_1024 = vec![0u8; 129];
+        two_1024[128] = 1;
+        assert_eq!(
+            big_int_to_f64(&{
+                let mut b = two_1024.clone();
+                b.push(0);
+                b
+            }),
+            None
+        );
+        let mut two_1023 = vec![0u8; 129];
+        two_1023[127] = 0x80;
+        assert_eq!(big_int_to_f64(&two_1023), Some(2f64.powi(1023)));
+        let minus_two_1023: Vec<u8> = (0..128)
+            .map(|i| if i == 127 { 0x80 } else { 0 })
+            .chain([0xff])
+            .collect();
+        assert_eq!(big_int_to_f64(&minus_two_1023), Some(-(2f64.powi(1023))));
+        // 2**200 + 2**147 + 1: the window alone is a tie (to even: 2**200); the
+        // 1 below it makes Python round up.
+        let mut above_tie = vec![0u8; 26];
+        above_tie[25] = 1;
+        above_tie[18] = 8;
+        above_tie[0] = 1;
+        assert_eq!(
+            big_int_to_f64(&above_tie),
+            Some(2f64.powi(200) + 2f64.powi(148))
+        );
     }
 }

@@ -93,6 +93,27 @@ impl DType {
         }
     }
 
+    /// Whether torch lets a tensor of this dtype require gradients: floating point
+    /// and complex dtypes only.
+    pub fn can_require_grad(self) -> bool {
+        matches!(
+            self,
+            DType::Float64
+                | DType::Float32
+                | DType::Float16
+                | DType::BFloat16
+                | DType::Complex128
+                | DType::Complex64
+                | DType::Complex32
+                | DType::Float8E4M3Fn
+                | DType::Float8E5M2
+                | DType::Float8E4M3Fnuz
+                | DType::Float8E5M2Fnuz
+                | DType::Float8E8M0Fnu
+                | DType::Float4E2M1FnX2
+        )
+    }
+
     pub fn is_quantized(self) -> bool {
         matches!(
             self,

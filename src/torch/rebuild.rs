@@ -6,6 +6,7 @@ use crate::pickle::globals::{Builtin, Global, QScheme, RebuildFn};
 use crate::pickle::machine::Hooks;
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::args::Args;
+use crate::torch::dtype::DType;
 use crate::torch::semantics::TorchHooks;
 use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
 
@@ -32,6 +33,7 @@ pub fn call(
             let requires_grad = a.bool(4, "requires_grad")?;
             hooks_arg(&a, 5)?;
             let dense = dense(h, &a, dtype)?;
+            check_grad(&a, dense.dtype, requires_grad)?;
             let mut t = TensorNode::new(TensorKind::Dense(dense), requires_grad);
             if a.len() == base + 1 {
                 metadata(&a, base, &mut t)?;
@@ -44,6 +46,9 @@ pub fn call(
             a.arity(n, n)?;
             let data = a.tensor(0, "data")?;
             let requires_grad = a.bool(1, "requires_grad")?;
+            if let Some(dtype) = tensor_dtype(arena, data) {
+                check_grad(&a, dtype, requires_grad)?;
+            }
             hooks_arg(&a, 2)?;
             let state = if with_state { Some(a.id(3)?) } else { None };
             TensorNode::new(TensorKind::Parameter { data, state }, requires_grad)
@@ -59,6 +64,7 @@ pub fn call(
             }
             let params = qparams(&a, 4)?;
             let requires_grad = a.bool(5, "requires_grad")?;
+            check_grad(&a, dense.dtype, requires_grad)?;
             hooks_arg(&a, 6)?;
             TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad)
         }
@@ -84,13 +90,15 @@ pub fn call(
             if shape.len() != stride.len() {
                 return Err(a.fail("size and stride differ in length"));
             }
+            let requires_grad = a.bool(3, "requires_grad")?;
+            check_grad(&a, dtype, requires_grad)?;
             TensorNode::new(
                 TensorKind::Meta {
                     dtype,
                     shape,
                     stride,
                 },
-                a.bool(3, "requires_grad")?,
+                requires_grad,
             )
         }
         RebuildFn::NestedTensor => {
@@ -158,12 +166,36 @@ pub fn call(
     arena.push_tensor(node)
 }
 
+/// Refuse what torch cannot build: a tensor of integers or bools that requires grad.
+pub(crate) fn check_grad(a: &Args, dtype: DType, requires_grad: bool) -> Result<(), Error> {
+    if requires_grad && !dtype.can_require_grad() {
+        return Err(a.fail(format!(
+            "a {} tensor cannot require gradients (only floating point and complex ones can)",
+            dtype.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The dtype of a tensor node, where the file fixes it.
+pub(crate) fn tensor_dtype(arena: &Arena, mut id: NodeId) -> Option<DType> {
+    loop {
+        let Node::Tensor(t) = arena.get(id) else {
+            return None;
+        };
+        match &arena.tensor(*t).kind {
+            TensorKind::Dense(d) | TensorKind::Quantized { dense: d, .. } => return Some(d.dtype),
+            TensorKind::Empty { dtype } | TensorKind::Meta { dtype, .. } => return Some(*dtype),
+            // A Parameter's or a subclass's data was made before it: the walk ends.
+            TensorKind::Parameter { data: inner, .. }
+            | TensorKind::FromType { base: inner, .. } => id = *inner,
+            _ => return None,
+        }
+    }
+}
+
 /// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
-fn dense(
-    h: &mut TorchHooks,
-    a: &Args,
-    dtype: Option<crate::torch::dtype::DType>,
-) -> Result<Dense, Error> {
+fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Error> {
     let storage = a.storage(0)?;
     let offset = a.uint(1, "storage_offset")?;
     let shape = a.dims(2, "size", h.limits.max_ndim)?;

@@ -10,7 +10,7 @@ use crate::limits::Limits;
 use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
 use crate::pickle::machine::Hooks;
 use crate::pickle::value::{
-    Arena, Constructor, DictClass, DictNode, Mutation, Node, NodeId, ObjectNode, SetNode,
+    Arena, Constructor, DictClass, DictId, DictNode, Mutation, Node, NodeId, ObjectNode, SetNode,
 };
 use crate::scan::dangerous;
 use crate::torch::args::Args;
@@ -103,29 +103,37 @@ impl<'u> TorchHooks<'u> {
                 } else {
                     DictClass::OrderedDict
                 };
-                let (base, inherited) = match a.len() {
-                    0 => (None, 0),
+                let (base, inherited, items) = match a.len() {
+                    0 => (None, 0, Vec::new()),
                     _ => match a.node(0)? {
+                        Node::None if b == Builtin::Counter => (None, 0, Vec::new()),
                         Node::Dict(_, d) => {
                             let d = arena.dict(*d);
                             (
                                 Some((a.id(0)?, d.items.len())),
                                 d.inherited + d.items.len() as u64,
+                                Vec::new(),
                             )
                         }
+                        // How Python 2 pickled an OrderedDict: `OrderedDict([[k, v], ...])`.
+                        // (Counter counts an iterable's items instead: not supported.)
+                        Node::List(_) | Node::Tuple(_) if b == Builtin::OrderedDict => {
+                            (None, 0, pairs(&a)?)
+                        }
+                        other if is_empty_iterable(arena, other) => (None, 0, Vec::new()),
                         other => {
                             return Err(a.fail(format!("expects a dict, got {}", other.kind_name())))
                         }
                     },
                 };
                 // The new dict holds a copy of every item the snapshot sees.
-                arena.charge_nodes(2 * inherited)?;
+                arena.charge_nodes((2 * inherited).saturating_add(2 * items.len() as u64))?;
                 return arena.push_dict(
                     class,
                     DictNode {
                         base,
                         inherited,
-                        items: Vec::new(),
+                        items,
                         state: Vec::new(),
                     },
                 );
@@ -149,17 +157,28 @@ impl<'u> TorchHooks<'u> {
                 }))
             }
             Builtin::Size => {
-                a.arity(1, 1)?;
-                let dims = a.dims(0, "torch.Size", self.limits.max_ndim)?;
-                Node::Size(Box::new(dims.iter().map(|d| *d as i64).collect()))
+                a.arity(0, 1)?;
+                let len = if a.is_empty() { 0 } else { size_len(&a)? };
+                // A copy of every entry, charged before it is made.
+                arena.charge_nodes(len as u64)?;
+                let a = Args::new(arena, args, at, &name)?;
+                Node::Size(Box::new(if a.is_empty() {
+                    Vec::new()
+                } else {
+                    size_entries(&a)?
+                }))
             }
             Builtin::Device => {
                 a.arity(1, 2)?;
-                let kind = a.str(0, "device type")?;
-                let device = if a.len() == 2 {
-                    format!("{kind}:{}", a.uint(1, "device index")?)
-                } else {
-                    kind.to_owned()
+                let device = match (a.len(), a.node(0)?) {
+                    // torch.device(n) is CUDA device n.
+                    (1, Node::Int(_)) => format!("cuda:{}", a.uint(0, "device index")?),
+                    (1, _) => a.str(0, "device type")?.to_owned(),
+                    _ => format!(
+                        "{}:{}",
+                        a.str(0, "device type")?,
+                        a.uint(1, "device index")?
+                    ),
                 };
                 if !valid_device(&device) {
                     return Err(a.fail(format!("invalid device string {device:?}")));
@@ -199,6 +218,9 @@ impl<'u> TorchHooks<'u> {
                     // bytes are immutable: bytes(b) is b itself, shared, not a copy.
                     (1, Ok(Node::Bytes(_))) if b == Builtin::Bytes => return a.id(0),
                     (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => a.arena.payload(*b).to_vec(),
+                    (1, Ok(Node::Tuple(_) | Node::List(_))) => byte_values(&a)?,
+                    (1, Ok(Node::Bool(b))) => vec![0; usize::from(*b)],
+                    (1, Ok(other)) if is_empty_iterable(a.arena, other) => Vec::new(),
                     (1, Ok(Node::Int(n))) => {
                         let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
                         // Charged before allocating: `bytearray(n)` is an allocation request.
@@ -264,6 +286,12 @@ impl<'u> TorchHooks<'u> {
                 };
                 return arena.push_tensor(TensorNode::new(TensorKind::Empty { dtype }, false));
             }
+            Builtin::TypedStorageClass | Builtin::UntypedStorageClass => {
+                return Err(Error::forbidden(
+                    format!("{name} called: storages come only from persistent ids (a call with a size allocates uninitialised memory); refused"),
+                    at.clone(),
+                ));
+            }
             _ => {
                 return Err(Error::forbidden(
                     format!("Trying to call reduce for unrecognized function {name}"),
@@ -274,7 +302,8 @@ impl<'u> TorchHooks<'u> {
         arena.push(node)
     }
 
-    /// `nn.Parameter(data=empty, requires_grad=True)`, as NEWOBJ and REDUCE make it.
+    /// `nn.Parameter(data=None, requires_grad=True)` (no data: an empty float32
+    /// tensor), as NEWOBJ and REDUCE make it.
     fn parameter(
         &mut self,
         arena: &mut Arena,
@@ -288,14 +317,22 @@ impl<'u> TorchHooks<'u> {
         } else {
             true
         };
-        let data = match items.len() {
-            0 => arena.push_tensor(TensorNode::new(
+        if let Some(data) = items.first() {
+            if let Some(dtype) = rebuild::tensor_dtype(arena, *data) {
+                rebuild::check_grad(&a, dtype, requires_grad)?;
+            }
+        }
+        let no_data = items
+            .first()
+            .is_none_or(|data| matches!(arena.get(*data), Node::None));
+        let data = match no_data {
+            true => arena.push_tensor(TensorNode::new(
                 TensorKind::Empty {
                     dtype: DType::Float32,
                 },
                 false,
             ))?,
-            _ => a.tensor(0, "data")?,
+            false => a.tensor(0, "data")?,
         };
         arena.push_tensor(TensorNode::new(
             TensorKind::Parameter { data, state: None },
@@ -327,6 +364,99 @@ fn snapshot_len(node: &Node) -> Option<(usize, u64)> {
     }
 }
 
+/// The `(key, value)` items of a list or tuple of 2-item lists and tuples.
+fn pairs(a: &Args) -> Result<Vec<(NodeId, NodeId)>, Error> {
+    let items: &[NodeId] = match a.node(0)? {
+        Node::Tuple(items) => a.arena.items(*items),
+        Node::List(items) => items,
+        other => return Err(a.fail(format!("expects pairs, got {}", other.kind_name()))),
+    };
+    items
+        .iter()
+        .map(|id| {
+            let pair: &[NodeId] = match a.arena.get(*id) {
+                Node::Tuple(items) => a.arena.items(*items),
+                Node::List(items) => items,
+                other => return Err(a.fail(format!("expects pairs, got a {}", other.kind_name()))),
+            };
+            match pair {
+                [key, value] => Ok((*key, *value)),
+                _ => Err(a.fail(format!(
+                    "expects pairs, got an item of {} values",
+                    pair.len()
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Whether Python would iterate nothing over the value (a dict aside).
+fn is_empty_iterable(arena: &Arena, node: &Node) -> bool {
+    match node {
+        Node::Str(s) | Node::Bytes(s) | Node::ByteArray(s) | Node::Tuple(s) => s.is_empty(),
+        Node::List(items) => items.is_empty(),
+        Node::Set(s) => s.items.is_empty() && s.inherited == 0,
+        Node::Size(dims) => dims.is_empty(),
+        Node::Dict(_, d) => {
+            let d = arena.dict(*d);
+            d.items.is_empty() && d.inherited == 0
+        }
+        _ => false,
+    }
+}
+
+/// `bytes([1, 2, 3])`: the ints, each a byte.
+fn byte_values(a: &Args) -> Result<Vec<u8>, Error> {
+    let items: &[NodeId] = match a.node(0)? {
+        Node::Tuple(items) => a.arena.items(*items),
+        Node::List(items) => items,
+        other => return Err(a.fail(format!("cannot build from {}", other.kind_name()))),
+    };
+    items
+        .iter()
+        .map(|id| match a.arena.get(*id) {
+            Node::Int(v) => u8::try_from(*v).map_err(|_| a.fail("bytes must be in range(0, 256)")),
+            Node::Bool(b) => Ok(u8::from(*b)),
+            other => Err(a.fail(format!("cannot take a byte from {}", other.kind_name()))),
+        })
+        .collect()
+}
+
+/// How many entries `torch.Size(x)` would take from `x`.
+fn size_len(a: &Args) -> Result<usize, Error> {
+    Ok(match a.node(0)? {
+        other if is_empty_iterable(a.arena, other) => 0,
+        Node::Size(sizes) => sizes.len(),
+        Node::Bytes(b) | Node::ByteArray(b) => b.len(),
+        Node::Tuple(items) => items.len(),
+        Node::List(items) => items.len(),
+        _ => 0,
+    })
+}
+
+/// `torch.Size(x)`: ints of any sign (as torch allows) from a tuple, list or Size,
+/// or a bytes object's bytes.
+fn size_entries(a: &Args) -> Result<Vec<i64>, Error> {
+    let items: &[NodeId] = match a.node(0)? {
+        other if is_empty_iterable(a.arena, other) => return Ok(Vec::new()),
+        Node::Size(sizes) => return Ok(sizes.to_vec()),
+        Node::Bytes(b) | Node::ByteArray(b) => {
+            return Ok(a.arena.payload(*b).iter().map(|v| i64::from(*v)).collect())
+        }
+        Node::Tuple(items) => a.arena.items(*items),
+        Node::List(items) => items,
+        other => return Err(a.fail(format!("takes a tuple of ints, got {}", other.kind_name()))),
+    };
+    items
+        .iter()
+        .map(|id| match a.arena.get(*id) {
+            Node::Int(v) => Ok(*v),
+            Node::Bool(b) => Ok(i64::from(*b)),
+            other => Err(a.fail(format!("entries must be ints, got {}", other.kind_name()))),
+        })
+        .collect()
+}
+
 /// `str.encode(codec)` for the codecs pickle uses to carry bytes.
 fn encode(text: &str, codec: &str) -> Option<Vec<u8>> {
     match codec.to_ascii_lowercase().replace('_', "-").as_str() {
@@ -340,8 +470,9 @@ fn encode(text: &str, codec: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// `type[:index]` with a lowercase identifier type, as torch.device parses it.
-fn valid_device(device: &str) -> bool {
+/// `type[:index]` with a lowercase identifier type, as torch.device parses it
+/// (an index has no leading zeros).
+pub(crate) fn valid_device(device: &str) -> bool {
     let (kind, index) = match device.split_once(':') {
         Some((k, i)) => (k, Some(i)),
         None => (device, None),
@@ -351,8 +482,12 @@ fn valid_device(device: &str) -> bool {
         && kind
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    let index_ok = index
-        .is_none_or(|i| !i.is_empty() && i.len() <= 9 && i.bytes().all(|b| b.is_ascii_digit()));
+    let index_ok = index.is_none_or(|i| {
+        !i.is_empty()
+            && i.len() <= 9
+            && i.bytes().all(|b| b.is_ascii_digit())
+            && (i == "0" || !i.starts_with('0'))
+    });
     kind_ok && index_ok
 }
 
@@ -497,11 +632,25 @@ impl Hooks for TorchHooks<'_> {
             Node::Global(Global::Builtin(b @ (Builtin::OrderedDict | Builtin::Counter | Builtin::Set | Builtin::ByteArray)))
                 if no_kwargs =>
             {
-                let empty = arena.push_tuple(&[])?;
                 let b = *b;
-                self.call_builtin(arena, b, empty, at)
+                if arena.tuple(args).is_none() {
+                    Err(Error::pickle("NEWOBJ arguments must be a tuple", at.clone()))
+                } else {
+                    let empty = arena.push_tuple(&[])?;
+                    self.call_builtin(arena, b, empty, at)
+                }
             }
-            Node::Global(Global::Builtin(b @ (Builtin::Complex | Builtin::Bytes))) if no_kwargs => {
+            // Immutable types and torch's C types build in `__new__` what a call builds.
+            Node::Global(Global::Builtin(
+                b @ (Builtin::Complex
+                | Builtin::Bytes
+                | Builtin::Size
+                | Builtin::Device
+                | Builtin::Tensor
+                | Builtin::LegacyTensorType { sparse: false, .. }
+                | Builtin::TypedStorageClass
+                | Builtin::UntypedStorageClass),
+            )) if no_kwargs => {
                 let b = *b;
                 self.call_builtin(arena, b, args, at)
             }
@@ -567,41 +716,112 @@ impl Hooks for TorchHooks<'_> {
     }
 }
 
-/// BUILD on an OrderedDict or Counter (their `__dict__`), or an allowlisted object.
+/// BUILD on an OrderedDict (its `__dict__`), an allowlisted object, or another
+/// instance of an allowlisted type, which torch builds as pickle does: a
+/// `(state, slotstate)` pair, each part applied only when truthy.
 fn build_container(
     arena: &mut Arena,
     inst: NodeId,
     state: NodeId,
     at: &Location,
 ) -> Result<(), Error> {
-    let state_is_dict = matches!(arena.get(state), Node::Dict(..));
     let kind = arena.get(inst).kind_name();
-    if let Node::Dict(class, d) = *arena.get(inst) {
-        if class != DictClass::Dict {
-            return match arena.dict_mut(d) {
-                Some(d) if state_is_dict => {
-                    d.state.push(state);
-                    Ok(())
-                }
+    let (dict_state, slot_state) = match arena.tuple(state) {
+        Some(&[dict_state, slot_state]) => (dict_state, Some(slot_state)),
+        _ => (state, None),
+    };
+    let falsy = |id: NodeId| is_falsy(arena, id);
+    let applies_nothing =
+        falsy(dict_state) == Some(true) && slot_state.is_none_or(|s| falsy(s) == Some(true));
+    match *arena.get(inst) {
+        // `OrderedDict.__dict__.update(state)`: a dict, or nothing from an empty iterable.
+        Node::Dict(DictClass::OrderedDict, d) => match arena.get(state) {
+            Node::Dict(..) => push_dict_state(arena, d, state),
+            Node::Str(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Tuple(_) | Node::List(_) | Node::Set(_) | Node::Size(_)
+                if falsy(state) == Some(true) =>
+            {
+                Ok(())
+            }
+            _ => Err(Error::tensor(
+                format!("BUILD state of an {kind} must be a dict"),
+                at.clone(),
+            )),
+        },
+        Node::Dict(DictClass::Counter, d) => {
+            if slot_state.is_some_and(|s| falsy(s) != Some(true)) {
+                return Err(Error::unsupported("BUILD setting slots of a Counter", at.clone()));
+            }
+            match arena.get(dict_state) {
+                Node::Dict(..) if falsy(dict_state) == Some(false) => push_dict_state(arena, d, dict_state),
+                _ if falsy(dict_state) == Some(true) => Ok(()),
                 _ => Err(Error::tensor(
-                    format!("BUILD state of an {kind} must be a dict"),
+                    format!("BUILD state of a {kind} must be a dict"),
                     at.clone(),
                 )),
-            };
+            }
         }
-    }
-    match arena.get_mut(inst) {
-        Some(Node::Object(obj)) => {
-            obj.mutations.push(Mutation::Build(state));
+        Node::Set(ref s) if !s.frozen && applies_nothing => Ok(()),
+        Node::Complex(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) | Node::Storage(_)
+            if applies_nothing =>
+        {
             Ok(())
         }
-        Some(Node::Opaque) => Ok(()),
-        Some(Node::Tensor(_)) => Err(Error::unsupported("BUILD on a tensor (a pre-1.0 pickle format)", at.clone())),
-        _ => Err(Error::forbidden(
-            format!(
-                "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
-            ),
-            at.clone(),
-        )),
+        Node::Set(ref s) if !s.frozen => Err(no_attributes(kind, at)),
+        Node::Complex(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) => Err(no_attributes(kind, at)),
+        Node::Storage(_) => Err(Error::unsupported("BUILD setting attributes of a storage", at.clone())),
+        _ => match arena.get_mut(inst) {
+            Some(Node::Object(obj)) => {
+                obj.mutations.push(Mutation::Build(state));
+                Ok(())
+            }
+            Some(Node::Opaque) => Ok(()),
+            Some(Node::Tensor(_)) => Err(Error::unsupported("BUILD on a tensor (a pre-1.0 pickle format)", at.clone())),
+            _ => Err(Error::forbidden(
+                format!(
+                    "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
+                ),
+                at.clone(),
+            )),
+        },
     }
+}
+
+fn push_dict_state(arena: &mut Arena, d: DictId, state: NodeId) -> Result<(), Error> {
+    if let Some(d) = arena.dict_mut(d) {
+        d.state.push(state);
+    }
+    Ok(())
+}
+
+fn no_attributes(kind: &str, at: &Location) -> Error {
+    Error::tensor(
+        format!("BUILD cannot set attributes of a {kind}"),
+        at.clone(),
+    )
+}
+
+/// Python's truth value of a value, where it is fixed by the value alone (an
+/// object's or an array's could run code or depend on bytes not read yet).
+fn is_falsy(arena: &Arena, id: NodeId) -> Option<bool> {
+    Some(match arena.get(id) {
+        Node::None => true,
+        Node::Bool(b) => !b,
+        Node::Int(v) => *v == 0,
+        Node::Float(v) => *v == 0.0,
+        Node::Complex(c) => c.0 == 0.0 && c.1 == 0.0,
+        Node::Str(s) | Node::Bytes(s) | Node::ByteArray(s) | Node::Tuple(s) => s.is_empty(),
+        Node::List(items) => items.is_empty(),
+        Node::Dict(_, d) => {
+            let d = arena.dict(*d);
+            d.items.is_empty() && d.inherited == 0
+        }
+        Node::Set(s) => s.items.is_empty() && s.inherited == 0,
+        Node::Size(dims) => dims.is_empty(),
+        Node::BigInt(_)
+        | Node::DecimalInt(_)
+        | Node::Global(_)
+        | Node::Device(_)
+        | Node::Layout(_) => false,
+        _ => return None,
+    })
 }

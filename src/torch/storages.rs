@@ -11,6 +11,7 @@ use crate::limits;
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
+use crate::torch::semantics::valid_device;
 use crate::torch::tensor::{StorageDecl, StorageId};
 
 /// Which persistent-id shape the pickle uses.
@@ -146,10 +147,19 @@ impl Storages {
         };
         let key = text(arena, item(2))
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
-        let location = text(arena, item(3))
-            .ok_or_else(|| Error::tensor("the storage location must be a str", at.clone()))?;
+        // As in torch, a key seen before names its storage, whatever else the id says.
+        if let Some(id) = self.by_key.get(&*key) {
+            return Ok(*id);
+        }
+        let location = match item(3) {
+            Node::Int(_) => None,
+            other => text(arena, other),
+        }
+        .filter(|l| valid_device(l))
+        .ok_or_else(|| Error::tensor("the storage location must be a device string", at.clone()))?;
         let numel = match item(4) {
             Node::Int(n) if *n >= 0 => *n as u64,
+            Node::Bool(b) => u64::from(*b),
             _ => {
                 return Err(Error::tensor(
                     "the storage size must be a non-negative int",
@@ -157,9 +167,6 @@ impl Storages {
                 ))
             }
         };
-        if let Some(id) = self.by_key.get(&*key) {
-            return Ok(*id);
-        }
         let key: Arc<str> = Arc::from(&*key);
         let location = self.intern_location(&location);
         let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
