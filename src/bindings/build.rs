@@ -116,6 +116,24 @@ impl<'a, 'py> Builder<'a, 'py> {
         )
     }
 
+    /// A key Python could not hash. torch's tensors hash by identity, numpy's
+    /// arrays not at all: a key holding a tensor is the numpy backend's limit.
+    fn key_error(&self, cause: PyErr, key: NodeId, what: &str) -> PyErr {
+        let mut pending = vec![key];
+        while let Some(id) = pending.pop() {
+            match self.node(id) {
+                Node::Tensor(_) if matches!(self.backend, Backend::Numpy(_)) => {
+                    return self.unsupported(format!(
+                        "the numpy backend cannot use an array in a dict key or set item ({what}); load with backend='torch'"
+                    ));
+                }
+                Node::Tuple(items) => pending.extend(self.arena().items(*items)),
+                _ => {}
+            }
+        }
+        wrap_build_error(self.py, cause, what)
+    }
+
     fn unsupported(&self, reason: String) -> PyErr {
         let class = match crate::bindings::errors::classes(self.py) {
             Ok(c) => c.unsupported.bind(self.py).clone(),
@@ -324,9 +342,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 for kv in flat.chunks_exact(2) {
                     if let [k, v] = kv {
                         obj.set_item(self.built(*k)?, self.built(*v)?)
-                            .map_err(|e| {
-                                wrap_build_error(self.py, e, "cannot insert a dict item")
-                            })?;
+                            .map_err(|e| self.key_error(e, *k, "cannot insert a dict item"))?;
                     }
                 }
                 for state in &d.state {
@@ -338,7 +354,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 let set = obj.cast::<PySet>()?;
                 for item in self.fill_children(id) {
                     set.add(self.built(item)?)
-                        .map_err(|e| wrap_build_error(self.py, e, "cannot add a set item"))?;
+                        .map_err(|e| self.key_error(e, item, "cannot add a set item"))?;
                 }
             }
             Node::Object(o) => {
@@ -501,6 +517,12 @@ impl<'a, 'py> Builder<'a, 'py> {
                         _ => "OrderedDict",
                     })
                 }
+                // Python's own, not torch's: the same objects in either backend.
+                Builtin::Set | Builtin::Complex | Builtin::ByteArray | Builtin::Bytes => {
+                    let full = b.full_name();
+                    py.import("builtins")?.getattr(full.trim_start_matches("builtins."))
+                }
+                Builtin::CodecsEncode => py.import("_codecs")?.getattr("encode"),
                 other => Err(self.unsupported(format!(
                     "the numpy backend cannot represent the object {}; load with backend='torch'",
                     other.full_name()
@@ -812,8 +834,16 @@ impl<'a, 'py> Builder<'a, 'py> {
         };
         let itemsize = d.dtype.itemsize();
         let strides: Vec<u64> = d.stride.iter().map(|s| s * itemsize).collect();
-        let byte_offset = usize::try_from(d.offset * itemsize)
-            .map_err(|_| self.unsupported("offset too large".into()))?;
+        // An empty view may start anywhere, even past its storage: it reads nothing,
+        // and numpy keeps no offset.
+        let byte_offset = if d.shape.contains(&0) {
+            0
+        } else {
+            d.offset
+                .checked_mul(itemsize)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| self.unsupported("offset too large".into()))?
+        };
         // SAFETY: `Dense::validate` checked offset and extent against the storage size
         // when the tensor was created, and the buffer holds exactly that storage.
         unsafe { api.view(&descr, buf, byte_offset, &d.shape, &strides) }

@@ -122,11 +122,26 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
 /// Wrap a Python exception raised while building objects: the file made us call
 /// something that failed, so the file is what the caller must hear about.
 pub fn wrap_build_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
+    wrap(
+        py,
+        cause,
+        |c| &c.malformed,
+        &format!("malformed checkpoint: {what}"),
+    )
+}
+
+/// Wrap torch's refusal to place a storage where the file says it was saved (a
+/// device this process lacks): the file is fine, the machine cannot hold it.
+pub fn wrap_placement_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
+    wrap(py, cause, |c| &c.unsupported, what)
+}
+
+fn wrap(py: Python<'_>, cause: PyErr, class: fn(&Classes) -> &Py<PyType>, what: &str) -> PyErr {
     let class = match classes(py) {
-        Ok(c) => c.malformed.bind(py).clone(),
+        Ok(c) => class(c).bind(py).clone(),
         Err(e) => return e,
     };
-    let err = PyErr::from_type(class, format!("malformed checkpoint: {what}: {cause}"));
+    let err = PyErr::from_type(class, format!("{what}: {cause}"));
     err.set_cause(py, Some(cause));
     err
 }

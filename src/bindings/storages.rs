@@ -8,6 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice};
 
+use crate::bindings::errors::wrap_placement_error;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::{Buffer, NumpyApi};
 use crate::bindings::torch_api::TorchApi;
@@ -188,13 +189,24 @@ pub fn relocate<'py>(
         let Some(StorageObject::Torch { storage, device }) = slot else {
             continue;
         };
-        let location = checkpoint
-            .storage(StorageId(i as u32))
-            .map_or("cpu", |s| &*s.decl.location);
+        let decl = checkpoint.storage(StorageId(i as u32)).map(|s| &s.decl);
+        let location = decl.map_or("cpu", |d| &*d.location);
+        let key = decl.map_or("?", |d| &*d.key);
         if !every_storage && location == "cpu" {
             continue;
         }
-        let moved = restore.call1((storage.clone(), location))?;
+        // A map_location of the caller's raises what it raises; torch's default
+        // placement fails for the file's device.
+        let moved = restore
+            .call1((storage.clone(), location))
+            .map_err(|e| match every_storage {
+                true => e,
+                false => wrap_placement_error(
+                    restore.py(),
+                    e,
+                    &format!("storage '{key}' was saved on {location:?}, which cannot be restored here (pass map_location)"),
+                ),
+            })?;
         let on = moved.getattr("device")?;
         *device = if on.getattr("type")?.extract::<String>()? == "cpu" {
             None

@@ -101,6 +101,12 @@ impl<'py> TorchApi<'py> {
             Builtin::Tensor => self.torch.getattr("Tensor"),
             Builtin::NumpyNdarray => py.import("numpy")?.getattr("ndarray"),
             Builtin::NumpyDtype => py.import("numpy")?.getattr("dtype"),
+            // torch's weights-only loader stands a legacy storage class in with an
+            // object that carries only its dtype.
+            Builtin::StorageType { dtype, .. } => py
+                .import("torch.serialization")?
+                .getattr("StorageType")?
+                .call1((dtype.legacy_storage_name().unwrap_or_default(),)),
             other => {
                 let full = other.full_name();
                 let (module, name) = full.rsplit_once('.').unwrap_or(("builtins", &full));
