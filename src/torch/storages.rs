@@ -72,13 +72,16 @@ impl Storages {
         Ok(id)
     }
 
-    fn intern_location(&mut self, location: &str) -> Arc<str> {
+    /// The location as a shared string, checked to be a device string when it
+    /// differs from the last one.
+    fn intern_location(&mut self, location: &str) -> Option<Arc<str>> {
         match &self.last_location {
-            Some(last) if &**last == location => last.clone(),
+            Some(last) if &**last == location => Some(last.clone()),
+            _ if !valid_device(location) => None,
             _ => {
                 let interned: Arc<str> = Arc::from(location);
                 self.last_location = Some(interned.clone());
-                interned
+                Some(interned)
             }
         }
     }
@@ -155,7 +158,7 @@ impl Storages {
             Node::Int(_) => None,
             other => text(arena, other),
         }
-        .filter(|l| valid_device(l))
+        .and_then(|l| self.intern_location(&l))
         .ok_or_else(|| Error::tensor("the storage location must be a device string", at.clone()))?;
         let numel = match item(4) {
             Node::Int(n) if *n >= 0 => *n as u64,
@@ -168,7 +171,6 @@ impl Storages {
             }
         };
         let key: Arc<str> = Arc::from(&*key);
-        let location = self.intern_location(&location);
         let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
             Error::tensor(
                 format!("storage '{key}' of {numel} elements overflows"),
