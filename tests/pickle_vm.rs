@@ -280,7 +280,10 @@ fn newobj_and_build_follow_torchs_rules() {
     // nothing; a set has no attributes to set.
     assert_eq!(eval(b"cbuiltins\nset\n)R}b."), "set{}");
     let e = fail(b"cbuiltins\nset\n)R}X\x01\x00\x00\x00aK\x01sb.");
-    assert!(e.to_string().contains("cannot set attributes of a set"), "{e}");
+    assert!(
+        e.to_string().contains("cannot set attributes of a set"),
+        "{e}"
+    );
     let e = fail(b"}}b.");
     assert!(matches!(refusal(&e), Refusal::Forbidden(m) if m.contains("<class 'dict'>")));
     let e = fail(b"ctorch\nfloat32\n)\x81.");

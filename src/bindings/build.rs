@@ -520,7 +520,8 @@ impl<'a, 'py> Builder<'a, 'py> {
                 // Python's own, not torch's: the same objects in either backend.
                 Builtin::Set | Builtin::Complex | Builtin::ByteArray | Builtin::Bytes => {
                     let full = b.full_name();
-                    py.import("builtins")?.getattr(full.trim_start_matches("builtins."))
+                    py.import("builtins")?
+                        .getattr(full.trim_start_matches("builtins."))
                 }
                 Builtin::CodecsEncode => py.import("_codecs")?.getattr("encode"),
                 other => Err(self.unsupported(format!(

@@ -558,10 +558,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
             FLOAT => {
                 let line = self.text_line()?;
-                let v: f64 = line
-                    .trim()
-                    .parse()
-                    .map_err(|_| self.err(format!("invalid float literal {line:?}")))?;
+                let v = text::parse_float_literal(line)
+                    .ok_or_else(|| self.err(format!("invalid float literal {line:?}")))?;
                 self.push_new(Node::Float(v))?;
             }
             BINFLOAT => {
@@ -718,10 +716,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
 
             PUT => {
                 let line = self.text_line()?;
-                let index = line
-                    .trim()
-                    .parse::<u64>()
-                    .map_err(|_| self.err(format!("invalid memo key {line:?}")))?;
+                let index = text::parse_memo_key(line)
+                    .ok_or_else(|| self.err(format!("invalid memo key {line:?}")))?;
                 self.memo_put(index)?;
             }
             BINPUT => {
@@ -738,10 +734,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
             GET => {
                 let line = self.text_line()?;
-                let index = line
-                    .trim()
-                    .parse::<u64>()
-                    .map_err(|_| self.err(format!("invalid memo key {line:?}")))?;
+                let index = text::parse_memo_key(line)
+                    .ok_or_else(|| self.err(format!("invalid memo key {line:?}")))?;
                 self.memo_get(index)?;
             }
             BINGET => {
@@ -857,7 +851,24 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 ));
             }
             READONLY_BUFFER => {
-                self.top()?;
+                // Bytes are read-only already; pickle would turn anything else
+                // into a memoryview, or fail.
+                let top = self.top()?;
+                match self.arena.get(top) {
+                    Node::Bytes(_) | Node::Opaque => {}
+                    Node::ByteArray(_) => {
+                        return Err(Error::unsupported(
+                            "READONLY_BUFFER on a bytearray (a read-only memoryview of it)",
+                            self.here(),
+                        ))
+                    }
+                    other => {
+                        return Err(self.err(format!(
+                            "READONLY_BUFFER needs bytes, got {}",
+                            other.kind_name()
+                        )))
+                    }
+                }
             }
             op => {
                 return Err(Error::pickle(

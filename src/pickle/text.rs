@@ -155,16 +155,60 @@ pub fn escape_decode(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The whitespace Python strips from bytes it parses as a number.
+fn strip_python_space(text: &str) -> &str {
+    text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'))
+}
+
+/// Python's `float(text)`: surrounding whitespace, underscores between digits, and
+/// `inf`, `infinity` and `nan` in any case, each with a sign.
+pub fn parse_float_literal(text: &str) -> Option<f64> {
+    let t = strip_python_space(text);
+    let bytes = t.as_bytes();
+    let digit_at = |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
+    let underscores_ok = bytes
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b != b'_' || (digit_at(i.checked_sub(1)) && digit_at(Some(i + 1))));
+    if !underscores_ok {
+        return None;
+    }
+    t.replace('_', "").parse().ok()
+}
+
+/// A memo key as Python's `int(text)` reads it (base 10: leading zeros, a sign and
+/// underscores between digits allowed); `None` if it is not one or is negative.
+pub fn parse_memo_key(text: &str) -> Option<u64> {
+    let (negative, digits) = split_sign(strip_python_space(text));
+    if !valid_digits(digits, 10) {
+        return None;
+    }
+    let value: u64 = digits.replace('_', "").parse().ok()?;
+    (!negative || value == 0).then_some(value)
+}
+
+fn split_sign(t: &str) -> (bool, &str) {
+    match (t.strip_prefix('-'), t.strip_prefix('+')) {
+        (Some(rest), _) => (true, rest),
+        (_, Some(rest)) => (false, rest),
+        _ => (false, t),
+    }
+}
+
+/// Digits of `radix` with single underscores between them, as Python's int() takes.
+fn valid_digits(digits: &str, radix: u32) -> bool {
+    !digits.is_empty()
+        && !digits.starts_with('_')
+        && !digits.ends_with('_')
+        && !digits.contains("__")
+        && digits.chars().all(|c| c == '_' || c.is_digit(radix))
+}
+
 /// A Python int literal as `int(text, 0)` reads it, when it fits in i64. `Err(())`
 /// means the text is no int literal at all; `Ok(None)` a valid literal beyond i64.
 #[allow(clippy::result_unit_err)]
 pub fn parse_int_literal(text: &str) -> Result<Option<i64>, ()> {
-    let t = text.trim();
-    let (negative, body) = match (t.strip_prefix('-'), t.strip_prefix('+')) {
-        (Some(rest), _) => (true, rest),
-        (_, Some(rest)) => (false, rest),
-        _ => (false, t),
-    };
+    let (negative, body) = split_sign(strip_python_space(text));
     let lower = body.to_ascii_lowercase();
     let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
         (16, d)
@@ -179,11 +223,7 @@ pub fn parse_int_literal(text: &str) -> Result<Option<i64>, ()> {
         .strip_prefix('_')
         .filter(|_| radix != 10)
         .unwrap_or(digits);
-    let valid = !digits.is_empty()
-        && !digits.starts_with('_')
-        && !digits.ends_with('_')
-        && !digits.contains("__")
-        && digits.chars().all(|c| c == '_' || c.is_digit(radix));
+    let valid = valid_digits(digits, radix);
     // Python refuses leading zeros in a non-zero decimal literal ("010").
     let leading_zero = radix == 10
         && digits.len() > 1
@@ -204,6 +244,22 @@ pub fn parse_int_literal(text: &str) -> Result<Option<i64>, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float_and_memo_key_text_reads_as_pythons_float_and_int() {
+        assert_eq!(parse_float_literal(" 1_0.5\x0b"), Some(10.5));
+        assert_eq!(parse_float_literal("-Infinity"), Some(f64::NEG_INFINITY));
+        assert!(parse_float_literal("nan").is_some_and(f64::is_nan));
+        for bad in ["1__0", "_1", "1_", "1._5", "", "0x1p3", "\u{a0}1"] {
+            assert_eq!(parse_float_literal(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_memo_key("010"), Some(10));
+        assert_eq!(parse_memo_key(" +1_0 "), Some(10));
+        assert_eq!(parse_memo_key("-0"), Some(0));
+        for bad in ["-1", "0x1", "1__0", "", "x"] {
+            assert_eq!(parse_memo_key(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn surrogatepass_accepts_lone_surrogates_only() {

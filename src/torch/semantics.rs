@@ -195,6 +195,9 @@ impl<'u> TorchHooks<'u> {
             }
             Builtin::CodecsEncode => {
                 a.arity(1, 2)?;
+                if !matches!(a.node(0)?, Node::Str(_)) {
+                    return Err(a.fail("encodes a str only"));
+                }
                 let text = a.str(0, "text")?;
                 let codec = if a.len() == 2 {
                     a.str(1, "encoding")?
@@ -220,7 +223,12 @@ impl<'u> TorchHooks<'u> {
                     (1, Ok(Node::Bytes(b) | Node::ByteArray(b))) => a.arena.payload(*b).to_vec(),
                     (1, Ok(Node::Tuple(_) | Node::List(_))) => byte_values(&a)?,
                     (1, Ok(Node::Bool(b))) => vec![0; usize::from(*b)],
-                    (1, Ok(other)) if is_empty_iterable(a.arena, other) => Vec::new(),
+                    // (A str needs an encoding, even an empty one.)
+                    (1, Ok(other))
+                        if !matches!(other, Node::Str(_)) && is_empty_iterable(a.arena, other) =>
+                    {
+                        Vec::new()
+                    }
                     (1, Ok(Node::Int(n))) => {
                         let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
                         // Charged before allocating: `bytearray(n)` is an allocation request.
@@ -252,15 +260,27 @@ impl<'u> TorchHooks<'u> {
             }
             Builtin::Complex => {
                 a.arity(0, 2)?;
-                let re = if a.is_empty() {
-                    0.0
+                // CPython's complex(real, imag): either part may itself be complex.
+                let part = |i: usize, what: &str| match a.node(i)? {
+                    Node::Complex(c) => Ok((c.0, Some(c.1))),
+                    _ => a.float(i, what).map(|v| (v, None)),
+                };
+                let (mut re, re_imag) = if a.is_empty() {
+                    (0.0, None)
                 } else {
-                    a.float(0, "real part")?
+                    part(0, "real part")?
                 };
                 let im = if a.len() == 2 {
-                    a.float(1, "imaginary part")?
+                    let (mut im, im_imag) = part(1, "imaginary part")?;
+                    if let Some(v) = im_imag {
+                        re -= v;
+                    }
+                    if let Some(v) = re_imag {
+                        im += v;
+                    }
+                    im
                 } else {
-                    0.0
+                    re_imag.unwrap_or(0.0)
                 };
                 Node::Complex(Box::new((re, im)))
             }
@@ -761,13 +781,20 @@ fn build_container(
             }
         }
         Node::Set(ref s) if !s.frozen && applies_nothing => Ok(()),
-        Node::Complex(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) | Node::Storage(_)
+        Node::Complex(_)
+        | Node::Bytes(_)
+        | Node::ByteArray(_)
+        | Node::Size(_)
+        | Node::Device(_)
+        | Node::Storage(_)
             if applies_nothing =>
         {
             Ok(())
         }
         Node::Set(ref s) if !s.frozen => Err(no_attributes(kind, at)),
-        Node::Complex(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) => Err(no_attributes(kind, at)),
+        Node::Complex(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) => {
+            Err(no_attributes(kind, at))
+        }
         Node::Storage(_) => Err(Error::unsupported("BUILD setting attributes of a storage", at.clone())),
         _ => match arena.get_mut(inst) {
             Some(Node::Object(obj)) => {
