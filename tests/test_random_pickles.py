@@ -24,58 +24,19 @@ from describe import describe
 from expectations import assert_same_description, check_numpy_result, contains_kind, numpy_cannot_hold
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pickle_programs import NO_ARGUMENT, assemble, write_checkpoint
 from tensorplay import scanner
 from tensorplay.serialization import get_unsafe_globals_in_checkpoint
 
 torch = pytest.importorskip("torch")
 
-# --- the assembler ---------------------------------------------------------------
-
-_NO_ARGUMENT = {
-    "STOP": b".", "NONE": b"N", "NEWTRUE": b"\x88", "NEWFALSE": b"\x89", "MARK": b"(",
-    "EMPTY_TUPLE": b")", "TUPLE": b"t", "TUPLE1": b"\x85", "TUPLE2": b"\x86", "TUPLE3": b"\x87",
-    "EMPTY_LIST": b"]", "APPEND": b"a", "APPENDS": b"e", "EMPTY_DICT": b"}", "SETITEM": b"s",
-    "SETITEMS": b"u", "EMPTY_SET": b"\x8f", "REDUCE": b"R", "NEWOBJ": b"\x81", "BUILD": b"b",
-    "BINPERSID": b"Q",
-}
-
-
-def _encode(op) -> bytes:
-    name, *args = op
-    if name in _NO_ARGUMENT:
-        return _NO_ARGUMENT[name]
-    (arg,) = args
-    if name == "PROTO":
-        return b"\x80" + bytes([arg])
-    if name == "BININT1":
-        return b"K" + bytes([arg])
-    if name == "BININT2":
-        return b"M" + struct.pack("<H", arg)
-    if name == "BININT":
-        return b"J" + struct.pack("<i", arg)
-    if name == "LONG1":  # raw two's-complement bytes: non-minimal encodings too
-        return b"\x8a" + bytes([len(arg)]) + arg
-    if name == "BINFLOAT":  # raw big-endian bytes: every NaN payload
-        return b"G" + arg
-    if name == "BINUNICODE":  # raw bytes: invalid UTF-8 and lone surrogates too
-        return b"X" + struct.pack("<I", len(arg)) + arg
-    if name == "SHORT_BINSTRING":
-        return b"U" + bytes([len(arg)]) + arg
-    if name == "GLOBAL":
-        module, qualname = arg
-        return b"c" + module.encode() + b"\n" + qualname.encode() + b"\n"
-    if name in ("BINPUT", "BINGET"):
-        return (b"q" if name == "BINPUT" else b"h") + bytes([arg])
-    if name in ("LONG_BINPUT", "LONG_BINGET"):
-        return (b"r" if name == "LONG_BINPUT" else b"j") + struct.pack("<I", arg)
-    raise AssertionError(name)
-
-
-def assemble(ops) -> bytes:
-    return b"".join(_encode(op) for op in ops)
-
-
 # --- the generator ---------------------------------------------------------------
+
+# The opcodes torch's weights-only unpickler implements that take no argument.
+TORCH_NO_ARGUMENT = {"STOP", "NONE", "NEWTRUE", "NEWFALSE", "MARK", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2",
+                     "TUPLE3", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM", "SETITEMS", "EMPTY_SET",
+                     "REDUCE", "NEWOBJ", "BUILD", "BINPERSID"}
+assert TORCH_NO_ARGUMENT <= set(NO_ARGUMENT)
 
 # Globals the allowlist holds, ones it refuses, and ones it blocks outright.
 ALLOWED = [
@@ -195,7 +156,7 @@ _memo_gets = st.tuples(_memo_index, st.booleans()).map(lambda g: [("BINGET" if g
 _values = st.recursive(st.one_of(_scalars, _memo_gets, _globals), _containers, max_leaves=12)
 
 _single_ops = st.one_of(
-    st.sampled_from(sorted(_NO_ARGUMENT)).map(lambda name: (name,)),
+    st.sampled_from(sorted(TORCH_NO_ARGUMENT)).map(lambda name: (name,)),
     _memo_gets.map(lambda ops: ops[0]),
     _scalars.map(lambda ops: ops[0]),
     _globals.map(lambda ops: ops[0]),
@@ -231,12 +192,7 @@ _programs = st.builds(
 
 
 def _write_checkpoint(path: pathlib.Path, pickle: bytes) -> None:
-    """Records as torch.save writes them, through torch's own archive writer."""
-    writer = torch._C.PyTorchFileWriter(str(path))
-    records = [("data.pkl", pickle), (".format_version", b"1"), (".storage_alignment", b"64"), ("byteorder", b"little")]
-    for name, data in records + [(f"data/{key}", data) for key, data in RECORDS.items()]:
-        writer.write_record(name, data, len(data))
-    writer.write_end_of_file()
+    write_checkpoint(torch, path, pickle, RECORDS)
 
 
 def _torch_load(path):
