@@ -227,16 +227,17 @@ REFUSED_ON_PURPOSE = (
     "follow the pickle's STOP",
 )
 # Not supported, as no pickler writes them: Counter(iterable), which counts the
-# items (Python pickles a Counter as Counter(dict)); set() or OrderedDict() of a
-# non-empty iterable other than a list or tuple (a dict's keys, a string's
-# characters), or bytearray() of one; BUILD on a tensor (torch calls `set_` with the state) or setting
-# attributes of a storage or a Counter; REDUCE or NEWOBJ arguments other than a
-# tuple (torch unpacks any iterable).
+# items (Python pickles a Counter as Counter(dict)); set(), OrderedDict(), bytes()
+# or bytearray() of a non-empty iterable other than a list or tuple (a dict's
+# keys, a string's characters); BUILD on a tensor (torch calls `set_` with the
+# state) or setting attributes of a storage or a Counter; REDUCE or NEWOBJ
+# arguments other than a tuple (torch unpacks any iterable).
 NOT_SUPPORTED = (
     "collections.Counter: expects a dict",
     "collections.OrderedDict: expects a dict",
     "builtins.set: expects a list, tuple or set",
     "builtins.bytearray: cannot build from",
+    "builtins.bytes: cannot build from",
     "unsupported: BUILD",
     "arguments must be a tuple",
 )
