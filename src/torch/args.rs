@@ -71,6 +71,11 @@ impl<'a> Args<'a> {
             .ok_or_else(|| self.fail(format!("missing argument {i}")))
     }
 
+    /// The kind of argument `i`, for messages ("missing" when there is none).
+    pub fn kind(&self, i: usize) -> &'static str {
+        self.node(i).map_or("missing", Node::kind_name)
+    }
+
     pub fn node(&self, i: usize) -> Result<&'a Node, Error> {
         Ok(self.arena.get(self.id(i)?))
     }

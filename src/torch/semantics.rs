@@ -386,19 +386,14 @@ fn snapshot_len(node: &Node) -> Option<(usize, u64)> {
 
 /// The `(key, value)` items of a list or tuple of 2-item lists and tuples.
 fn pairs(a: &Args) -> Result<Vec<(NodeId, NodeId)>, Error> {
-    let items: &[NodeId] = match a.node(0)? {
-        Node::Tuple(items) => a.arena.items(*items),
-        Node::List(items) => items,
-        other => return Err(a.fail(format!("expects pairs, got {}", other.kind_name()))),
-    };
+    let items = sequence(a.arena, a.node(0)?)
+        .ok_or_else(|| a.fail(format!("expects pairs, got {}", a.kind(0))))?;
     items
         .iter()
         .map(|id| {
-            let pair: &[NodeId] = match a.arena.get(*id) {
-                Node::Tuple(items) => a.arena.items(*items),
-                Node::List(items) => items,
-                other => return Err(a.fail(format!("expects pairs, got a {}", other.kind_name()))),
-            };
+            let node = a.arena.get(*id);
+            let pair = sequence(a.arena, node)
+                .ok_or_else(|| a.fail(format!("expects pairs, got a {}", node.kind_name())))?;
             match pair {
                 [key, value] => Ok((*key, *value)),
                 _ => Err(a.fail(format!(
@@ -408,6 +403,15 @@ fn pairs(a: &Args) -> Result<Vec<(NodeId, NodeId)>, Error> {
             }
         })
         .collect()
+}
+
+/// The items of a tuple or list.
+fn sequence<'a>(arena: &'a Arena, node: &'a Node) -> Option<&'a [NodeId]> {
+    match node {
+        Node::Tuple(items) => Some(arena.items(*items)),
+        Node::List(items) => Some(items),
+        _ => None,
+    }
 }
 
 /// Whether Python would iterate nothing over the value (a dict aside).
@@ -427,11 +431,8 @@ fn is_empty_iterable(arena: &Arena, node: &Node) -> bool {
 
 /// `bytes([1, 2, 3])`: the ints, each a byte.
 fn byte_values(a: &Args) -> Result<Vec<u8>, Error> {
-    let items: &[NodeId] = match a.node(0)? {
-        Node::Tuple(items) => a.arena.items(*items),
-        Node::List(items) => items,
-        other => return Err(a.fail(format!("cannot build from {}", other.kind_name()))),
-    };
+    let items = sequence(a.arena, a.node(0)?)
+        .ok_or_else(|| a.fail(format!("cannot build from {}", a.kind(0))))?;
     items
         .iter()
         .map(|id| match a.arena.get(*id) {
