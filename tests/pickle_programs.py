@@ -60,6 +60,26 @@ def assemble(ops) -> bytes:
     return b"".join(encode(op) for op in ops)
 
 
+def mutate(ops: list, mutations) -> list:
+    """`ops` with each `(kind, where, op)` applied in turn: "delete", "duplicate" or
+    "swap" the op at `where` (modulo the length), or "insert" `op` there."""
+    ops = list(ops)
+    for kind, where, op in mutations:
+        i = where % (len(ops) + 1)
+        if kind == "insert":
+            ops.insert(i, op)
+        elif i < len(ops) and kind == "delete":
+            del ops[i]
+        elif i < len(ops) and kind == "duplicate":
+            ops.insert(i, ops[i])
+        elif i + 1 < len(ops) and kind == "swap":
+            ops[i], ops[i + 1] = ops[i + 1], ops[i]
+    return ops
+
+
+MUTATIONS = ("delete", "insert", "duplicate", "swap")
+
+
 def write_checkpoint(torch, path, pickle: bytes, records: dict[str, bytes]) -> None:
     """A checkpoint holding `pickle` as data.pkl and `records` as data/<key>, in
     the order torch.save writes them, through torch's own archive writer."""

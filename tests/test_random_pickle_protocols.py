@@ -26,7 +26,7 @@ from describe import describe
 from expectations import assert_same_description
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pickle_programs import NO_ARGUMENT, assemble, encode, write_checkpoint
+from pickle_programs import MUTATIONS, NO_ARGUMENT, assemble, encode, mutate, write_checkpoint
 from tensorplay import scanner
 from test_random_pickles import _refused_on_purpose
 
@@ -103,21 +103,13 @@ class WeightsOnlyRules(pickle._Unpickler):
         self.load_newobj()
 
     def load_build(self):
-        state = self.stack.pop()
-        inst = self.stack[-1]
+        inst = self.stack[-2]
         if type(inst) is OrderedDict:
-            inst.__dict__.update(state)
+            inst.__dict__.update(self.stack.pop())
             return
         if not any(type(inst) is value for value in GLOBALS.values()):
             raise Refused(f"builds a {type(inst)}")
-        slotstate = None
-        if isinstance(state, tuple) and len(state) == 2:
-            state, slotstate = state
-        if state:
-            inst.__dict__.update(state)
-        if slotstate:
-            for key, value in slotstate.items():
-                setattr(inst, key, value)
+        super().load_build()
 
     def _check_target(self, types):
         if type(self.stack[-1]) not in types:
@@ -309,19 +301,6 @@ _single_ops = st.one_of(
 )
 
 
-def _mutate(ops, mutations):
-    ops = list(ops)
-    for kind, where, op in mutations:
-        i = where % (len(ops) + 1)
-        if kind == "insert":
-            ops.insert(i, op)
-        elif i < len(ops) and kind == "delete":
-            del ops[i]
-        elif i + 1 < len(ops) and kind == "swap":
-            ops[i], ops[i + 1] = ops[i + 1], ops[i]
-    return ops
-
-
 def _framed(ops, breaks) -> bytes:
     """Protocol 4 framing: FRAME headers before runs of whole ops. (Python's two
     unpicklers disagree on frames that end mid-opcode or past the pickle:
@@ -340,7 +319,7 @@ def _pickles(draw) -> bytes:
     proto = draw(st.sampled_from([0, 1, 2, 3, 4, 5, None]))
     ops = draw(_values) + [("STOP",)]
     if draw(st.booleans()):
-        ops = _mutate(ops, draw(st.lists(st.tuples(st.sampled_from(["delete", "insert", "swap"]),
+        ops = mutate(ops, draw(st.lists(st.tuples(st.sampled_from(MUTATIONS),
                                                    st.integers(0, 10**6), _single_ops), max_size=3)))
     head = b"" if proto is None else encode(("PROTO", proto))
     if proto is not None and proto >= 4 and draw(st.booleans()):

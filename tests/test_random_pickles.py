@@ -24,7 +24,7 @@ from describe import describe
 from expectations import assert_same_description, check_numpy_result, contains_kind, numpy_cannot_hold
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pickle_programs import NO_ARGUMENT, assemble, write_checkpoint
+from pickle_programs import MUTATIONS, NO_ARGUMENT, assemble, mutate, write_checkpoint
 from tensorplay import scanner
 from tensorplay.serialization import get_unsafe_globals_in_checkpoint
 
@@ -161,27 +161,12 @@ _single_ops = st.one_of(
     _scalars.map(lambda ops: ops[0]),
     _globals.map(lambda ops: ops[0]),
 )
-_mutations = st.lists(st.tuples(st.sampled_from(["delete", "insert", "duplicate", "swap"]),
+_mutations = st.lists(st.tuples(st.sampled_from(MUTATIONS),
                                 st.integers(0, 10**6), _single_ops), max_size=3)
 
 
-def _mutate(ops: list, mutations) -> list:
-    ops = list(ops)
-    for kind, where, op in mutations:
-        i = where % (len(ops) + 1)
-        if kind == "insert":
-            ops.insert(i, op)
-        elif i < len(ops) and kind == "delete":
-            del ops[i]
-        elif i < len(ops) and kind == "duplicate":
-            ops.insert(i, ops[i])
-        elif i + 1 < len(ops) and kind == "swap":
-            ops[i], ops[i + 1] = ops[i + 1], ops[i]
-    return ops
-
-
 _programs = st.builds(
-    lambda proto, value, mutations: _mutate(proto + value + [("STOP",)], mutations),
+    lambda proto, value, mutations: mutate(proto + value + [("STOP",)], mutations),
     st.sampled_from([[("PROTO", 2)], [("PROTO", 2)], [], [("PROTO", 1)], [("PROTO", 5)]]),
     _values,
     st.one_of(st.just([]), _mutations),
