@@ -66,8 +66,8 @@ class WeightsOnlyRules(pickle._Unpickler):
 
     dispatch = dict(pickle._Unpickler.dispatch)
 
-    def __init__(self, data: bytes):
-        super().__init__(io.BytesIO(data), encoding="utf-8")
+    def __init__(self, data: bytes, encoding: str):
+        super().__init__(io.BytesIO(data), encoding=encoding)
 
     def find_class(self, module, name):
         full = f"{PY2_MODULES.get(module, module)}.{name}"
@@ -157,10 +157,10 @@ for _name in ("ext1", "ext2", "ext4"):
     WeightsOnlyRules.dispatch[getattr(pickle, _name.upper())[0]] = lambda self: self.get_extension(0)
 
 
-def reference_load(data: bytes):
+def reference_load(data: bytes, encoding: str = "utf-8"):
     """(object, None), or (None, the exception) where the reference refuses."""
     try:
-        return WeightsOnlyRules(data).load(), None
+        return WeightsOnlyRules(data, encoding).load(), None
     except Exception as error:  # noqa: BLE001 - any exception is a refusal
         return None, error
 
@@ -336,28 +336,31 @@ def _tensorplay_load(path, **options):
         return None, error
 
 
-def _compare(path: pathlib.Path, data: bytes) -> None:
-    expected, reference_error = reference_load(data)
-    loaded, our_error = _tensorplay_load(path, backend="torch")
+def _compare(path: pathlib.Path, data: bytes, encoding: str = "utf-8") -> None:
+    """`encoding` decodes Python 2 strings (STRING, BINSTRING, SHORT_BINSTRING), as
+    pickle's and torch.load's argument of that name does."""
+    expected, reference_error = reference_load(data, encoding)
+    loaded, our_error = _tensorplay_load(path, backend="torch", encoding=encoding)
     if reference_error is None and not _refused_on_purpose(our_error):
         assert our_error is None, f"the reference loads {expected!r}, tensorplay refuses: {our_error}"
         expected = describe(expected)
         assert_same_description(describe(loaded), expected)
-        arrays, error = _tensorplay_load(path, backend="numpy")
+        arrays, error = _tensorplay_load(path, backend="numpy", encoding=encoding)
         assert error is None, error
         assert_same_description(describe(arrays), expected)
     elif reference_error is not None:
         assert our_error is not None, f"the reference refuses it ({reference_error!r}), tensorplay loads {loaded!r}"
-    assert (scanner.scan(path).verdict == "clean") == (our_error is None), our_error
+    if encoding == "utf-8":  # what a scan assumes
+        assert (scanner.scan(path).verdict == "clean") == (our_error is None), our_error
 
 
 @settings(max_examples=500, deadline=None)
-@given(data=_pickles())
-def test_random_pickles_of_every_protocol_load_as_pickle_reads_them_under_torchs_rules(data):
+@given(data=_pickles(), encoding=st.sampled_from(["utf-8", "utf-8", "latin1", "ascii", "bytes"]))
+def test_random_pickles_of_every_protocol_load_as_pickle_reads_them_under_torchs_rules(data, encoding):
     with tempfile.TemporaryDirectory() as folder:
         path = pathlib.Path(folder, "ckpt.pt")
         write_checkpoint(torch, path, data, {})
-        _compare(path, data)
+        _compare(path, data, encoding)
 
 
 # The reference against torch itself, on the opcodes torch has.
@@ -422,3 +425,18 @@ def test_programs_found_load_as_the_reference_loads_them(data, tmp_path):
     path = tmp_path / "ckpt.pt"
     write_checkpoint(torch, path, data, {})
     _compare(path, data)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin1", "ascii", "bytes"])
+@pytest.mark.parametrize("data", [
+    b"\x80\x02U\x02\xc3\xa9.",  # SHORT_BINSTRING
+    b"\x80\x01T\x02\x00\x00\x00\xc3\xa9.",  # BINSTRING
+    b"S'\\xc3\\xa9'\n.",  # STRING, escaped
+    b"\x80\x02U\x01\xff.",  # not UTF-8
+])
+def test_python2_strings_decode_as_the_encoding_says(data, encoding, tmp_path):
+    path = tmp_path / "ckpt.pt"
+    write_checkpoint(torch, path, data, {})
+    _compare(path, data, encoding)
+    if reference_load(data, encoding)[1] is None:
+        assert tensorplay.load(path, encoding=encoding) == reference_load(data, encoding)[0]
