@@ -107,7 +107,16 @@ pub enum Format {
 
 /// Open a checkpoint held in `source` and validate it completely.
 pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Error> {
-    let c = read(source.bytes(), options, Some(&source), None)?;
+    // Local headers read from the file, not through the map: each fault on the map
+    // would keep the page-cache folio holding a header (up to 2 MiB of payload) in
+    // this process. Files with many small records, and anything irregular, are
+    // read through the map, which gives the same index or the precise error.
+    let index = zip::read_entries_by_reading(
+        source.bytes().len() as u64,
+        &|offset, len| source.read_file_at(offset, len),
+        options.limits.max_zip_entries,
+    );
+    let c = read(source.bytes(), options, Some(&source), index)?;
     // The pickle's pages too: storages are read from the file, not the map.
     source.release_pages();
     let (arena, root) = compact::compact(&c.arena, c.root);

@@ -4,6 +4,7 @@ and saves run concurrently with per-thread allowlists."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import threading
@@ -132,3 +133,28 @@ def test_eight_threads_load_scan_and_save_at_once_with_their_own_allowlists(back
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def _mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of `path` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps").read().splitlines():
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's first line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
+def test_an_mmap_load_maps_the_pickle_and_none_of_the_payload(backend, tmp_path):
+    """Local headers are read from the file, not through the map: a fault on the
+    map would keep the page (with large page-cache folios, up to 2 MiB of
+    payload) around each of the 64 headers resident in this process."""
+    path = tmp_path / "big.pt"
+    tensorplay.save({f"w{i}": np.full(1 << 18, i, dtype=np.float32) for i in range(64)}, path)
+    loaded = tensorplay.load(path, mmap=True, backend=backend)
+    pickle_kib = zipfile.ZipFile(path).getinfo("big/data.pkl").file_size // 1024
+    assert _mapped_kib(path) <= 2048 + pickle_kib + 64
+    assert float(loaded["w63"][0]) == 63.0  # and the payload is there when touched

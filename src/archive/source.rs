@@ -28,7 +28,11 @@ pub enum Source {
         map: Mmap,
         file: File,
     },
-    Writable(MmapMut),
+    /// A private or shared map, and the file it maps (none for anonymous memory).
+    Writable {
+        map: MmapMut,
+        file: Option<File>,
+    },
     Owned(Vec<u8>),
     Empty,
 }
@@ -64,13 +68,18 @@ impl Source {
                     map: Mmap::map(&file).map_err(|e| describe("map", e))?,
                     file,
                 },
-                MapMode::Private => Source::Writable(
-                    MmapOptions::new()
+                MapMode::Private => Source::Writable {
+                    map: MmapOptions::new()
                         .map_copy(&file)
                         .map_err(|e| describe("map", e))?,
-                ),
+                    file: Some(file),
+                },
                 MapMode::Shared => {
-                    Source::Writable(MmapMut::map_mut(&file).map_err(|e| describe("map", e))?)
+                    let map = MmapMut::map_mut(&file).map_err(|e| describe("map", e))?;
+                    Source::Writable {
+                        map,
+                        file: Some(file),
+                    }
                 }
             }
         };
@@ -87,7 +96,10 @@ impl Source {
 
     /// `len` bytes of fresh anonymous memory (zeroed by the kernel as it is touched).
     pub fn anonymous(len: usize) -> std::io::Result<Source> {
-        Ok(Source::Writable(MmapMut::map_anon(len)?))
+        Ok(Source::Writable {
+            map: MmapMut::map_anon(len)?,
+            file: None,
+        })
     }
 
     pub fn from_vec(bytes: Vec<u8>) -> Source {
@@ -97,7 +109,7 @@ impl Source {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Source::ReadOnly { map, .. } => map,
-            Source::Writable(m) => m,
+            Source::Writable { map, .. } => map,
             Source::Owned(v) => v,
             Source::Empty => &[],
         }
@@ -105,13 +117,13 @@ impl Source {
 
     /// Whether tensors may be handed out as writable views of these bytes.
     pub fn is_writable(&self) -> bool {
-        matches!(self, Source::Writable(_))
+        matches!(self, Source::Writable { .. })
     }
 
     /// Start of a writable mapping, for the buffer protocol in the bindings.
     pub fn writable_ptr(&mut self) -> Option<*mut u8> {
         match self {
-            Source::Writable(m) => Some(m.as_mut_ptr()),
+            Source::Writable { map, .. } => Some(map.as_mut_ptr()),
             _ => None,
         }
     }
@@ -130,6 +142,35 @@ impl Source {
             // SAFETY: the map is read-only and never written, so discarding its
             // pages loses nothing: the next access faults the file's bytes back in.
             let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
+    /// `len` bytes at `offset` read from the file, without touching the map (whose
+    /// faults would bring whole page-cache folios into this process); `None` without
+    /// a file, or past its end.
+    pub fn read_file_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let file = match self {
+            Source::ReadOnly { file, .. }
+            | Source::Writable {
+                file: Some(file), ..
+            } => file,
+            _ => return None,
+        };
+        let end = offset.checked_add(len as u64)?;
+        if end > self.bytes().len() as u64 {
+            return None;
+        }
+        let mut out = vec![0; len];
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            file.read_exact_at(&mut out, offset).ok()?;
+            Some(out)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = file;
+            None
         }
     }
 
