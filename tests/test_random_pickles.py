@@ -214,12 +214,14 @@ REFUSED_ON_PURPOSE = (
 # Not supported, as no pickler writes them: Counter(iterable), which counts the
 # items (Python pickles a Counter as Counter(dict)); set(), OrderedDict(), bytes()
 # or bytearray() of a non-empty iterable other than a list or tuple (a dict's
-# keys, a string's characters); BUILD on a tensor (torch calls `set_` with the
+# keys, a string's characters), and OrderedDict() of pairs that are not lists or
+# tuples (2-character strings); BUILD on a tensor (torch calls `set_` with the
 # state) or setting attributes of a storage or a Counter; REDUCE or NEWOBJ
 # arguments other than a tuple (torch unpacks any iterable).
 NOT_SUPPORTED = (
     "collections.Counter: expects a dict",
     "collections.OrderedDict: expects a dict",
+    "collections.OrderedDict: expects pairs, got a",
     "builtins.set: expects a list, tuple or set",
     "builtins.bytearray: cannot build from",
     "builtins.bytes: cannot build from",
