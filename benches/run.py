@@ -272,7 +272,7 @@ def measure_checkpoint(name: str, info: dict, data: Path, ops: list[Op], caps: d
                        smoke: bool, log) -> dict:
     files = {"torch": data / info["torch"], "safetensors": data / info["safetensors"]}
     active = [op for op in ops if not op.needs or caps.get(op.needs)]
-    skipped = {op.id: SKIP_REASONS.get(op.id, "unavailable") for op in ops if op not in active}
+    skipped = {op.id: SKIP_REASONS[op.needs] for op in ops if op not in active}
     recs: dict[str, list[dict]] = {op.id: [] for op in active}
 
     def job(op: Op) -> dict:
@@ -677,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
             results["threads_sweep"] = threads_sweep(data, manifest["checkpoints"]["gpt2"], caps,
                                                      1 if args.smoke else args.runs, log)
     results["skipped_notes"] = results.pop("skipped_notes_before", {})
-    results["skipped_notes"].update({op.id: SKIP_REASONS[op.id] for op in ops if op.needs and not caps.get(op.needs)})
+    results["skipped_notes"].update(
+        {op.id: SKIP_REASONS[op.needs] for op in ops if op.needs and not caps.get(op.needs)})
     if isinstance(results.get("threads_sweep"), dict) and "skipped" in results["threads_sweep"]:
         results["skipped_notes"]["threads sweep"] = results["threads_sweep"]["skipped"]
     results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
