@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pickle_programs import MUTATIONS, NO_ARGUMENT, assemble, encode, mutate, write_checkpoint
 from tensorplay import scanner
-from test_random_pickles import _refused_on_purpose
+from weights_only_differential import refused_on_purpose
 
 torch = pytest.importorskip("torch")
 
@@ -341,7 +341,7 @@ def _compare(path: pathlib.Path, data: bytes, encoding: str = "utf-8") -> None:
     pickle's and torch.load's argument of that name does."""
     expected, reference_error = reference_load(data, encoding)
     loaded, our_error = _tensorplay_load(path, backend="torch", encoding=encoding)
-    if reference_error is None and not _refused_on_purpose(our_error):
+    if reference_error is None and not refused_on_purpose(our_error):
         assert our_error is None, f"the reference loads {expected!r}, tensorplay refuses: {our_error}"
         expected = describe(expected)
         assert_same_description(describe(loaded), expected)

@@ -8,186 +8,44 @@ globals, BUILD and NEWOBJ on anything, persistent ids and tensors over real
 records) and then mutated (ops deleted, duplicated, inserted, swapped). Where
 torch's loader accepts a program, tensorplay loads the same object; where torch's
 refuses it, tensorplay refuses it with a CheckpointError, never another exception.
-The scans agree with the loads, and with torch's scanner."""
+The scans agree with the loads, and with torch's scanner. The generator and the
+comparison are weights_only_differential.py's; this file holds what is particular
+to zip checkpoints."""
 from __future__ import annotations
 
 import io
 import pathlib
-import struct
 import tempfile
-import warnings
 import zipfile
 
 import pytest
 import tensorplay
-from describe import describe
-from expectations import assert_same_description, check_numpy_result, contains_kind, numpy_cannot_hold
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pickle_programs import MUTATIONS, NO_ARGUMENT, assemble, mutate, write_checkpoint
-from tensorplay import scanner
-from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+from pickle_programs import assemble, write_checkpoint
+from weights_only_differential import KEYS, RECORDS, compare, integer, programs, text, torch_load, tuple_of
 
 torch = pytest.importorskip("torch")
 
-# --- the generator ---------------------------------------------------------------
-
-# The opcodes torch's weights-only unpickler implements that take no argument.
-TORCH_NO_ARGUMENT = {"STOP", "NONE", "NEWTRUE", "NEWFALSE", "MARK", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2",
-                     "TUPLE3", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM", "SETITEMS", "EMPTY_SET",
-                     "REDUCE", "NEWOBJ", "BUILD", "BINPERSID"}
-assert TORCH_NO_ARGUMENT <= set(NO_ARGUMENT)
-
-# Globals the allowlist holds, ones it refuses, and ones it blocks outright.
-ALLOWED = [
-    ("collections", "OrderedDict"), ("collections", "Counter"), ("builtins", "set"), ("__builtin__", "set"),
-    ("builtins", "complex"), ("builtins", "bytearray"), ("_codecs", "encode"), ("torch", "Size"),
-    ("torch", "device"), ("torch", "float32"), ("torch", "int64"), ("torch", "FloatStorage"),
-    ("torch", "LongStorage"), ("torch", "ByteStorage"), ("torch.storage", "UntypedStorage"),
-    ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
-    ("torch.nn.parameter", "Parameter"), ("torch", "Tensor"), ("torch", "FloatTensor"),
-    ("torch.serialization", "_get_layout"), ("torch", "per_tensor_affine"),
-]
-REFUSED = [
-    ("copy_reg", "_reconstructor"), ("builtins", "eval"), ("builtins", "getattr"), ("builtins", "frozenset"),
-    ("collections", "defaultdict"), ("torch", "float"), ("exceptions", "ValueError"), ("numpy", "load"),
-]
-BLOCKED = [("os", "system"), ("posix", "system"), ("sys", "modules")]
-
-# data/0: eight float32 or four int64; data/1: eight bytes; data/2: empty.
-RECORDS = {"0": bytes(range(1, 33)), "1": bytes(range(200, 208)), "2": b""}
-
-_keys = st.sampled_from(sorted(RECORDS) + ["3"])
-_small = st.integers(0, 9)
-
-
-def _text(value: str) -> list:
-    return [("BINUNICODE", value.encode("utf-8", "surrogatepass"))]
-
-
-def _int(value: int) -> list:
-    if 0 <= value < 256:
-        return [("BININT1", value)]
-    if -(2**31) <= value < 2**31:
-        return [("BININT", value)]
-    return [("LONG1", value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True))]
-
-
-_ints = st.one_of(
-    _small.map(_int),
-    st.integers(0, 255).map(lambda v: [("BININT1", v)]),
-    st.integers(0, 65535).map(lambda v: [("BININT2", v)]),
-    st.integers(-(2**31), 2**31 - 1).map(lambda v: [("BININT", v)]),
-    st.binary(max_size=10).map(lambda b: [("LONG1", b)]),
-)
-_strings = st.one_of(
-    st.text(st.characters(exclude_categories=()), max_size=6).map(_text),
-    st.binary(max_size=6).map(lambda b: [("BINUNICODE", b)]),
-    st.binary(max_size=6).map(lambda b: [("SHORT_BINSTRING", b)]),
-    st.sampled_from(["cpu", "meta", "storage", "latin1", "utf-8", "rot13", "strided", "foo"]).map(_text),
-)
-_scalars = st.one_of(
-    st.sampled_from([[("NONE",)], [("NEWTRUE",)], [("NEWFALSE",)]]),
-    _ints,
-    st.binary(min_size=8, max_size=8).map(lambda b: [("BINFLOAT", b)]),
-    st.floats().map(lambda f: [("BINFLOAT", struct.pack(">d", f))]),
-    _strings,
-)
-_memo_index = st.integers(0, 3)
-_globals = st.sampled_from(ALLOWED + ALLOWED + REFUSED + BLOCKED).map(lambda g: [("GLOBAL", g)])
-
-
-def _tuple_of(items: list[list]) -> list:
-    if len(items) == 0:
-        return [("EMPTY_TUPLE",)]
-    body = [op for item in items for op in item]
-    if len(items) <= 3:
-        return body + [(f"TUPLE{len(items)}",)]
-    return [("MARK",)] + body + [("TUPLE",)]
+# --- zip checkpoints: data/<key> records, storages named by 5-tuples --------------
 
 
 @st.composite
 def _persistent_id(draw, values):
     storage_type = draw(st.sampled_from([("torch", "FloatStorage"), ("torch", "LongStorage"),
                                          ("torch", "ByteStorage"), ("torch.storage", "UntypedStorage")]))
-    items = [_text("storage"), [("GLOBAL", storage_type)], _text(draw(_keys)), _text("cpu"), _int(draw(_small))]
+    numel = integer(draw(st.integers(0, 9)))
+    items = [text("storage"), [("GLOBAL", storage_type)], text(draw(KEYS)), text("cpu"), numel]
     if draw(st.integers(0, 9)) == 0:  # anything in any slot
         items[draw(st.integers(0, 4))] = draw(values)
-    return _tuple_of(items) + [("BINPERSID",)]
+    return tuple_of(items) + [("BINPERSID",)]
 
 
-@st.composite
-def _tensor(draw, values):
-    ndim = draw(st.integers(0, 2))
-    size = _tuple_of([_int(draw(st.integers(0, 4))) for _ in range(ndim)])
-    stride = _tuple_of([_int(draw(st.integers(0, 3))) for _ in range(ndim)])
-    args = [draw(_persistent_id(values)), _int(draw(st.integers(0, 4))), size, stride,
-            draw(st.sampled_from([[("NEWFALSE",)], [("NEWTRUE",)]])),
-            [("GLOBAL", ("collections", "OrderedDict")), ("EMPTY_TUPLE",), ("REDUCE",)]]
-    tensor = [("GLOBAL", ("torch._utils", "_rebuild_tensor_v2"))] + _tuple_of(args) + [("REDUCE",)]
-    if draw(st.booleans()):
-        return tensor
-    return ([("GLOBAL", ("torch._utils", "_rebuild_parameter"))]
-            + _tuple_of([tensor, draw(st.sampled_from([[("NEWFALSE",)], [("NEWTRUE",)]])), [("EMPTY_DICT",)]])
-            + [("REDUCE",)])
-
-
-def _containers(values):
-    items = st.lists(values, max_size=4)
-    pairs = st.lists(st.tuples(st.one_of(_scalars, _scalars, values), values), max_size=3)
-    return st.one_of(
-        items.map(_tuple_of),
-        items.map(lambda xs: [("EMPTY_LIST",)] + [op for x in xs for op in x + [("APPEND",)]]),
-        items.map(lambda xs: [("EMPTY_LIST",), ("MARK",)] + [op for x in xs for op in x] + [("APPENDS",)]),
-        pairs.map(lambda kv: [("EMPTY_DICT",)] + [op for k, v in kv for op in k + v + [("SETITEM",)]]),
-        pairs.map(lambda kv: [("EMPTY_DICT",), ("MARK",)] + [op for k, v in kv for op in k + v] + [("SETITEMS",)]),
-        st.just([("EMPTY_SET",)]),
-        st.tuples(_globals, items).map(lambda g: g[0] + _tuple_of(g[1]) + [("REDUCE",)]),
-        st.tuples(_globals, items).map(lambda g: g[0] + _tuple_of(g[1]) + [("NEWOBJ",)]),
-        st.tuples(values, values).map(lambda vs: vs[0] + vs[1] + [("BUILD",)]),
-        st.tuples(values, _memo_index, st.booleans()).map(
-            lambda v: v[0] + [("BINPUT" if v[2] else "LONG_BINPUT", v[1])]),
-        _persistent_id(values),
-        _tensor(values),
-    )
-
-
-_memo_gets = st.tuples(_memo_index, st.booleans()).map(lambda g: [("BINGET" if g[1] else "LONG_BINGET", g[0])])
-_values = st.recursive(st.one_of(_scalars, _memo_gets, _globals), _containers, max_leaves=12)
-
-_single_ops = st.one_of(
-    st.sampled_from(sorted(TORCH_NO_ARGUMENT)).map(lambda name: (name,)),
-    _memo_gets.map(lambda ops: ops[0]),
-    _scalars.map(lambda ops: ops[0]),
-    _globals.map(lambda ops: ops[0]),
-)
-_mutations = st.lists(st.tuples(st.sampled_from(MUTATIONS),
-                                st.integers(0, 10**6), _single_ops), max_size=3)
-
-
-_programs = st.builds(
-    lambda proto, value, mutations: mutate(proto + value + [("STOP",)], mutations),
-    st.sampled_from([[("PROTO", 2)], [("PROTO", 2)], [], [("PROTO", 1)], [("PROTO", 5)]]),
-    _values,
-    st.one_of(st.just([]), _mutations),
-)
-
-
-# --- the checks ----------------------------------------------------------------
+_programs = programs(_persistent_id)
 
 
 def _write_checkpoint(path: pathlib.Path, pickle: bytes) -> None:
     write_checkpoint(torch, path, pickle, RECORDS)
-
-
-def _torch_load(path):
-    """(object, None) or (None, the exception) from torch.load(weights_only=True)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return torch.load(path, weights_only=True), None
-        except Exception as error:  # noqa: BLE001 - any exception is torch refusing the file
-            return None, error
 
 
 def _torch_scan(path):
@@ -202,92 +60,8 @@ def _torch_scan(path):
     return sorted(names), not pickle.read()
 
 
-# What torch's loader accepts and tensorplay's refuses, by the message it gives.
-REFUSED_ON_PURPOSE = (
-    # torch.Tensor, a legacy tensor type or a storage class called with a size
-    # allocates uninitialised memory, and torch returns whatever it held.
-    "uninitialised memory",
-    # torch ignores bytes after STOP: a second pickle hidden there is how polyglot
-    # files fool other scanners, and no writer puts anything there.
-    "follow the pickle's STOP",
-)
-# Not supported, as no pickler writes them: Counter(iterable), which counts the
-# items (Python pickles a Counter as Counter(dict)); set(), OrderedDict(), bytes()
-# or bytearray() of a non-empty iterable other than a list or tuple (a dict's
-# keys, a string's characters), and OrderedDict() of pairs that are not lists or
-# tuples (2-character strings); BUILD on a tensor (torch calls `set_` with the
-# state) or setting attributes of a storage or a Counter; REDUCE or NEWOBJ
-# arguments other than a tuple (torch unpacks any iterable).
-NOT_SUPPORTED = (
-    "collections.Counter: expects a dict",
-    "collections.OrderedDict: expects a dict",
-    "collections.OrderedDict: expects pairs, got a",
-    "builtins.set: expects a list, tuple or set",
-    "builtins.bytearray: cannot build from",
-    "builtins.bytes: cannot build from",
-    "unsupported: BUILD",
-    "arguments must be a tuple",
-)
-
-
-def _refused_on_purpose(error) -> bool:
-    return error is not None and any(reason in str(error) for reason in REFUSED_ON_PURPOSE + NOT_SUPPORTED)
-
-
-def _as_214_names(names):
-    """torch 2.13 reports a Python 2 exception as `exceptions.ValueError`, which no
-    allowlist entry can match; tensorplay maps it to `builtins.ValueError` as 2.14
-    does, so the name it reports is the one to allowlist."""
-    return [name.replace("exceptions.", "builtins.", 1) if name.startswith("exceptions.") else name for name in names]
-
-
-def _torch_object(description) -> bool:
-    """A storage or StorageType object: the numpy backend has its own stand-ins."""
-    return description.get("kind") == "object" and description.get("class", "").startswith("torch.")
-
-
 def _compare(path: pathlib.Path) -> None:
-    expected, torch_error = _torch_load(path)
-    try:
-        loaded = tensorplay.load(path, backend="torch")
-        our_error = None
-    except tensorplay.CheckpointError as error:
-        our_error = error
-    if torch_error is None and not _refused_on_purpose(our_error):
-        assert our_error is None, f"torch loads it, tensorplay refuses: {our_error}"
-        expected = describe(expected)
-        assert_same_description(describe(loaded), expected)
-        assert_same_description(describe(tensorplay.load(path, backend="torch", mmap=True)), expected)
-        if not numpy_cannot_hold(expected) and not contains_kind(expected, _torch_object):
-            try:
-                arrays = tensorplay.load(path, backend="numpy")
-            except tensorplay.UnsupportedCheckpointError as error:  # torch objects as values or keys
-                assert "the numpy backend cannot" in str(error)
-            else:
-                check_numpy_result(arrays, expected)
-    else:
-        assert our_error is not None, f"torch refuses it ({torch_error!r}), tensorplay loads {loaded!r}"
-
-    verdict = scanner.scan(path).verdict
-    if "cannot be restored here" not in str(our_error):  # the machine's devices, not the file
-        assert (verdict == "clean") == (our_error is None), (verdict, our_error)
-    theirs = _torch_scan(path)
-    try:
-        ours = sorted(get_unsafe_globals_in_checkpoint(path))
-    except tensorplay.MalformedCheckpointError:
-        # torch's scanner skims past what it cannot read (a string's UTF-8, say);
-        # tensorplay's says so, and its loader refuses the file too.
-        assert our_error is not None
-        return
-    # On a malformed pickle the two scanners may stop in different places (torch's
-    # at the first STOP, tensorplay's at a break, or past a STOP the stack does
-    # not allow); anywhere else they report the same names.
-    if theirs is not None and not isinstance(our_error, tensorplay.MalformedCheckpointError):
-        names, whole_pickle = theirs
-        if whole_pickle:
-            assert ours == sorted(_as_214_names(names))
-        else:  # tensorplay's also names what follows the STOP
-            assert set(_as_214_names(names)) <= set(ours)
+    compare(path, _torch_scan)
 
 
 @settings(max_examples=500, deadline=None)
@@ -306,19 +80,20 @@ def _g(module, name):
 
 
 def _call(func, *args, op="REDUCE"):
-    return func + _tuple_of(list(args)) + [(op,)]
+    return func + tuple_of(list(args)) + [(op,)]
 
 
 def _storage_id(key="0", location=None, numel=None, storage_type=("torch", "FloatStorage")):
-    location = _text("cpu") if location is None else location
-    numel = _int(8) if numel is None else numel
-    return _tuple_of([_text("storage"), _g(*storage_type), _text(key), location, numel]) + [("BINPERSID",)]
+    location = text("cpu") if location is None else location
+    numel = integer(8) if numel is None else numel
+    return tuple_of([text("storage"), _g(*storage_type), text(key), location, numel]) + [("BINPERSID",)]
 
 
 def _rebuild(storage, offset, size, stride, requires_grad=False):
     hooks = _call(_g("collections", "OrderedDict"))
-    return _call(_g("torch._utils", "_rebuild_tensor_v2"), storage, _int(offset), _tuple_of([_int(v) for v in size]),
-                 _tuple_of([_int(v) for v in stride]), [("NEWTRUE",)] if requires_grad else [("NEWFALSE",)], hooks)
+    return _call(_g("torch._utils", "_rebuild_tensor_v2"), storage, integer(offset),
+                 tuple_of([integer(v) for v in size]), tuple_of([integer(v) for v in stride]),
+                 [("NEWTRUE",)] if requires_grad else [("NEWFALSE",)], hooks)
 
 
 def _pair(key, value):
@@ -331,21 +106,21 @@ def _list(*items):
 
 TORCH_LOADS = {
     "Size()": _call(_g("torch", "Size")),
-    "Size of negative ints": _call(_g("torch", "Size"), _tuple_of([_int(-1), [("NEWTRUE",)]])),
-    "Size built by NEWOBJ": _call(_g("torch", "Size"), _tuple_of([_int(2), _int(3)]), op="NEWOBJ"),
-    "device(3) is cuda:3": _call(_g("torch", "device"), _int(3)),
-    "device built by NEWOBJ": _call(_g("torch", "device"), _text("cpu"), op="NEWOBJ"),
+    "Size of negative ints": _call(_g("torch", "Size"), tuple_of([integer(-1), [("NEWTRUE",)]])),
+    "Size built by NEWOBJ": _call(_g("torch", "Size"), tuple_of([integer(2), integer(3)]), op="NEWOBJ"),
+    "device(3) is cuda:3": _call(_g("torch", "device"), integer(3)),
+    "device built by NEWOBJ": _call(_g("torch", "device"), text("cpu"), op="NEWOBJ"),
     "OrderedDict of [key, value] lists (Python 2)": _call(
-        _g("collections", "OrderedDict"), _list(_pair(_text("a"), _int(1)), _pair(_text("b"), [("NONE",)]))),
-    "OrderedDict of an empty string": _call(_g("collections", "OrderedDict"), _text("")),
+        _g("collections", "OrderedDict"), _list(_pair(text("a"), integer(1)), _pair(text("b"), [("NONE",)]))),
+    "OrderedDict of an empty string": _call(_g("collections", "OrderedDict"), text("")),
     "Counter(None)": _call(_g("collections", "Counter"), [("NONE",)]),
-    "complex(True, 2**70)": _call(_g("builtins", "complex"), [("NEWTRUE",)], _int(2**70)),
-    "bytearray of ints": _call(_g("builtins", "bytearray"), _tuple_of([_int(1), _int(255)])),
+    "complex(True, 2**70)": _call(_g("builtins", "complex"), [("NEWTRUE",)], integer(2**70)),
+    "bytearray of ints": _call(_g("builtins", "bytearray"), tuple_of([integer(1), integer(255)])),
     "bytearray(True)": _call(_g("builtins", "bytearray"), [("NEWTRUE",)]),
     "an empty state BUILDs nothing on a set": _call(_g("builtins", "set")) + [("EMPTY_DICT",), ("BUILD",)],
-    "a (None, None) state BUILDs nothing on a Size": _call(_g("torch", "Size")) + _tuple_of([[("NONE",)]] * 2)
+    "a (None, None) state BUILDs nothing on a Size": _call(_g("torch", "Size")) + tuple_of([[("NONE",)]] * 2)
     + [("BUILD",)],
-    "an empty tensor past its storage's end": _rebuild(_storage_id("2", numel=_int(0)), 3, [0, 2], [1, 1]),
+    "an empty tensor past its storage's end": _rebuild(_storage_id("2", numel=integer(0)), 3, [0, 2], [1, 1]),
     "Parameter(None) is an empty Parameter": _call(_g("torch.nn.parameter", "Parameter"), [("NONE",)]),
     "a legacy storage class as a value": _g("torch", "FloatStorage"),
     "a storage size of False": _storage_id("2", numel=[("NEWFALSE",)]),
@@ -354,13 +129,13 @@ TORCH_LOADS = {
 BOTH_REFUSE = {
     "an int tensor that requires grad": _call(
         _g("torch._utils", "_rebuild_parameter"),
-        _rebuild(_storage_id("0", numel=_int(4), storage_type=("torch", "LongStorage")), 0, [4], [1]),
+        _rebuild(_storage_id("0", numel=integer(4), storage_type=("torch", "LongStorage")), 0, [4], [1]),
         [("NEWTRUE",)], [("EMPTY_DICT",)]),
     "a uint8 tensor that requires grad": _rebuild(_storage_id("1", storage_type=("torch", "ByteStorage")), 0, [8], [1],
                                                   requires_grad=True),
-    "a set of a dict (unhashable)": _call(_g("builtins", "set"), _tuple_of([[("EMPTY_DICT",)]])),
-    "a storage located at an int": _storage_id(location=_int(0)),
-    "a storage located at no device": _storage_id(location=_text("cuda:01")),
+    "a set of a dict (unhashable)": _call(_g("builtins", "set"), tuple_of([[("EMPTY_DICT",)]])),
+    "a storage located at an int": _storage_id(location=integer(0)),
+    "a storage located at no device": _storage_id(location=text("cuda:01")),
 }
 
 
@@ -368,7 +143,7 @@ BOTH_REFUSE = {
 def test_programs_torch_loads_load_the_same(name, tmp_path):
     path = tmp_path / "ckpt.pt"
     _write_checkpoint(path, assemble([("PROTO", 2)] + TORCH_LOADS[name] + [("STOP",)]))
-    assert _torch_load(path)[1] is None
+    assert torch_load(path)[1] is None
     _compare(path)
 
 
@@ -376,7 +151,7 @@ def test_programs_torch_loads_load_the_same(name, tmp_path):
 def test_programs_torch_refuses_are_refused_with_a_checkpoint_error(name, tmp_path):
     path = tmp_path / "ckpt.pt"
     _write_checkpoint(path, assemble([("PROTO", 2)] + BOTH_REFUSE[name] + [("STOP",)]))
-    assert _torch_load(path)[1] is not None
+    assert torch_load(path)[1] is not None
     with pytest.raises(tensorplay.CheckpointError):
         tensorplay.load(path, backend="torch")
     _compare(path)
@@ -385,7 +160,7 @@ def test_programs_torch_refuses_are_refused_with_a_checkpoint_error(name, tmp_pa
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
 def test_a_device_this_machine_lacks_is_unsupported_and_says_what_to_pass(tmp_path):
     path = tmp_path / "ckpt.pt"
-    _write_checkpoint(path, assemble([("PROTO", 2)] + _storage_id(location=_text("cuda:0")) + [("STOP",)]))
+    _write_checkpoint(path, assemble([("PROTO", 2)] + _storage_id(location=text("cuda:0")) + [("STOP",)]))
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(tensorplay.UnsupportedCheckpointError, match="map_location") as caught:
