@@ -17,7 +17,7 @@ use crate::bindings::errors::wrap_build_error;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::storages::StorageObject;
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Format, StorageData};
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Constructor, DictClass, Mutation, Node, NodeId};
 use crate::torch::dtype::DType;
@@ -541,12 +541,14 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     /// A storage returned as a value of its own (`t.storage()` pickled at top level).
     fn bare_storage(&self, id: StorageId) -> PyResult<Bound<'py, PyAny>> {
-        let decl = &self
+        let storage = self
             .checkpoint
             .storages
             .get(id.index())
-            .ok_or_else(|| self.unsupported("unknown storage".into()))?
-            .decl;
+            .ok_or_else(|| self.unsupported("unknown storage".into()))?;
+        let decl = &storage.decl;
+        let legacy_root = self.checkpoint.format == Format::Legacy
+            && !matches!(storage.data, StorageData::View { .. });
         let nbytes = decl.nbytes;
         let dtype = decl.dtype;
         if self.inspect {
@@ -569,6 +571,11 @@ impl<'a, 'py> Builder<'a, 'py> {
                         return Err(self.unsupported("mixed backends".into()))
                     }
                 };
+                // torch's legacy loader marks each storage it allocates (it then
+                // fills it from the file); a view is a slice, and unmarked.
+                if legacy_root {
+                    untyped.setattr(pyo3::intern!(self.py, "_torch_load_uninitialized"), true)?;
+                }
                 self.helpers
                     .call_method1("typed_storage", (untyped, dtype_obj))
             }

@@ -3,7 +3,7 @@
 //! sorted storage keys), then each storage as an element count and raw bytes.
 //! Every pickle goes through the same VM and allowlist as a zip checkpoint.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Location};
 use crate::limits::Limits;
@@ -126,7 +126,8 @@ fn aux_pickle(
     encoding: StringEncoding,
     what: &str,
 ) -> Result<(Arena, Parsed), Error> {
-    let mut hooks = TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy);
+    let mut hooks =
+        TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy).without_persistent_ids();
     let mut arena = Arena::new(limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, at, what))?;
@@ -177,8 +178,12 @@ pub fn parse(
         encoding,
         "protocol version",
     )?;
+    // torch compares with `!=`, so any number equal to 1001 will do.
+    const VERSION: f64 = PROTOCOL_VERSION as f64;
     match arena.get(parsed.root) {
         Node::Int(PROTOCOL_VERSION) => {}
+        Node::Float(v) if *v == VERSION => {}
+        Node::Complex(c) if **c == (VERSION, 0.0) => {}
         Node::Int(v) => return Err(bad(format!("Invalid protocol version: {v}"), pos)),
         other => {
             return Err(bad(
@@ -205,28 +210,31 @@ pub fn parse(
     pickle_offsets[4] = pos;
     let (keys_arena, parsed) =
         aux_pickle(rest(data, pos), pos, user, limits, encoding, "storage keys")?;
-    let keys: Vec<String> = match keys_arena.get(parsed.root) {
-        Node::List(items) => items
-            .iter()
-            .map(|id| match keys_arena.get(*id) {
-                Node::Str(s) | Node::Bytes(s) => {
-                    String::from_utf8(keys_arena.payload(*s).to_vec()).ok()
-                }
-                Node::Int(i) => Some(i.to_string()),
-                _ => None,
-            })
-            .collect::<Option<_>>()
-            .ok_or_else(|| bad("the storage key list must hold strings".into(), pos))?,
+    // torch iterates whatever the pickle holds; it writes a list.
+    let key_ids = match keys_arena.get(parsed.root) {
+        Node::List(items) => &items[..],
+        Node::Tuple(span) => keys_arena.items(*span),
         other => {
             return Err(bad(
                 format!(
-                    "the storage key list is a {}, not a list",
+                    "the storage key list must be a list or tuple, not a {}",
                     other.kind_name()
                 ),
                 pos,
             ))
         }
     };
+    let keys: Vec<String> = key_ids
+        .iter()
+        .map(|id| match keys_arena.get(*id) {
+            Node::Str(s) | Node::Bytes(s) => {
+                String::from_utf8(keys_arena.payload(*s).to_vec()).ok()
+            }
+            Node::Int(i) => Some(i.to_string()),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("the storage key list must hold strings".into(), pos))?;
     pos += parsed.end as u64;
 
     let by_key: HashMap<&str, StorageId> = storages
@@ -235,11 +243,20 @@ pub fn parse(
         .enumerate()
         .map(|(i, d)| (&*d.key, StorageId(i as u32)))
         .collect();
+    let views: HashSet<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
     let mut offsets = HashMap::with_capacity(keys.len());
     for key in &keys {
         let id = *by_key
             .get(key.as_str())
             .ok_or_else(|| bad(format!("storage key {key:?} not found in the pickle"), pos))?;
+        // torch would read these bytes over the part of the root the view shares;
+        // no writer lists a view.
+        if views.contains(&id) {
+            return Err(bad(
+                format!("storage key {key:?} names a view of another storage, not a storage"),
+                pos,
+            ));
+        }
         let decl = storages
             .get(id)
             .ok_or_else(|| bad(format!("storage key {key:?} not found"), pos))?;
@@ -272,29 +289,36 @@ pub fn parse(
                 start,
             )
         })?;
-        if offsets.insert(id, start).is_some() {
-            return Err(bad(format!("storage key {key:?} is listed twice"), pos));
-        }
+        // torch reads the bytes of a key listed twice twice, into one storage: the
+        // last copy is what it holds.
+        offsets.insert(id, start);
         pos = end;
     }
     if pos < data.len() as u64 {
         return Err(bad(
-            format!("{} bytes follow the last storage", data.len() as u64 - pos),
+            format!(
+                "the file goes on for {} bytes after the last storage",
+                data.len() as u64 - pos
+            ),
             pos,
         ));
     }
-    let views: Vec<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
     for (i, decl) in storages.decls().iter().enumerate() {
         let id = StorageId(i as u32);
-        if !offsets.contains_key(&id) && !views.contains(&id) {
+        if offsets.contains_key(&id) || views.contains(&id) {
+            continue;
+        }
+        // torch allocates a storage the key list leaves out and never fills it.
+        if decl.nbytes > 0 {
             return Err(bad(
                 format!(
-                    "storage {:?} is used by the pickle but has no data",
+                    "storage {:?} is used by the pickle but has no data: torch would hand out uninitialised memory",
                     decl.key
                 ),
                 pos,
             ));
         }
+        offsets.insert(id, pos);
     }
     Ok(Legacy {
         arena,

@@ -8,6 +8,7 @@ use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::semantics::TorchHooks;
+use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
 
 pub fn call(
@@ -200,6 +201,10 @@ fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Er
     let offset = a.uint(1, "storage_offset")?;
     let shape = a.dims(2, "size", h.limits.max_ndim)?;
     let stride = a.dims(3, "stride", h.limits.max_ndim)?;
+    // torch's legacy loader allocates each storage resizable, and `set_` grows it
+    // to fit the tensor; the file must then hold the grown size. A view is a
+    // slice, and cannot grow.
+    let grows = h.id_format == IdFormat::Legacy && !h.storages.is_view(storage);
     let decl = h
         .storages
         .get_mut(storage)
@@ -211,6 +216,11 @@ fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Er
         shape,
         stride,
     };
+    if grows {
+        if let Some(extent) = dense.extent_bytes() {
+            decl.nbytes = decl.nbytes.max(extent);
+        }
+    }
     dense.validate(decl, a.at)?;
     // Remember the element size of the views: a big-endian file swaps in that unit.
     let itemsize = dense.dtype.swap_unit();

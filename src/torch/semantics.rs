@@ -48,6 +48,9 @@ pub struct TorchHooks<'u> {
     pub limits: Limits,
     pub storages: Storages,
     pub id_format: IdFormat,
+    /// False for the pickles of a legacy file other than its object's: torch loads
+    /// them with no persistent_load.
+    persistent_ids: bool,
     pub found: Vec<FoundGlobal>,
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
@@ -62,9 +65,16 @@ impl<'u> TorchHooks<'u> {
             limits,
             storages: Storages::default(),
             id_format,
+            persistent_ids: true,
             found: Vec::new(),
             encoded: HashMap::new(),
         }
+    }
+
+    /// Hooks for a pickle in which a persistent id is an error.
+    pub fn without_persistent_ids(mut self) -> Self {
+        self.persistent_ids = false;
+        self
     }
 
     /// In scan mode a refused or failed construction becomes an opaque value; resource
@@ -729,6 +739,12 @@ impl Hooks for TorchHooks<'_> {
     ) -> Result<NodeId, Error> {
         if self.mode == Mode::Scan {
             return arena.push(Node::Opaque);
+        }
+        if !self.persistent_ids {
+            return Err(Error::forbidden(
+                "unsupported persistent id encountered",
+                at.clone(),
+            ));
         }
         let id = self
             .storages

@@ -3,7 +3,7 @@
 //! cached by key: the first id with a key decides its dtype and size, as in torch.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::{Error, Location};
@@ -31,6 +31,7 @@ pub struct Storages {
     last_location: Option<Arc<str>>,
     /// Legacy sub-storages: `(view storage, root storage, byte offset)`.
     views: Vec<(StorageId, StorageId, u64)>,
+    view_ids: HashSet<StorageId>,
 }
 
 impl Storages {
@@ -48,6 +49,10 @@ impl Storages {
 
     pub fn views(&self) -> &[(StorageId, StorageId, u64)] {
         &self.views
+    }
+
+    pub fn is_view(&self, id: StorageId) -> bool {
+        self.view_ids.contains(&id)
     }
 
     pub fn into_parts(self) -> (Vec<StorageDecl>, Vec<(StorageId, StorageId, u64)>) {
@@ -150,9 +155,23 @@ impl Storages {
         };
         let key = text(arena, item(2))
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
-        // As in torch, a key seen before names its storage, whatever else the id says.
-        if let Some(id) = self.by_key.get(&*key) {
-            return Ok(*id);
+        // As in torch, a key seen before names its storage, whatever else the id
+        // says; only a legacy id's view metadata still makes a view of it.
+        if let Some(&id) = self.by_key.get(&*key) {
+            return match (format, item(5)) {
+                (IdFormat::Legacy, Node::Tuple(view)) => {
+                    let root = self.get(id).cloned().ok_or_else(|| {
+                        Error::tensor(format!("unknown storage '{key}'"), at.clone())
+                    })?;
+                    let decl = StorageDecl {
+                        dtype,
+                        typed,
+                        ..root
+                    };
+                    self.legacy_view(arena, arena.items(*view), decl, max_storages, at)
+                }
+                _ => Ok(id),
+            };
         }
         let location = match item(3) {
             Node::Int(_) => None,
@@ -227,9 +246,6 @@ impl Storages {
         let (Some(offset), Some(size)) = (arena.int(*offset), arena.int(*size)) else {
             return Err(bad());
         };
-        let (Ok(offset), Ok(size)) = (u64::try_from(offset), u64::try_from(size)) else {
-            return Err(bad());
-        };
         let itemsize = root.dtype.itemsize();
         let root_id = match self.by_key.get(&root.key) {
             Some(id) => *id,
@@ -239,21 +255,12 @@ impl Storages {
             return Ok(*id);
         }
         let root_nbytes = self.get(root_id).map_or(0, |d| d.nbytes);
-        let byte_offset = offset.checked_mul(itemsize);
-        let nbytes = size.checked_mul(itemsize);
-        let fits = byte_offset
-            .zip(nbytes)
-            .and_then(|(o, n)| o.checked_add(n))
-            .is_some_and(|end| end <= root_nbytes);
-        let (Some(byte_offset), Some(nbytes), true) = (byte_offset, nbytes, fits) else {
-            return Err(Error::tensor(
-                format!(
-                    "legacy view '{view_key}' ({offset}+{size} elements) lies outside storage '{}'",
-                    root.key
-                ),
-                at.clone(),
-            ));
-        };
+        let bytes = |elements: i128| elements.saturating_mul(i128::from(itemsize));
+        let (byte_offset, nbytes) = python_slice(
+            bytes(i128::from(offset)),
+            bytes(i128::from(offset).saturating_add(i128::from(size))),
+            root_nbytes,
+        );
         let decl = StorageDecl {
             key: Arc::from(&*view_key),
             nbytes,
@@ -261,8 +268,27 @@ impl Storages {
         };
         let id = self.declare(decl, max_storages, at)?;
         self.views.push((id, root_id, byte_offset));
+        self.view_ids.insert(id);
         Ok(id)
     }
+}
+
+/// `storage[start:stop]` of a storage of `len` bytes, as Python slices it: negative
+/// bounds count from the end, and both are clamped to the storage, so a view
+/// reaching past its root is cut short (or empty). Returns (offset, length).
+fn python_slice(start: i128, stop: i128, len: u64) -> (u64, u64) {
+    let len = i128::from(len);
+    let clamp = |i: i128| {
+        if i < 0 {
+            i.saturating_add(len).max(0)
+        } else {
+            i.min(len)
+        }
+    };
+    let (start, stop) = (clamp(start), clamp(stop));
+    // Both lie in 0..=len, which came from a u64.
+    let as_u64 = |i: i128| u64::try_from(i).unwrap_or(0);
+    (as_u64(start), as_u64(stop.saturating_sub(start).max(0)))
 }
 
 /// A key or location: str, ascii bytes (encoding='bytes'), or an int key (torch formats it with str).
