@@ -193,6 +193,14 @@ impl<'u> TorchHooks<'u> {
                 if !valid_device(&device) {
                     return Err(a.fail(format!("invalid device string {device:?}")));
                 }
+                // torch keeps a device index in 8 signed bits, so it would make
+                // cuda:195 into cuda:-61 (and cuda:255 into plain cuda).
+                let index = device.split_once(':').map(|(_, i)| i.parse::<u64>());
+                if let Some(Ok(index @ 128..)) = index {
+                    return Err(a.fail(format!(
+                        "device index {index} does not fit torch's 8-bit device index"
+                    )));
+                }
                 Node::Device(Box::new(device))
             }
             Builtin::GetLayout => {
