@@ -168,3 +168,12 @@ def test_a_device_this_machine_lacks_is_unsupported_and_says_what_to_pass(tmp_pa
     assert isinstance(caught.value.__cause__, RuntimeError)  # torch's own message, chained
     assert tensorplay.load(path, backend="torch", map_location="cpu").device.type == "cpu"
     assert tensorplay.load(path, backend="numpy").dtype == "float32"
+
+
+def test_a_device_index_torch_would_wrap_into_another_device_is_refused(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    _write_checkpoint(path, assemble([("PROTO", 2)] + _call(_g("torch", "device"), integer(195)) + [("STOP",)]))
+    assert str(torch_load(path)[0]) == "cuda:-61"
+    for backend in ("torch", "numpy"):
+        with pytest.raises(tensorplay.MalformedCheckpointError, match="does not fit torch's 8-bit device index"):
+            tensorplay.load(path, backend=backend)
