@@ -48,7 +48,7 @@ def _persistent_id(draw, values):
     if draw(st.integers(0, 9)) == 0:
         numel = draw(st.integers(0, 9))
     view = [("NONE",)]
-    if draw(st.integers(0, 3)) == 0:  # (view key, offset, numel), as torch < 2.0 wrote views
+    if draw(st.integers(0, 3)) == 0:  # (view key, offset, numel): how older torch wrote storage views
         view = tuple_of([text(draw(st.sampled_from(VIEW_KEYS))), integer(draw(st.integers(0, 4))),
                          integer(draw(st.integers(0, 4)))])
     typename = "storage" if draw(st.integers(0, 9)) else "module"
@@ -101,7 +101,7 @@ def _legacy_checkpoint(draw) -> bytes:
                                _values.map(_pickled)))
     records = b""
     for key in keys:
-        storage_type, numel = STORAGES.get(key, (("torch", "FloatStorage"), draw(st.integers(0, 4))))
+        _, numel = STORAGES.get(key, (None, draw(st.integers(0, 4))))
         data = RECORDS.get(key, bytes(range(numel * 4)))
         if draw(st.integers(0, 19)) == 0:
             numel += 1
