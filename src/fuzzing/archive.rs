@@ -301,6 +301,11 @@ pub fn legacy(data: &[u8]) {
             .get(*id)
             .unwrap_or_else(|| panic!("an offset for unknown storage {id:?}"));
         assert!(
+            !parsed.storages.is_view(*id),
+            "view '{}' has bytes of its own",
+            decl.key
+        );
+        assert!(
             offset
                 .checked_add(decl.nbytes)
                 .is_some_and(|end| end <= len),
