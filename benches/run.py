@@ -89,8 +89,12 @@ SKIP_REASONS = {
 }
 
 PROBE = r"""
-import importlib, importlib.util, json, shutil, sys
+import importlib, importlib.util, json, os, shutil, sys
 from pathlib import Path
+# Commands installed beside this interpreter count even when its environment is
+# not activated (CI runs the venv's python by path).
+def which(name):
+    return shutil.which(name, path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 out = {"python": sys.version.split()[0]}
 for mod in ("torch", "numpy", "safetensors", "tensorplay", "picklescan", "ml_dtypes", "psutil"):
     try:
@@ -111,7 +115,7 @@ if out["tensorplay"]:
     if caps["tp_scanner_api"]:
         import inspect, tensorplay.scanner
         caps["tp_scanner_pickles"] = "pickles_only" in inspect.signature(tensorplay.scanner.scan).parameters
-    caps["tp_scan_cli"] = bool(shutil.which("tensorplay")) and importlib.util.find_spec("tensorplay.cli") is not None
+    caps["tp_scan_cli"] = bool(which("tensorplay")) and importlib.util.find_spec("tensorplay.cli") is not None
     # The thread override is honoured if the package or its core mentions the variable.
     pkg = Path(tensorplay.__file__).parent
     out["tensorplay_path"] = str(Path(tensorplay.__file__).parent)
@@ -122,7 +126,7 @@ if out["tensorplay"]:
         b"TENSORPLAY_THREADS" in p.read_bytes() for p in pkg.rglob("*") if p.suffix in (".py", ".so", ".pyd")
     )
 caps["picklescan_api"] = bool(out["picklescan"])
-caps["picklescan_cli"] = bool(shutil.which("picklescan"))
+caps["picklescan_cli"] = bool(which("picklescan"))
 out["caps"] = caps
 print(json.dumps(out))
 """
@@ -223,7 +227,8 @@ def run_cli(op: Op, path: Path, timeout: float = 1800) -> dict:
     """Whole-process wall time and peak RSS (ru_maxrss of the child) of a command."""
     argv = {"tp_scan_cli": ["tensorplay", "scan", str(path)],
             "picklescan_cli": ["picklescan", "--path", str(path)]}[op.id]
-    argv[0] = shutil.which(argv[0]) or argv[0]
+    argv[0] = shutil.which(argv[0], path=os.pathsep.join([os.path.dirname(sys.executable),
+                                                          os.environ.get("PATH", "")])) or argv[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = t0 + timeout
