@@ -125,6 +125,27 @@ LEGACY_REFUSED = (
 )
 
 
+def _unmark_empty_storages(obj, seen=None):
+    """torch hands every id after the first that names a zero-byte storage a fresh
+    empty storage (its data pointer is null), without the mark its loader puts on
+    the one it keeps; tensorplay shares the first. The contents are the same
+    (none): only that internal mark differs, so it is dropped from empty storages."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return obj
+    seen.add(id(obj))
+    if isinstance(obj, torch.storage.TypedStorage) and obj.nbytes() == 0:
+        vars(obj._untyped_storage).pop("_torch_load_uninitialized", None)
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            _unmark_empty_storages(key, seen)
+            _unmark_empty_storages(value, seen)
+    elif isinstance(obj, (list, tuple, set)):
+        for item in obj:
+            _unmark_empty_storages(item, seen)
+    return obj
+
+
 def _torch_scan(path):
     """The globals in the five pickles that torch's allowlist lacks, as torch's
     own pickle scanner reads them (get_unsafe_globals_in_checkpoint takes zip
@@ -146,7 +167,7 @@ def test_random_legacy_checkpoints_load_as_torch_loads_them_or_are_refused_as_to
     with tempfile.TemporaryDirectory() as folder:
         path = pathlib.Path(folder, "ckpt.pt")
         path.write_bytes(checkpoint)
-        compare(path, _torch_scan, LEGACY_REFUSED, LEGACY_LOADED)
+        compare(path, _torch_scan, LEGACY_REFUSED, LEGACY_LOADED, _unmark_empty_storages)
 
 
 # --- cases the random checkpoints found ---------------------------------------------
@@ -184,6 +205,7 @@ TORCH_LOADS = {
         _id("0", 4), keys=("0", "0"),
         records=struct.pack("<q4f", 4, 1, 2, 3, 4) + struct.pack("<q4f", 4, 5, 6, 7, 8)),
     "an empty storage the key list leaves out": _file(_id("0", 0), keys=()),
+    "an empty storage named by two ids": _file(tuple_of([_id("0", 0), _id("0", 0)]), keys=()),
     "protocol version 1001.0": _file(_id("0", 4), protocol=pickle.dumps(1001.0, protocol=2)),
     # torch allocates the storage resizable, and set_ grows it to fit the tensor.
     "a tensor past its storage's end grows it": _file(_tensor(_id("0", 4), 6),
@@ -219,7 +241,7 @@ def _write(tmp_path, data: bytes) -> pathlib.Path:
 def test_legacy_files_torch_loads_load_the_same(name, tmp_path):
     path = _write(tmp_path, TORCH_LOADS[name])
     assert torch_load(path)[1] is None
-    compare(path, _torch_scan)
+    compare(path, _torch_scan, normalize=_unmark_empty_storages)
 
 
 @pytest.mark.parametrize("name", sorted(BOTH_REFUSE))

@@ -234,11 +234,12 @@ def _torch_object(description) -> bool:
     return description.get("kind") == "object" and description.get("class", "").startswith("torch.")
 
 
-def compare(path: pathlib.Path, torch_scan, also_refused=(), also_loaded=()) -> None:
+def compare(path: pathlib.Path, torch_scan, also_refused=(), also_loaded=(), normalize=lambda obj: obj) -> None:
     """`torch_scan(path)`: torch's unsafe globals, and whether its scan read the
     whole pickle; None where it raises. `also_refused`: messages of refusals the
     format adds to REFUSED_ON_PURPOSE and NOT_SUPPORTED; `also_loaded`: messages
-    of torch's errors on files tensorplay loads on purpose."""
+    of torch's errors on files tensorplay loads on purpose; `normalize`: applied to
+    both loaded objects before they are compared."""
     expected, torch_error = torch_load(path)
     try:
         loaded = tensorplay.load(path, backend="torch")
@@ -247,9 +248,9 @@ def compare(path: pathlib.Path, torch_scan, also_refused=(), also_loaded=()) -> 
         our_error = error
     if torch_error is None and not refused_on_purpose(our_error, also_refused):
         assert our_error is None, f"torch loads it, tensorplay refuses: {our_error}"
-        expected = describe(expected)
-        assert_same_description(describe(loaded), expected)
-        assert_same_description(describe(tensorplay.load(path, backend="torch", mmap=True)), expected)
+        expected = describe(normalize(expected))
+        assert_same_description(describe(normalize(loaded)), expected)
+        assert_same_description(describe(normalize(tensorplay.load(path, backend="torch", mmap=True))), expected)
         if not numpy_cannot_hold(expected) and not contains_kind(expected, _torch_object):
             try:
                 arrays = tensorplay.load(path, backend="numpy")
