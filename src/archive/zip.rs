@@ -25,9 +25,25 @@ const LFH_LEN: usize = 30;
 const ZIP64_EXTRA: u16 = 0x0001;
 const MAX_COMMENT: usize = 0xffff;
 
-/// General-purpose flag bits that mean the payload is encrypted.
+/// General-purpose flag bits that mean the payload is encrypted, or (bit 13)
+/// that the local headers are masked; torch's reader refuses all three.
 const FLAG_ENCRYPTED: u16 = 0x0001;
 const FLAG_STRONG_ENCRYPTION: u16 = 0x0040;
+const FLAG_MASKED_HEADERS: u16 = 0x2000;
+const FLAGS_ENCRYPTION: u16 = FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION | FLAG_MASKED_HEADERS;
+/// A payload that is a binary patch against a file the archive does not hold.
+const FLAG_PATCH_DATA: u16 = 0x0020;
+
+/// Why an entry with these general-purpose flags cannot be read, if it cannot.
+fn unsupported_flags(flags: u16) -> Option<&'static str> {
+    if flags & FLAGS_ENCRYPTION != 0 {
+        Some("encrypted entries are not supported")
+    } else if flags & FLAG_PATCH_DATA != 0 {
+        Some("patch data entries (flag bit 5) are not supported")
+    } else {
+        None
+    }
+}
 
 /// One entry, as the central directory describes it, with its payload located
 /// through the local header.
@@ -233,12 +249,10 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
     let field32 = |at: usize| {
         le32(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
     };
-    if field16(4)? != 0 || field16(6)? != 0 {
-        return Err(bad(
-            "multi-disk zip archives are not supported",
-            eocd as u64,
-        ));
-    }
+    // Disk numbers, and a count of this disk's entries other than the total, are
+    // what a split archive has. Where a ZIP64 record follows, its fields stand
+    // for these, as they do for torch's reader and Python's zipfile.
+    let multi_disk = field16(4)? != 0 || field16(6)? != 0 || field16(8)? != field16(10)?;
     let mut dir = Directory {
         entries: u64::from(field16(10)?),
         size: u64::from(field32(12)?),
@@ -246,10 +260,16 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
         end_at: eocd as u64,
     };
     // A ZIP64 locator sits right before the classic record; torch always writes one.
-    let Some(locator) = eocd.checked_sub(ZIP64_LOCATOR_LEN) else {
-        return Ok(dir);
-    };
-    if le32(data, locator) != Some(ZIP64_LOCATOR_SIG) {
+    let locator = eocd
+        .checked_sub(ZIP64_LOCATOR_LEN)
+        .filter(|&at| le32(data, at) == Some(ZIP64_LOCATOR_SIG));
+    let Some(locator) = locator else {
+        if multi_disk {
+            return Err(bad(
+                "multi-disk zip archives are not supported",
+                eocd as u64,
+            ));
+        }
         let saturated =
             dir.entries == 0xffff || dir.size == 0xffff_ffff || dir.offset == 0xffff_ffff;
         if saturated {
@@ -259,9 +279,15 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
             ));
         }
         return Ok(dir);
-    }
+    };
     let z64 =
         le64(data, locator + 8).ok_or_else(|| bad("truncated ZIP64 locator", locator as u64))?;
+    if le32(data, locator + 16) != Some(1) {
+        return Err(bad(
+            "multi-disk zip archives are not supported",
+            locator as u64,
+        ));
+    }
     let z64 = usize::try_from(z64).ok().filter(|z| {
         z.checked_add(ZIP64_EOCD_LEN)
             .is_some_and(|end| end <= locator)
@@ -282,7 +308,17 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
         le64(data, z64 + at)
             .ok_or_else(|| bad("truncated ZIP64 end of central directory", z64 as u64))
     };
-    if le32(data, z64 + 16) != Some(0) || le32(data, z64 + 20) != Some(0) {
+    // The record's size counts what follows its first 12 bytes.
+    if field(4)? < (ZIP64_EOCD_LEN - 12) as u64 {
+        return Err(bad(
+            "the ZIP64 end of central directory record is too short",
+            z64 as u64,
+        ));
+    }
+    if le32(data, z64 + 16) != Some(0)
+        || le32(data, z64 + 20) != Some(0)
+        || field(24)? != field(32)?
+    {
         return Err(bad("multi-disk zip archives are not supported", z64 as u64));
     }
     dir = Directory {
@@ -350,11 +386,8 @@ pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
 /// that contradicts the central directory, no shared bytes, no repeated name.
 pub fn validate(index: &Index) -> Result<(), Error> {
     for e in &index.entries {
-        if e.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
-            return Err(Error::archive(
-                "encrypted entries are not supported",
-                entry_location(e),
-            ));
+        if let Some(why) = unsupported_flags(e.flags) {
+            return Err(Error::archive(why, entry_location(e)));
         }
         if let Some(what) = e.disagreement {
             return Err(disagreement_error(e, what));
@@ -370,15 +403,10 @@ pub fn validate_directory<'i>(
     index: &'i Index,
     read: impl Iterator<Item = &'i Entry>,
 ) -> Result<(), Error> {
-    if let Some(e) = index
-        .entries
-        .iter()
-        .find(|e| e.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0)
-    {
-        return Err(Error::archive(
-            "encrypted entries are not supported",
-            entry_location(e),
-        ));
+    for e in &index.entries {
+        if let Some(why) = unsupported_flags(e.flags) {
+            return Err(Error::archive(why, entry_location(e)));
+        }
     }
     check_names(read)
 }
@@ -470,11 +498,8 @@ pub fn find_unlocated<D: FileBytes + ?Sized>(
             entry_location(&twin.unlocated()),
         ));
     }
-    if entry.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
-        return Err(Error::archive(
-            "encrypted entries are not supported",
-            entry_location(&entry),
-        ));
+    if let Some(why) = unsupported_flags(entry.flags) {
+        return Err(Error::archive(why, entry_location(&entry)));
     }
     Ok((entry, directory_offset))
 }
@@ -568,7 +593,7 @@ pub fn read_directory_by_reading(
     let mut entries = Vec::new();
     for record in records {
         let r = record.ok()?;
-        if !skip(r.name) || r.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0 {
+        if !skip(r.name) || unsupported_flags(r.flags).is_some() {
             entries.push(r.unlocated());
         }
     }
@@ -854,6 +879,10 @@ impl<'d, D: FileBytes + ?Sized> Records<'d, D> {
         }
         let h16 = |o: usize| le16(head, o).unwrap_or(0);
         let h32 = |o: usize| le32(head, o).unwrap_or(0);
+        // The disk an entry starts on: torch's reader takes 1 as well as 0.
+        if h16(34) > 1 {
+            return Err(bad("multi-disk zip archives are not supported", at));
+        }
         let (name_len, extra_len, comment_len) = (
             usize::from(h16(28)),
             usize::from(h16(30)),

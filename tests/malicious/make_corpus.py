@@ -807,9 +807,9 @@ def scanner_evasion(c: Corpus) -> None:
         MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
                                                                     flags=0x0001)), ["os.system"])
     add("odd_flag_bits.pt", fam,
-        "data.pkl with general-purpose flag bits 1, 2, 5 (patched data) and 13 set: zipfile raises "
-        "on bit 5, torch's reader ignores them",
-        UNSAFE, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
+        "data.pkl with general-purpose flag bits 1, 2, 5 (patched data) and 13 (masked headers) set: "
+        "zipfile raises on bit 5, torch's reader on 5 and 13",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
                                                                  flags=0x2026)), ["os.system"])
     add("wrong_crc.pt", fam,
         "data.pkl with a wrong CRC-32 in both headers: zipfile raises BadZipFile, torch never checks",
