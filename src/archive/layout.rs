@@ -163,6 +163,29 @@ impl Layout {
                 }
             });
         }
+        // torch parses the alignment with Python's int() on every load, and hands
+        // the serialization id to Python as a str when the load ends: a record
+        // either cannot read fails torch's load.
+        if let Some(e) = layout.entry(".storage_alignment") {
+            let text = layout.small_record(e, data)?;
+            if !is_python_int(&text) {
+                return Err(Error::archive(
+                    format!(
+                        "the storage alignment {:?} is not an integer",
+                        String::from_utf8_lossy(&text)
+                    ),
+                    Location::entry(&layout.entry_name(e)),
+                ));
+            }
+        }
+        if let Some(e) = layout.entry(".data/serialization_id") {
+            if std::str::from_utf8(&layout.small_record(e, data)?).is_err() {
+                return Err(Error::archive(
+                    "the serialization id is not UTF-8",
+                    Location::entry(&layout.entry_name(e)),
+                ));
+            }
+        }
         Ok(layout)
     }
 
@@ -233,6 +256,25 @@ pub fn stored_bytes<'d>(entry: &Entry, data: &'d [u8]) -> Result<&'d [u8], Error
             Location::entry(&entry.name_lossy()),
         )
     })
+}
+
+/// What Python's `int(bytes)` accepts in base 10: blanks, a sign, then digits
+/// with single underscores between them, then blanks.
+fn is_python_int(bytes: &[u8]) -> bool {
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let start = bytes.iter().position(|b| !blank(b)).unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !blank(b))
+        .map_or(start, |i| i + 1);
+    let text = bytes.get(start..end).unwrap_or_default();
+    let digits = text
+        .strip_prefix(b"+")
+        .or_else(|| text.strip_prefix(b"-"))
+        .unwrap_or(text);
+    digits
+        .split(|&b| b == b'_')
+        .all(|run| !run.is_empty() && run.iter().all(u8::is_ascii_digit))
 }
 
 /// torch parses `version` with C++'s `stoull`: leading blanks, digits, anything after.
