@@ -156,7 +156,7 @@ def programs(persistent_ids):
     """Whole pickles: a PROTO (or none), one value, STOP, then mutated."""
     return st.builds(
         lambda proto, value, mutations: mutate(proto + value + [("STOP",)], mutations),
-        st.sampled_from([[("PROTO", 2)], [("PROTO", 2)], [], [("PROTO", 1)], [("PROTO", 5)]]),
+        st.sampled_from([[("PROTO", 2)], [("PROTO", 2)], [], [("PROTO", 1)], [("PROTO", 5)], [("PROTO", 253)]]),
         value_ops(persistent_ids),
         st.one_of(st.just([]), _mutations),
     )

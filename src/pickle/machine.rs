@@ -479,11 +479,9 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
     fn step(&mut self) -> Result<(), Error> {
         match self.op {
             PROTO => {
-                let v = self.cursor.u8()?;
-                if v > 5 {
-                    return Err(self.err(format!("unsupported pickle protocol: {v}")));
-                }
-                self.protocol = Some(v);
+                // torch reads on past any protocol number (with a warning): what a
+                // later protocol adds would be new opcodes, which are refused.
+                self.protocol = Some(self.cursor.u8()?);
             }
             FRAME => {
                 let len = self.cursor.u64_le()?;

@@ -228,7 +228,9 @@ impl<'d> Walker<'d, '_> {
 
     fn step(&mut self, op: u8, at: usize) -> Option<()> {
         match op {
-            PROTO => (self.cursor.u8().ok()? <= 5).then_some(())?,
+            PROTO => {
+                self.cursor.u8().ok()?;
+            }
             FRAME => {
                 let len = self.cursor.u64_le().ok()?;
                 (len <= self.cursor.remaining() as u64).then_some(())?;
