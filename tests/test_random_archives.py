@@ -23,7 +23,7 @@ import zipfile
 import pytest
 import tensorplay
 from describe import describe
-from expectations import assert_same_description
+from expectations import assert_same_description, check_numpy_result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorplay import scanner
@@ -278,9 +278,15 @@ def check(path: pathlib.Path, damage=()) -> None:
     expected, torch_error = torch_load(path)
     loaded, error = _tensorplay_load(path, mmap=False)
     mapped, mapped_error = _tensorplay_load(path, mmap=True)
-    assert str(error) == str(mapped_error), damage  # one reader, whether or not it maps
+    try:
+        arrays, numpy_error = tensorplay.load(path, backend="numpy"), None
+    except tensorplay.CheckpointError as e:
+        arrays, numpy_error = None, e
+    # One reader, whether it maps the file or not, for either backend.
+    assert str(error) == str(mapped_error) == str(numpy_error), damage
     if error is None:
         assert_same_description(describe(mapped), describe(loaded))
+        check_numpy_result(arrays, describe(loaded))
     if _marks_a_directory(path):
         pass  # torch returned uninitialised memory for that entry: no reference
     elif torch_error is None:
