@@ -132,10 +132,12 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     })
 }
 
-/// Everything a load checks, on borrowed bytes: what a scanner runs to tell a
-/// loadable file from one a load would refuse.
-pub fn validate(data: &[u8], options: &LoadOptions) -> Result<Format, Error> {
-    read(data, options, None, None).map(|c| c.format)
+/// Everything a load checks before it copies a byte, on borrowed bytes: what a
+/// scanner runs to tell a loadable file from one a load would refuse. Whether
+/// each compressed storage inflates to its size is left to the caller, which
+/// gets where their payloads start.
+pub fn validate(data: &[u8], options: &LoadOptions) -> Result<Vec<u64>, Error> {
+    read(data, options, None, None).map(|c| deflated_offsets(&c.storages))
 }
 
 /// [`validate`] for a zip checkpoint whose entries were already read, by
@@ -145,8 +147,21 @@ pub fn validate_zip(
     data: &[u8],
     index: zip::Index,
     options: &LoadOptions,
-) -> Result<Format, Error> {
-    read(data, options, None, Some(index)).map(|c| c.format)
+) -> Result<Vec<u64>, Error> {
+    read(data, options, None, Some(index)).map(|c| deflated_offsets(&c.storages))
+}
+
+/// Where the payloads of the compressed storages a load would inflate start, in
+/// order: an empty storage has nothing to inflate.
+fn deflated_offsets(storages: &[Storage]) -> Vec<u64> {
+    let mut offsets: Vec<u64> = (storages.iter())
+        .filter_map(|s| match s.data {
+            StorageData::Deflated { offset, .. } if s.decl.nbytes > 0 => Some(offset),
+            _ => None,
+        })
+        .collect();
+    offsets.sort_unstable();
+    offsets
 }
 
 /// A checkpoint's values and storages, before they are tied to their source.

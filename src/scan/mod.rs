@@ -318,7 +318,7 @@ fn scan_into(
         "torch-legacy"
             if top
                 && !options.pickles_only
-                && validated_load(data, None, location, options, report) =>
+                && validated_load(data, None, location, options, report).is_some() =>
         {
             report.pickles += 5;
         }
@@ -352,13 +352,15 @@ fn scan_into(
 /// outside the allowlist, so its main pickle needs no scan of its own. A refusal
 /// is recorded only if the scan that follows finds nothing unsafe to explain it.
 /// `entries` is the zip's index when it was read as strictly as a load reads it.
+/// A file that passes gives where the compressed storages the load would
+/// inflate start (see [`checkpoint::validate`]).
 fn validated_load(
     data: &[u8],
     entries: Option<zip::Index>,
     location: &str,
     options: &ScanOptions,
     report: &mut Report,
-) -> bool {
+) -> Option<Vec<u64>> {
     let load = LoadOptions {
         limits: options.limits,
         user_globals: options.user_globals.clone(),
@@ -368,13 +370,9 @@ fn validated_load(
         Some(index) => checkpoint::validate_zip(data, index, &load),
         None => checkpoint::validate(data, &load),
     };
-    match validated {
-        Ok(_) => true,
-        Err(e) => {
-            report.pending_refusal = Some((location.to_owned(), e.to_string()));
-            false
-        }
-    }
+    validated
+        .map_err(|e| report.pending_refusal = Some((location.to_owned(), e.to_string())))
+        .ok()
 }
 
 /// A zip glued after another file (a pickle, an .npy): Python's zipfile opens it.
@@ -571,11 +569,11 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             _ => "zip".into(),
         };
     }
-    // A checkpoint a load accepts has only allowlisted globals in its data.pkl.
-    let loadable = top
-        && !options.pickles_only
-        && root.is_some()
-        && data.whole().is_some_and(|whole| {
+    // A checkpoint a load accepts has only allowlisted globals in its data.pkl,
+    // and the compressed payloads the load reads are what it inflates: those
+    // of the storages its pickle names, and the metadata records it checked.
+    let inflated_by_load = if top && !options.pickles_only && root.is_some() {
+        data.whole().and_then(|whole| {
             validated_load(
                 whole,
                 strict.then(|| index.clone()),
@@ -583,7 +581,11 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
                 options,
                 report,
             )
-        });
+        })
+    } else {
+        None
+    };
+    let loadable = inflated_by_load.is_some();
     debug_assert_eq!(layout.unpickled.len(), index.entries.len());
     for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
         if loadable && layout.is_main_pickle(&entry.name) {
@@ -591,7 +593,10 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             continue;
         }
         if !unpickled {
-            if entry.method != 0 && !options.pickles_only {
+            let unread = inflated_by_load
+                .as_ref()
+                .is_some_and(|read| read.binary_search(&entry.data_offset).is_err());
+            if entry.method != 0 && !options.pickles_only && !unread {
                 let here = entry_location(location, entry);
                 if !report.charge(entry.uncompressed_size, true, &here) {
                     return;
