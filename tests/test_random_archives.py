@@ -19,6 +19,7 @@ import random
 import struct
 import tempfile
 import zipfile
+import zlib
 
 import pytest
 import tensorplay
@@ -79,11 +80,13 @@ def structure(data: bytes) -> Structure:
     fields, records, payloads = [], [], []
     end = data.rfind(b"PK\x05\x06")
     _fields("end", 0, END, end, fields)
+    entries, _, position = struct.unpack_from("<HII", data, end + 10)
     locator = end - 20
-    _fields("zip64_locator", 0, ZIP64_LOCATOR, locator, fields)
-    zip64_end = struct.unpack_from("<Q", data, locator + 8)[0]
-    _fields("zip64_end", 0, ZIP64_END, zip64_end, fields)
-    entries, _, position = struct.unpack_from("<QQQ", data, zip64_end + 32)
+    if data[locator:locator + 4] == b"PK\x06\x07":  # torch always writes one; zipfile when needed
+        _fields("zip64_locator", 0, ZIP64_LOCATOR, locator, fields)
+        zip64_end = struct.unpack_from("<Q", data, locator + 8)[0]
+        _fields("zip64_end", 0, ZIP64_END, zip64_end, fields)
+        entries, _, position = struct.unpack_from("<QQQ", data, zip64_end + 32)
     for i in range(entries):
         name_length, extra_length, comment_length = struct.unpack_from("<HHH", data, position + 28)
         compressed_size, = struct.unpack_from("<I", data, position + 20)
@@ -259,6 +262,32 @@ REFUSED_ON_PURPOSE = (
 )
 
 
+# What torch's loader accepts, and tensorplay refuses, where torch is wrong: for a
+# DEFLATE stream that is corrupt or inflates to another size than the directory
+# declares, torch's reader returns what its inflater left in the buffer. Each
+# such refusal is checked against zlib.
+INFLATE_ERRORS = ("corrupt deflate stream", "inflated to", "inflates to more than", "more than DEFLATE can produce")
+
+
+def _inflates_as_declared(path: pathlib.Path, error) -> bool | None:
+    """Whether zlib inflates the entry `error` names to its declared size; None
+    where zipfile cannot read the directory."""
+    name = str(error).split("[entry '", 1)[1].split("'", 1)[0]
+    data = path.read_bytes()
+    try:
+        info = zipfile.ZipFile(path).getinfo(name)
+    except Exception:  # noqa: BLE001 - a directory zipfile cannot read: no second opinion
+        return None
+    name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+    start = info.header_offset + 30 + name_length + extra_length
+    inflater = zlib.decompressobj(-15)
+    try:
+        out = inflater.decompress(data[start:start + info.compress_size], info.file_size + 1)
+    except zlib.error:
+        return False
+    return inflater.eof and len(out) == info.file_size
+
+
 def _marks_a_directory(path: pathlib.Path) -> bool:
     try:
         entries = zipfile.ZipFile(path).infolist()
@@ -292,6 +321,8 @@ def check(path: pathlib.Path, damage=()) -> None:
     elif torch_error is None:
         if error is None:
             assert_same_description(describe(loaded), describe(expected))
+        elif any(reason in str(error) for reason in INFLATE_ERRORS):
+            assert _inflates_as_declared(path, error) is not True, (damage, error)
         else:
             assert any(reason in str(error) for reason in REFUSED_ON_PURPOSE), (damage, error)
     else:
@@ -319,9 +350,21 @@ def _objects():
     }
 
 
+def _deflated(data: bytes) -> bytes:
+    """The archive rewritten by Python's zipfile with every entry deflated: torch's
+    reader inflates them (its mmap path does not, and reads the deflated bytes)."""
+    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            fixed = zipfile.ZipInfo(info.filename, date_time=(2020, 1, 1, 0, 0, 0))  # the same bytes every run
+            target.writestr(fixed, source.read(info), zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> list[bytes]:
-    """Checkpoints written by torch.save, one also without CRCs."""
+    """Checkpoints written by torch.save, one also without CRCs, and two rewritten
+    with deflated entries."""
     folder = tmp_path_factory.mktemp("bases")
     paths = []
     for name, obj in _objects().items():
@@ -334,14 +377,15 @@ def bases(tmp_path_factory) -> list[bytes]:
     finally:
         torch.serialization.set_crc32_options(crc)
     paths.append(folder / "without_crc.pt")
-    return [p.read_bytes() for p in paths]
+    written = [p.read_bytes() for p in paths]
+    return written + [_deflated(written[0]), _deflated(written[1])]
 
 
 _damage = st.lists(st.tuples(st.integers(0, len(DAMAGE) - 1), st.integers(0, 2**32)), min_size=1, max_size=3)
 
 
 @settings(max_examples=500, deadline=None)
-@given(which=st.integers(0, 3), damage=_damage)
+@given(which=st.integers(0, 5), damage=_damage)
 def test_damaged_archives_load_as_torch_loads_them_or_are_refused(bases, which, damage):
     data, done = damaged(bases[which], damage)
     with tempfile.TemporaryDirectory() as folder:
@@ -433,3 +477,34 @@ def test_an_entry_marked_as_a_directory_loads_its_bytes(bases, tmp_path):
     for mmap in (False, True):
         assert_same_description(describe(tensorplay.load(path, backend="torch", mmap=mmap)), expected)
     assert torch.equal(tensorplay.load(path)["weight"], _objects()["state_dict"]["weight"])
+
+
+def _with_corrupt_stream(data: bytes, record: str) -> bytes:
+    """`data` with the DEFLATE stream of `record` starting with a reserved block type."""
+    entries = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    index = next(i for i, e in enumerate(entries) if e.filename.endswith("/" + record))
+    out = bytearray(data)
+    out[structure(data).payloads[index][0]] = 0xFF
+    return bytes(out)
+
+
+def test_a_storage_whose_deflate_stream_is_corrupt_is_refused_where_torch_returns_garbage(bases, tmp_path):
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(_with_corrupt_stream(_deflated(bases[0]), "data/0"))
+    assert torch_load(path)[1] is None  # and its "weight" is whatever the buffer held
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=r"corrupt deflate stream .*data/0"):
+        tensorplay.load(path)
+    assert scanner.scan(path).verdict == "unreadable"
+    check(path)
+
+
+def test_a_corrupt_deflate_stream_in_a_record_no_load_reads_leaves_the_file_clean(bases, tmp_path):
+    """Neither loader reads .format_version's bytes for anything (torch only
+    compares them with b"1"), so the scan, which calls clean what a load accepts,
+    does not inflate them either."""
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(_with_corrupt_stream(_deflated(bases[0]), ".format_version"))
+    assert torch_load(path)[1] is None
+    tensorplay.load(path)
+    assert scanner.scan(path).verdict == "clean"
+    check(path)
