@@ -328,6 +328,11 @@ def check(path: pathlib.Path, damage=()) -> None:
     else:
         assert error is not None, (damage, torch_error)
 
+    try:  # reads no payload, so it may accept what a load refuses, never the reverse
+        tensorplay.inspect(path)
+    except tensorplay.CheckpointError:
+        assert error is not None, damage
+
     report = scanner.scan(path)
     if error is None or (report.format == "torch-zip" and report.verdict == "clean"):
         assert (report.format, report.verdict, error) == ("torch-zip", "clean", None), (damage, report)
