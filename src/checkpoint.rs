@@ -472,10 +472,8 @@ impl Checkpoint {
         match (&s.data, self.format) {
             (StorageData::View { root, .. }, _) => format!("view of storage #{}", root.index()),
             (_, Format::Zip) => {
-                let root = self
-                    .pickle_entry
-                    .strip_suffix("/data.pkl")
-                    .unwrap_or(&self.pickle_entry);
+                let root = (self.pickle_entry.rsplit_once('/'))
+                    .map_or(&*self.pickle_entry, |(root, _)| root);
                 format!("{root}/data/{}", s.decl.key)
             }
             (_, Format::Legacy) => format!("legacy storage '{}'", s.decl.key),

@@ -1,6 +1,7 @@
 //! The torch checkpoint layout inside a zip: one root folder holding `data.pkl`,
-//! `version`, `byteorder`, `data/<key>` and friends. Lookup is by exact name under
-//! the root: we refuse what torch's case-insensitive lookup would make ambiguous.
+//! `version`, `byteorder`, `data/<key>` and friends. Records are looked up under
+//! the root ignoring ASCII case, as torch looks them up; names that lookup would
+//! make ambiguous are refused.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -76,7 +77,6 @@ impl Layout {
         let mut by_record = HashMap::new();
         let mut numbered = vec![None; index.entries.len()];
         let mut pickles = Vec::new();
-        let mut with_upper = Vec::new();
         for (i, entry) in index.entries.iter().enumerate() {
             let name = std::str::from_utf8(&entry.name).map_err(|_| {
                 Error::archive("entry name is not UTF-8", Location::at(entry.header_offset))
@@ -87,41 +87,29 @@ impl Layout {
                     Location::entry(name),
                 )
             })?;
+            // torch looks records up ignoring ASCII case, so records are keyed by
+            // their folded names: `DATA.PKL` is the main pickle, and two names that
+            // differ only in case, which would let the file choose which one a
+            // reader sees, are refused.
+            let record = folded(record);
             if record.ends_with(".pkl") {
                 pickles.push(i);
             }
-            if record.bytes().any(|b| b.is_ascii_uppercase()) {
-                with_upper.push((record, name));
-            }
-            let slot = match storage_number(record, index.entries.len()) {
+            let slot = match storage_number(&record, index.entries.len()) {
                 Some(n) => numbered.get_mut(n),
                 None => None,
             };
-            let duplicate = match slot {
-                Some(slot) => slot.replace(i).is_some(),
-                None => by_record.insert(record.to_owned(), i).is_some(),
+            let previous = match slot {
+                Some(slot) => slot.replace(i),
+                None => by_record.insert(record.into_owned(), i),
             };
-            if duplicate {
-                return Err(Error::archive(
-                    "duplicate entry name",
-                    Location::entry(name),
-                ));
-            }
-        }
-        // torch looks records up case-insensitively: two names that differ only in
-        // case would let the file choose which one a reader sees. Of two such names
-        // at least one has an upper-case letter, so only those need folding.
-        let mut folded = std::collections::HashSet::with_capacity(with_upper.len());
-        for (record, name) in with_upper {
-            let lower = record.to_ascii_lowercase();
-            let numbered_twin = storage_number(&lower, numbered.len())
-                .and_then(|n| numbered.get(n).copied().flatten())
-                .is_some();
-            if numbered_twin || by_record.contains_key(&lower) || !folded.insert(lower) {
-                return Err(Error::archive(
-                    "two records whose names differ only in case",
-                    Location::entry(name),
-                ));
+            if let Some(previous) = previous.and_then(|p| index.entries.get(p)) {
+                let why = if previous.name == entry.name {
+                    "duplicate entry name"
+                } else {
+                    "two records whose names differ only in case"
+                };
+                return Err(Error::archive(why, Location::entry(name)));
             }
         }
         let mut layout = Layout {
@@ -189,11 +177,12 @@ impl Layout {
         Ok(layout)
     }
 
-    /// The entry of `record` (a name relative to the root folder).
+    /// The entry of `record` (a name relative to the root folder), in any case.
     pub fn entry(&self, record: &str) -> Option<&Entry> {
-        let index = match storage_number(record, self.numbered.len()) {
+        let record = folded(record);
+        let index = match storage_number(&record, self.numbered.len()) {
             Some(n) => self.numbered.get(n).copied().flatten(),
-            None => self.by_record.get(record).copied(),
+            None => self.by_record.get(&*record).copied(),
         };
         index.and_then(|i| self.entries.get(i))
     }
@@ -228,6 +217,15 @@ impl Layout {
                 Location::entry(&name),
             )),
         }
+    }
+}
+
+/// `record` in ASCII lower case, as torch's record lookup compares names.
+fn folded(record: &str) -> Cow<'_, str> {
+    if record.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(record.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(record)
     }
 }
 

@@ -480,7 +480,9 @@ pub fn find_unlocated<D: FileBytes + ?Sized>(
         if !r.name.eq_ignore_ascii_case(&wanted) {
             continue;
         }
-        if found.is_none() && *r.name == *wanted {
+        // torch's lookup ignores ASCII case too: any spelling is the record,
+        // and a second one makes it ambiguous.
+        if found.is_none() {
             found = Some(r);
         } else if twin.is_none() {
             twin = Some(r);
