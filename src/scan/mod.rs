@@ -462,7 +462,26 @@ fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
     let Some(record) = root.and_then(|r| record_name(r, name)) else {
         return false;
     };
-    record.starts_with(b"data/") || TORCH_METADATA.contains(&record)
+    record
+        .get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"data/"))
+        || TORCH_METADATA
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(record))
+}
+
+/// Whether `name` ends with `suffix`, ignoring ASCII case as torch's record
+/// lookup does: `archive/DATA.PKL` is the pickle torch reads.
+fn ends_with_ignoring_case(name: &[u8], suffix: &[u8]) -> bool {
+    name.len() >= suffix.len()
+        && name
+            .get(name.len() - suffix.len()..)
+            .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
+}
+
+/// Whether `name` is `<root>/data.pkl`, in any case.
+fn is_data_pkl(root: &[u8], name: &[u8]) -> bool {
+    record_name(root, name).is_some_and(|r| r.eq_ignore_ascii_case(b"data.pkl"))
 }
 
 /// The small records torch writes beside data.pkl and the storages.
@@ -561,7 +580,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             index
                 .entries
                 .iter()
-                .any(|e| e.name.ends_with(b"/constants.pkl")),
+                .any(|e| ends_with_ignoring_case(&e.name, b"/constants.pkl")),
         ) {
             (Some(_), true) => "torchscript-zip".into(),
             (Some(_), false) => "torch-zip".into(),
@@ -641,7 +660,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
         ];
         let scan_it = by_name
             .iter()
-            .any(|ext| entry.name.ends_with(ext.as_bytes()))
+            .any(|ext| ends_with_ignoring_case(&entry.name, ext.as_bytes()))
             || !matches!(sniff(&bytes), "pickle" | "empty");
         if scan_it || bytes.first() == Some(&0x80) {
             scan_into(&bytes, &here, depth + 1, options, report, false);
@@ -661,9 +680,7 @@ impl ZipLayout {
     fn of(index: &zip::Index) -> ZipLayout {
         let root = (index.entries.first())
             .and_then(|e| folder_of(&e.name))
-            .filter(|&r| {
-                (index.entries.iter()).any(|e| record_name(r, &e.name) == Some(b"data.pkl"))
-            });
+            .filter(|&r| (index.entries.iter()).any(|e| is_data_pkl(r, &e.name)));
         // Only TensorDict leaves need to know their neighbours.
         let names: Option<std::collections::HashSet<String>> =
             (index.entries.iter().any(|e| e.name.ends_with(b".memmap")))
@@ -686,7 +703,7 @@ impl ZipLayout {
 
     /// The checkpoint's main pickle, `<root>/data.pkl`.
     fn is_main_pickle(&self, name: &[u8]) -> bool {
-        (self.root.as_deref()).and_then(|r| record_name(r, name)) == Some(b"data.pkl")
+        (self.root.as_deref()).is_some_and(|r| is_data_pkl(r, name))
     }
 
     /// The entries of `index` (the one this layout is of) that a reader may unpickle.
@@ -719,7 +736,7 @@ impl TorchPayloads {
             return false;
         };
         if !self.holds_main_pickle {
-            self.holds_main_pickle = record_name(root, name) == Some(b"data.pkl");
+            self.holds_main_pickle = is_data_pkl(root, name);
             return false;
         }
         is_torch_payload(Some(root), name)

@@ -802,6 +802,13 @@ def scanner_evasion(c: Corpus) -> None:
         "case-insensitive, so which one it reads is unspecified",
         MALFORMED, checkpoint(BENIGN_PKL, {"0": FLOATS4},
                               extra=[Entry(f"{root}/DATA.PKL", MALICIOUS_PKL)]), ["os.system"])
+    text_pkl = b"cposix\nsystem\n(" + text_string(TOUCH) + b"tR."
+    check_pickle(text_pkl)
+    add("data_pkl_in_capitals.pt", fam,
+        "the only pickle is archive/DATA.PKL, written by protocol 0 (no 0x80 to sniff): torch's record "
+        "lookup ignores case and runs it under weights_only=False; a scanner matching names exactly "
+        "skips it", UNSAFE, checkpoint(text_pkl, {"0": FLOATS4}, pkl_entry=Entry(f"{root}/DATA.PKL", text_pkl)),
+        ["posix.system"])
     add("encrypted_flag.pt", fam,
         "data.pkl (plain text) flagged as encrypted (bit 0): zipfile-based scanners refuse to read it",
         MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(f"{root}/data.pkl", MALICIOUS_PKL,
