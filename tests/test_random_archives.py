@@ -162,6 +162,21 @@ def _rename(data: bytearray, s: Structure, rng: random.Random) -> str:
     return f"{f.record}[{f.index}].name[{at - f.offset}]: {how}"
 
 
+def _recase(data: bytearray, s: Structure, rng: random.Random) -> str:
+    """One letter of an entry's name in the other case, in both its headers: torch
+    looks records up ignoring case."""
+    index = rng.randrange(len(s.payloads))
+    names = [f for f in s.fields if f.name == "name" and f.index == index and f.offset + f.size <= len(data)]
+    letters = [i for i in range(min(f.size for f in names)) if chr(data[names[0].offset + i]).isalpha()] \
+        if len(names) == 2 else []
+    if not letters:
+        return "no name left to change the case of"
+    at = rng.choice(letters)
+    for f in names:
+        data[f.offset + at] ^= 0x20
+    return f"entry {index}'s name[{at}] in the other case"
+
+
 def _flip(data: bytearray, s: Structure, rng: random.Random) -> str:
     candidates = _in_file(data, [f for f in s.fields if f.name not in UNTOUCHED])
     if not candidates:
@@ -224,8 +239,8 @@ def _reorder_directory(data: bytearray, s: Structure, rng: random.Random) -> str
     return how
 
 
-DAMAGE = [_set_field, _set_field, _set_field, _set_field, _rename, _flip, _cut, _insert_or_delete, _append,
-          _prepend, _payload, _reorder_directory]
+DAMAGE = [_set_field, _set_field, _set_field, _set_field, _rename, _recase, _flip, _cut, _insert_or_delete,
+          _append, _prepend, _payload, _reorder_directory]
 
 
 def damaged(base: bytes, damage: list[tuple[int, int]]) -> tuple[bytes, list[str]]:
@@ -250,8 +265,10 @@ REFUSED_ON_PURPOSE = (
     # torch falls back on the classic end record when the ZIP64 one is missing or
     # broken: two directories that can disagree.
     "ZIP64 end of central directory",
-    # Entries sharing bytes, or reaching past the file, where torch never reads them.
+    # Entries sharing bytes with each other or with the directory, or reaching
+    # past the file (where torch reads them, it reads whatever lies there).
     "overlaps entry",
+    "overlaps the central directory",
     "runs past the end of the file",
     "lies outside the file",
     # torch's reader takes disk 1 as well as disk 0 in the ZIP64 record.
@@ -444,7 +461,12 @@ PINNED = {
     "ZIP64 entry count on this disk other than the total": (_with_field("zip64_end", "entries_on_disk", 0), False),
     "ZIP64 end record of 43 bytes": (_with_field("zip64_end", "record_size", 43), False),
     "ZIP64 end record of 45 bytes": (_with_field("zip64_end", "record_size", 45), True),
+    "data.pkl spelled DATA.PKL": (lambda data: data.replace(b"/data.pkl", b"/DATA.PKL"), True),
+    "a storage record spelled DATA/0": (lambda data: data.replace(b"/data/0", b"/DATA/0"), True),
+    "version spelled VERSION": (lambda data: data.replace(b"/version", b"/VERSION"), True),
+    "byteorder spelled ByteOrder": (lambda data: data.replace(b"/byteorder", b"/ByteOrder"), True),
 }
+
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
@@ -514,4 +536,27 @@ def test_a_corrupt_deflate_stream_in_a_record_no_load_reads_leaves_the_file_clea
     assert torch_load(path)[1] is None
     tensorplay.load(path)
     assert scanner.scan(path).verdict == "clean"
+    check(path)
+
+
+def test_a_byteorder_record_in_capitals_still_swaps_big_endian_payloads(tmp_path):
+    """torch finds `BYTEORDER` as it finds `byteorder`: missing it would read a
+    big-endian file's values unswapped."""
+    import numpy as np
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.arange(4.0)}, path)
+    source, out = zipfile.ZipFile(path), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            name, data = info.filename, source.read(info)
+            if name.endswith("/byteorder"):
+                name, data = name[:-len("byteorder")] + "BYTEORDER", b"big"
+            elif name.endswith("/data/0"):
+                data = np.arange(4, dtype=">f4").tobytes()
+            target.writestr(name, data)
+    path.write_bytes(out.getvalue())
+    assert torch.equal(torch.load(path, weights_only=True)["w"], torch.arange(4.0))
+    for mmap in (False, True):
+        assert torch.equal(tensorplay.load(path, mmap=mmap)["w"], torch.arange(4.0))
     check(path)
