@@ -91,14 +91,19 @@ impl Layout {
             // their folded names: `DATA.PKL` is the main pickle, and two names that
             // differ only in case, which would let the file choose which one a
             // reader sees, are refused.
-            let record = folded(record);
+            // Most records are storages named as torch names them: no folding.
+            let (record, number) = match storage_number(record, index.entries.len()) {
+                Some(n) => (Cow::Borrowed(record), Some(n)),
+                None => {
+                    let record = folded(record);
+                    let number = storage_number(&record, index.entries.len());
+                    (record, number)
+                }
+            };
             if record.ends_with(".pkl") {
                 pickles.push(i);
             }
-            let slot = match storage_number(&record, index.entries.len()) {
-                Some(n) => numbered.get_mut(n),
-                None => None,
-            };
+            let slot = number.and_then(|n| numbered.get_mut(n));
             let previous = match slot {
                 Some(slot) => slot.replace(i),
                 None => by_record.insert(record.into_owned(), i),

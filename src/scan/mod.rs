@@ -462,9 +462,11 @@ fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
     let Some(record) = root.and_then(|r| record_name(r, name)) else {
         return false;
     };
-    record
-        .get(..5)
-        .is_some_and(|p| p.eq_ignore_ascii_case(b"data/"))
+    // The exact prefix first: most records are storages, named as torch names them.
+    record.starts_with(b"data/")
+        || record
+            .get(..5)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"data/"))
         || TORCH_METADATA
             .iter()
             .any(|m| m.eq_ignore_ascii_case(record))
