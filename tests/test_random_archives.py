@@ -465,7 +465,19 @@ PINNED = {
     "a storage record spelled DATA/0": (lambda data: data.replace(b"/data/0", b"/DATA/0"), True),
     "version spelled VERSION": (lambda data: data.replace(b"/version", b"/VERSION"), True),
     "byteorder spelled ByteOrder": (lambda data: data.replace(b"/byteorder", b"/ByteOrder"), True),
+    # torch tells TorchScript by "constants.pkl" in its list of names, where case counts.
+    "a CONSTANTS.PKL record": (lambda data: _with_record(data, "CONSTANTS.PKL", b"N."), True),
 }
+
+
+def _with_record(data: bytes, record: str, content: bytes) -> bytes:
+    """The archive with one more record, written by Python's zipfile."""
+    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        target.writestr(source.infolist()[0].filename.split("/")[0] + "/" + record, content)
+    return out.getvalue()
 
 
 

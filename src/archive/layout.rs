@@ -196,8 +196,10 @@ impl Layout {
         entry.name_lossy()
     }
 
+    /// torch asks this of its list of record names, where case counts.
     pub fn is_torchscript(&self) -> bool {
-        self.entry("constants.pkl").is_some()
+        self.entry("constants.pkl")
+            .is_some_and(|e| e.name.ends_with(b"/constants.pkl"))
     }
 
     /// The bytes of a small metadata record (`version`, `byteorder`), inflated if needed.

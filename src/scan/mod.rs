@@ -582,7 +582,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             index
                 .entries
                 .iter()
-                .any(|e| ends_with_ignoring_case(&e.name, b"/constants.pkl")),
+                .any(|e| e.name.ends_with(b"/constants.pkl")),
         ) {
             (Some(_), true) => "torchscript-zip".into(),
             (Some(_), false) => "torch-zip".into(),
