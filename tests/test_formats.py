@@ -8,6 +8,8 @@ import mmap
 import os
 import resource
 import struct
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -258,6 +260,89 @@ def test_map_location_follows_torch():
         tensorplay.load(path, map_location="cuda:0")
     with pytest.raises(ValueError, match="numpy backend"):
         tensorplay.load(path, map_location="cuda:0", backend="numpy")
+
+
+@pytest.fixture
+def device_registry():
+    """torch's device registry, which register_package extends for the whole
+    process, put back as it was after the test."""
+    import torch
+
+    saved = list(torch.serialization._package_registry)
+    yield torch
+    torch.serialization._package_registry[:] = saved
+
+
+@needs_torch
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_registered_package_tags_storages_on_save_and_restores_them_on_load(tmp_path, device_registry, mmap):
+    torch = device_registry
+    state = {"on_ipu": torch.arange(4.0), "on_cpu": torch.ones(3)}
+    on_ipu = {state["on_ipu"].untyped_storage().data_ptr()}
+    restored = []
+
+    def ipu_tag(storage):
+        return "ipu:1" if storage.data_ptr() in on_ipu else None
+
+    def ipu_restore(storage, location):
+        if not location.startswith("ipu"):
+            return None
+        restored.append((type(storage).__name__, location, storage.nbytes()))
+        return storage
+
+    tensorplay.serialization.register_package(9, ipu_tag, ipu_restore)
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "ours").mkdir()
+    torch.save(state, tmp_path / "torch" / "ckpt.pt")
+    tensorplay.save(state, tmp_path / "ours" / "ckpt.pt")
+    written = (tmp_path / "ours" / "ckpt.pt").read_bytes()
+    assert written == (tmp_path / "torch" / "ckpt.pt").read_bytes()
+    assert b"ipu:1" in zipfile.ZipFile(io.BytesIO(written)).read("ckpt/data.pkl")
+
+    theirs = torch.load(tmp_path / "torch" / "ckpt.pt", mmap=mmap)
+    assert restored == [("UntypedStorage", "ipu:1", 16)]
+    ours = tensorplay.load(tmp_path / "ours" / "ckpt.pt", mmap=mmap)
+    assert restored == [("UntypedStorage", "ipu:1", 16)] * 2
+    for key in state:
+        assert torch.equal(ours[key], theirs[key]) and torch.equal(ours[key], state[key])
+
+    torch.serialization._package_registry[:] = [p for p in torch.serialization._package_registry if p[1] != ipu_tag]
+    with pytest.raises(RuntimeError, match="don't know how to restore data location"):
+        torch.load(tmp_path / "torch" / "ckpt.pt")
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match='"ipu:1".*map_location'):
+        tensorplay.load(tmp_path / "ours" / "ckpt.pt")
+
+
+@needs_torch
+@pytest.mark.parametrize("mmap", [False, True])
+@pytest.mark.parametrize("map_location", [None, "cpu", "torch.device('cpu')"])
+def test_a_package_registered_ahead_of_torchs_cpu_entry_sees_every_storage_as_in_torch(
+        device_registry, mmap, map_location):
+    torch = device_registry
+    if map_location is not None and map_location.startswith("torch"):
+        map_location = torch.device("cpu")
+    seen = []
+
+    def zeroed(storage, location):
+        seen.append((location, storage.nbytes()))
+        return storage.clone().fill_(0)
+
+    tensorplay.serialization.register_package(5, lambda storage: None, zeroed)
+    path = TORCH_FIXTURES / "seed_tensor_dict.pt"
+    theirs = torch.load(path, map_location=map_location, mmap=mmap)
+    by_torch, seen[:] = list(seen), []
+    ours = tensorplay.load(path, map_location=map_location, mmap=mmap)
+    assert seen == by_torch == [("cpu", 8), ("cpu", 8)]
+    for key, tensor in theirs.items():
+        assert tensor.tolist() == [0.0, 0.0] and torch.equal(ours[key], tensor)
+
+
+def test_register_package_needs_torch_and_says_so():
+    code = ("import sys; sys.modules['torch'] = None\nimport tensorplay.serialization as s\n"
+            "try:\n    s.register_package(11, lambda st: None, lambda st, loc: None)\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "register_package needs torch" in result.stdout
 
 
 @needs_torch

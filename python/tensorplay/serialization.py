@@ -33,6 +33,7 @@ __all__ = [
     "set_default_mmap_options",
     "get_crc32_options",
     "set_crc32_options",
+    "register_package",
     "skip_data",
     "ARGPARSE_PRESET",
     "safe_globals",
@@ -192,13 +193,50 @@ def _placement(map_location: Any, backend: str) -> dict[str, Any]:
         return {}
     import torch
 
+    restores_cpu_in_place = _cpu_storages_stay(torch)
     if map_location is None:
-        return {"restore": torch.serialization.default_restore_location}
-    if cpu:
+        return {"restore": torch.serialization.default_restore_location, "restore_cpu": not restores_cpu_in_place}
+    if cpu and restores_cpu_in_place:
         return {}
     if str(map_location) == "meta" and isinstance(map_location, (str, torch.device)):
         return {"data": "meta"}
     return {"restore": torch.serialization._get_restore_location(map_location), "restore_all": True}
+
+
+def _cpu_storages_stay(torch: Any) -> bool:
+    """Whether torch's device registry hands a CPU storage restored to the CPU back
+    unchanged, so the load can skip the call: torch's own CPU entry comes first. A
+    package registered ahead of it (``register_package`` with a priority below 10)
+    sees every storage, as it does in ``torch.load``."""
+    registry = getattr(torch.serialization, "_package_registry", None)
+    cpu_entry = getattr(torch.serialization, "_cpu_deserialize", None)
+    return not registry or cpu_entry is None or registry[0][2] is cpu_entry
+
+
+def register_package(priority: int, tagger: Any, deserializer: Any) -> None:
+    """Register how storages of a device are tagged when saved and restored when
+    loaded: torch's ``register_package``, on torch's own registry, so that
+    ``torch.save``, ``torch.load``, ``tensorplay.save`` and ``tensorplay.load`` all
+    follow it.
+
+    Args:
+        priority: lower runs first; torch's own entries are 10 (CPU) to 26.
+        tagger: ``tagger(storage) -> str | None``, the location ``save`` records for
+            a storage; the first one that returns a string wins.
+        deserializer: ``deserializer(storage, location) -> storage | None``: a CPU
+            storage holding the loaded bytes, and the location it was saved on (or
+            the one ``map_location`` maps it to); the first one that returns a
+            storage wins.
+
+    Needs torch: taggers and deserializers take torch storages. The numpy backend
+    loads every storage onto the CPU and has no devices to register.
+    """
+    if not _torch_available():
+        raise RuntimeError("register_package needs torch: taggers and deserializers take torch storages, and the "
+                           "numpy backend loads every storage onto the CPU")
+    import torch
+
+    torch.serialization.register_package(priority, tagger, deserializer)
 
 
 def _fake_placement(map_location: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ use crate::bindings::build::{Backend, Builder};
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::storages::{self, DataMode};
+use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{self, Endianness, LoadOptions};
 use crate::fill::{self, FillJob};
@@ -85,10 +85,12 @@ fn return_freed_memory() {
 }
 
 /// Load a checkpoint. `data` is "read", "skip" (allocate, leave unread) or "meta";
-/// `restore(storage, location)` is torch's restore_location, called for every
-/// storage when `restore_all`, else for those not saved on the CPU.
+/// `restore(storage, location)` is torch's restore_location: the caller's mapping,
+/// called for every storage, when `restore_all`; else torch's default placement,
+/// called for the storages not saved on the CPU, and for those too when
+/// `restore_cpu` (a package registered ahead of torch's CPU entry).
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, fake=None))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, restore_cpu=false, fake=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -105,6 +107,7 @@ pub fn load<'py>(
     data: &str,
     restore: Option<Bound<'py, PyAny>>,
     restore_all: bool,
+    restore_cpu: bool,
     fake: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if user_objects.len() != user_names.len() {
@@ -170,7 +173,12 @@ pub fn load<'py>(
     })
     .map_err(|e| to_pyerr(py, e))?;
     if let Some(restore) = restore.filter(|_| mode != DataMode::Meta) {
-        storages::relocate(&checkpoint, &mut objects, &restore, restore_all)?;
+        let placement = match (restore_all, restore_cpu) {
+            (true, _) => Placement::Mapped,
+            (false, true) => Placement::Saved { cpu_too: true },
+            (false, false) => Placement::Saved { cpu_too: false },
+        };
+        storages::relocate(&checkpoint, &mut objects, &restore, placement)?;
     }
     storages::resolve_views(py, &checkpoint, &mut objects)?;
     let helpers = py.import("tensorplay._build")?;

@@ -177,13 +177,22 @@ pub fn numpy_roots<'py>(
     Ok((objects, jobs))
 }
 
-/// torch's `restore_location`, applied where it can change something: every
-/// storage when the caller asked for a mapping, else the ones not saved on the CPU.
+/// Whose `restore_location` a load applies, and to which storages.
+#[derive(Clone, Copy)]
+pub enum Placement {
+    /// The caller's `map_location`: every storage, and its errors are the caller's.
+    Mapped,
+    /// torch's default, to the device each storage was saved on; CPU storages
+    /// only when a registered package runs ahead of torch's CPU entry.
+    Saved { cpu_too: bool },
+}
+
+/// torch's `restore_location`, applied where it can change something.
 pub fn relocate<'py>(
     checkpoint: &Checkpoint,
     objects: &mut [Option<StorageObject<'py>>],
     restore: &Bound<'py, PyAny>,
-    every_storage: bool,
+    placement: Placement,
 ) -> PyResult<()> {
     for (i, slot) in objects.iter_mut().enumerate() {
         let Some(StorageObject::Torch { storage, device }) = slot else {
@@ -192,16 +201,14 @@ pub fn relocate<'py>(
         let decl = checkpoint.storage(StorageId(i as u32)).map(|s| &s.decl);
         let location = decl.map_or("cpu", |d| &*d.location);
         let key = decl.map_or("?", |d| &*d.key);
-        if !every_storage && location == "cpu" {
+        if matches!(placement, Placement::Saved { cpu_too: false }) && location == "cpu" {
             continue;
         }
-        // A map_location of the caller's raises what it raises; torch's default
-        // placement fails for the file's device.
         let moved = restore
             .call1((storage.clone(), location))
-            .map_err(|e| match every_storage {
-                true => e,
-                false => wrap_placement_error(
+            .map_err(|e| match placement {
+                Placement::Mapped => e,
+                Placement::Saved { .. } => wrap_placement_error(
                     restore.py(),
                     e,
                     &format!("storage '{key}' was saved on {location:?}, which cannot be restored here (pass map_location)"),
