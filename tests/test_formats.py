@@ -307,6 +307,11 @@ def test_a_registered_package_tags_storages_on_save_and_restores_them_on_load(tm
         assert torch.equal(ours[key], theirs[key]) and torch.equal(ours[key], state[key])
 
     torch.serialization._package_registry[:] = [p for p in torch.serialization._package_registry if p[1] != ipu_tag]
+    devices = {path: info.device for path, info in tensorplay.inspect(tmp_path / "ours" / "ckpt.pt").tensors()}
+    assert devices == {"on_ipu": "ipu:1", "on_cpu": "cpu"}
+    command = [sys.executable, "-m", "tensorplay", "inspect", str(tmp_path / "ours" / "ckpt.pt")]
+    printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert "(16 B) on ipu:1" in printed and "(12 B)\n" in printed
     with pytest.raises(RuntimeError, match="don't know how to restore data location"):
         torch.load(tmp_path / "torch" / "ckpt.pt")
     with pytest.raises(tensorplay.UnsupportedCheckpointError, match='"ipu:1".*map_location'):
@@ -458,9 +463,10 @@ def test_inspect_matches_the_manifest(case):
         ours = [ours[1], ours[3]]
     expected_meta = [t for t in _all_tensors(case["expected"]) if t.get("device") == "meta"]
     assert len(ours) == len(expected) + len(expected_meta)
+    assert all(o.device == "meta" for o in ours if o.layout == "meta")
     dense = [o for o in ours if o.layout != "meta"]
     for info, tensor in zip(dense, expected):
-        assert info.dtype == tensor["dtype"]
+        assert info.dtype == tensor["dtype"] and info.device == tensor.get("device", "cpu")
         if "shape" in tensor:
             assert list(info.shape) == tensor["shape"]
         if "stride" in tensor and info.layout == "strided":
@@ -487,3 +493,4 @@ def test_inspect_command_prints_a_tree_and_totals():
     command = [sys.executable, "-m", "tensorplay", "inspect", str(TORCH_FIXTURES / "shared_storage_tied.pt")]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert "embed.weight  float32 [10, 4]" in out and "total: float32 172 B" in out
+    assert " on " not in out  # only a device other than the CPU is named

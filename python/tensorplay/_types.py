@@ -18,7 +18,8 @@ class TensorInfo(NamedTuple):
 
     ``storage`` is the storage key in the file (``data/<key>``), ``storage_offset``
     the tensor's first element within it (in elements), ``offset`` the byte offset
-    of the storage's data in the file and ``nbytes`` the storage's size.
+    of the storage's data in the file, ``nbytes`` the storage's size and ``device``
+    where it was saved, as the file names it (``"cpu"``, ``"cuda:0"``, ``"meta"``).
     """
 
     dtype: str | None = None
@@ -31,6 +32,7 @@ class TensorInfo(NamedTuple):
     layout: str = "strided"
     requires_grad: bool = False
     parameter: bool = False
+    device: str | None = None
 
     @property
     def numel(self) -> int:

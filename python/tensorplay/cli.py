@@ -96,6 +96,7 @@ def _inspect(args: argparse.Namespace) -> int:
             if isinstance(value, TensorInfo):
                 where = f"storage {value.storage} @ {value.offset}" if value.storage is not None else value.layout
                 kind = " parameter" if value.parameter else ""
+                kind += f" on {value.device}" if value.device not in (None, "cpu", "meta") else ""
                 print(f"  {name}  {value.dtype} {list(value.shape)} stride {list(value.stride)}  {where} "
                       f"({_size(value.nbytes)}){kind}")
             else:

@@ -37,6 +37,7 @@ impl<'py> Builder<'_, 'py> {
             info.set_item("storage_offset", d.offset)?;
             info.set_item("offset", self.checkpoint.data_offset(d.storage))?;
             info.set_item("nbytes", storage.map_or(0, |s| s.decl.nbytes))?;
+            info.set_item("device", storage.map(|s| &*s.decl.location))?;
             info.set_item("layout", "strided")
         };
         match &t.kind {
@@ -54,6 +55,7 @@ impl<'py> Builder<'_, 'py> {
                 info.set_item("shape", PyTuple::new(py, shape.iter().copied())?)?;
                 info.set_item("stride", PyTuple::new(py, stride.iter().copied())?)?;
                 info.set_item("layout", "meta")?;
+                info.set_item("device", "meta")?;
             }
             TensorKind::Empty { dtype } => {
                 info.set_item("dtype", dtype.name())?;
@@ -81,11 +83,15 @@ impl<'py> Builder<'_, 'py> {
             }
             TensorKind::Sparse { size, parts, .. } => {
                 info.set_item("shape", PyTuple::new(py, size.iter().copied())?)?;
-                // The values are the last component; their dtype is the tensor's.
-                info.set_item("dtype", parts.last().and_then(|v| self.dense_dtype(*v)))?;
+                // The values are the last component; their dtype and device are the tensor's.
+                let values = parts.last().and_then(|v| self.dense_part(*v));
+                info.set_item("dtype", values.map(|d| d.dtype.name()))?;
+                info.set_item("device", values.and_then(|d| self.location(d)))?;
             }
             TensorKind::Nested { buffer, .. } => {
-                info.set_item("dtype", self.dense_dtype(*buffer))?
+                let buffer = self.dense_part(*buffer);
+                info.set_item("dtype", buffer.map(|d| d.dtype.name()))?;
+                info.set_item("device", buffer.and_then(|d| self.location(d)))?;
             }
             TensorKind::TorchCall { .. } => {}
         }
@@ -94,14 +100,21 @@ impl<'py> Builder<'_, 'py> {
 }
 
 impl Builder<'_, '_> {
-    fn dense_dtype(&self, id: crate::pickle::value::NodeId) -> Option<&'static str> {
+    fn dense_part(&self, id: crate::pickle::value::NodeId) -> Option<&Dense> {
         match self.node(id) {
             crate::pickle::value::Node::Tensor(t) => match &self.checkpoint.arena.tensor(*t).kind {
-                TensorKind::Dense(d) => Some(d.dtype.name()),
+                TensorKind::Dense(d) => Some(d),
                 _ => None,
             },
             _ => None,
         }
+    }
+
+    /// Where the storage under `d` was saved, as the file names it ("cpu", "cuda:0").
+    fn location(&self, d: &Dense) -> Option<&str> {
+        self.checkpoint
+            .storage(d.storage)
+            .map(|s| &*s.decl.location)
     }
 }
 
