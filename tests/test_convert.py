@@ -44,13 +44,15 @@ def test_converted_files_load_to_torchs_tensors(case, tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "out.safetensors"
-    try:
-        convert(case["path"], out)
-    except Exception as e:  # noqa: BLE001 - safetensors has no complex128
-        assert "complex128" in str(e) or "Unknown dtype" in str(e)
-        return
-    converted = load_file(out)
     reference = _flat_torch(torch.load(case["path"], weights_only=False))
+    unstorable = [name for name, tensor in reference.items() if tensor.dtype in (torch.complex128, torch.complex32)]
+    if unstorable:
+        with pytest.raises(ValueError, match=f"'{unstorable[0]}' is a complex.* safetensors cannot store"):
+            convert(case["path"], out)
+        assert not out.exists()
+        return
+    convert(case["path"], out)
+    converted = load_file(out)
     from safetensors import safe_open
 
     shared = safe_open(out, "np").metadata()
@@ -88,12 +90,54 @@ def test_the_command_refuses_to_overwrite_without_force(tmp_path):
     out.write_bytes(b"precious")
     cmd = [sys.executable, "-m", "tensorplay", "convert", str(TORCH_FIXTURES / "seed_tensor_dict.pt"), str(out)]
     refused = subprocess.run(cmd, capture_output=True, text=True)
-    assert refused.returncode != 0 and "exists" in refused.stderr and out.read_bytes() == b"precious"
+    assert refused.returncode == 2 and "FileExistsError" in refused.stderr and out.read_bytes() == b"precious"
+    assert "Traceback" not in refused.stderr
     done = subprocess.run([*cmd, "--force"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     from safetensors.numpy import load_file
 
     assert load_file(out)["a"].tolist() == [1.0, 2.0]
+
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="torch writes the checkpoint")
+
+
+@needs_torch
+@pytest.mark.parametrize("tree", ["nested", "int_and_str"])
+def test_keys_that_flatten_to_one_name_are_refused_not_overwritten(tmp_path, tree):
+    import torch
+
+    clash = {"a.b": torch.ones(1), "a": {"b": torch.zeros(1)}} if tree == "nested" else \
+        {1: torch.ones(1), "1": torch.zeros(1)}
+    torch.save(clash, tmp_path / "clash.pt")
+    with pytest.raises(ValueError, match="flatten to the key '(a.b|1)'"):
+        convert(tmp_path / "clash.pt", tmp_path / "out.safetensors")
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+@needs_torch
+def test_a_tensor_named_format_is_written_whole_and_the_metadata_still_says_pt(tmp_path):
+    import torch
+    from safetensors import safe_open
+
+    weight = torch.arange(6.0).reshape(2, 3)
+    torch.save({"w": weight, "format": weight, "tied": weight}, tmp_path / "tied.pt")
+    convert(tmp_path / "tied.pt", tmp_path / "out.safetensors")
+    with safe_open(tmp_path / "out.safetensors", "pt") as f:
+        assert f.metadata() == {"format": "pt", "tied": "w"}
+        assert sorted(f.keys()) == ["format", "w"] and torch.equal(f.get_tensor("format"), weight)
+    torch.save({"w": weight, "format": "mine"}, tmp_path / "named.pt")
+    with pytest.raises(ValueError, match="'format' would overwrite the metadata"):
+        convert(tmp_path / "named.pt", tmp_path / "named.safetensors", metadata=True)
+
+
+def test_the_command_exits_1_for_an_unsafe_checkpoint_and_writes_nothing(tmp_path):
+    out = tmp_path / "x.safetensors"
+    malicious = TORCH_FIXTURES.parent.parent / "malicious" / "files" / "global_reduce_os_system.pt"
+    cmd = [sys.executable, "-m", "tensorplay", "convert", str(malicious), str(out)]
+    refused = subprocess.run(cmd, capture_output=True, text=True)
+    assert refused.returncode == 1 and "UnsafeCheckpointError" in refused.stderr and "os.system" in refused.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_flattening_uses_dotted_keys():

@@ -18,12 +18,26 @@ import numpy as np
 
 from .serialization import load
 
+# What safetensors stores, by numpy dtype name (its format has no complex128 or
+# complex32, and the numpy backend gives float4 and sub-byte integers no dtype).
+_STORABLE = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
+             "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+             "float8_e5m2fnuz", "float8_e8m0fnu", "complex64"}
+
 
 def _flatten(obj: Any, prefix: str, tensors: dict, others: dict) -> None:
+    """Leaves by dotted path. Two leaves on one path (a key ``"a.b"`` beside
+    ``{"a": {"b": ...}}``, or the keys ``1`` and ``"1"``) would overwrite each
+    other in the output, so they are refused."""
     stack = [(prefix, obj)]
     while stack:
         path, value = stack.pop()
+        if path in tensors or path in others:
+            raise ValueError(f"two values of the checkpoint flatten to the key {path!r}; safetensors keys must be "
+                             "unique (rename one of them)")
         if isinstance(value, np.ndarray) and value.dtype != object:
+            if value.dtype.name not in _STORABLE:
+                raise ValueError(f"{path or '<root>'!r} is a {value.dtype.name} tensor, which safetensors cannot store")
             tensors[path] = value
         elif isinstance(value, dict):
             for key, item in reversed(list(value.items())):
@@ -63,7 +77,7 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
     meta = {"format": "pt"}
     for i, (name, array) in enumerate(tensors.items(), 1):
         first = kept.setdefault(_identity(array), name)
-        if first != name:
+        if first != name and name != "format":  # the metadata's "format" says "pt"
             meta[name] = first
         else:
             out[name] = array if array.flags.c_contiguous else array.copy(order="C")
@@ -71,6 +85,8 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
             progress(i, len(tensors))
     for name, value in others.items():
         if metadata:
+            if name in meta:
+                raise ValueError(f"the non-tensor value {name!r} would overwrite the metadata entry of that name")
             meta[name] = _json(value)
         elif report is not None:
             report(f"left out non-tensor value {name or '<root>'} = {value!r:.80}")

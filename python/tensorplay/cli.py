@@ -117,8 +117,14 @@ def _convert(args: argparse.Namespace) -> int:
             if done == total:
                 sys.stderr.write("\n")
 
-    summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
-                      progress=tensor_progress, report=lambda line: print(line, file=sys.stderr))
+    try:
+        summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
+                          progress=tensor_progress, report=lambda line: print(line, file=sys.stderr))
+    except Exception as e:  # noqa: BLE001 - reported; the exit code says it failed
+        print(f"{args.source}: {type(e).__name__}: {e}", file=sys.stderr)
+        from ._core import UnsafeCheckpointError
+
+        return EXIT_UNSAFE if isinstance(e, UnsafeCheckpointError) else EXIT_UNREADABLE
     print(f"wrote {args.target}: {summary['tensors']} tensors, {summary['shared']} shared names in the metadata, "
           f"{summary['other_values']} other values {'in the metadata' if args.metadata else 'left out'}")
     return 0
