@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import stat
 import subprocess
 import sys
 import zipfile
@@ -227,6 +228,34 @@ def test_a_failed_save_leaves_the_old_file_intact(tmp_path, monkeypatch):
         tensorplay.save({"version": 2, "w": np.ones(1000)}, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temporary file left behind
+
+
+def test_saving_over_a_file_keeps_its_permissions_and_a_new_file_gets_the_umasks(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    tensorplay.save({"version": 1}, path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+    os.chmod(path, 0o640)
+    tensorplay.save({"version": 2}, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert tensorplay.load(path, backend="numpy") == {"version": 2}
+
+
+@pytest.mark.parametrize("saver", ["tensorplay", pytest.param("torch", marks=needs_torch)])
+def test_saving_through_a_symlink_writes_the_file_it_points_to(tmp_path, saver):
+    save = tensorplay.save if saver == "tensorplay" else __import__("torch").save
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "step_100.pt"
+    tensorplay.save({"step": 100}, target)
+    link = tmp_path / "latest.pt"
+    link.symlink_to(os.path.join("runs", "step_100.pt"))
+    save({"step": 200}, link)
+    assert link.is_symlink() and os.readlink(link) == os.path.join("runs", "step_100.pt")
+    assert tensorplay.load(target, backend="numpy") == {"step": 200}
+    assert sorted(os.listdir(tmp_path)) == ["latest.pt", "runs"] and os.listdir(tmp_path / "runs") == ["step_100.pt"]
+    # The archive's folder is named after the path given, as torch names it.
+    assert zipfile.ZipFile(target).namelist()[0] == "latest/data.pkl"
 
 
 def test_saving_over_a_file_loaded_with_mmap_is_safe(tmp_path):

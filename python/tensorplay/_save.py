@@ -347,8 +347,14 @@ def _write_legacy(f: Any, pickled: bytes, storages: _Storages, protocol: int) ->
 
 def _atomic_write(path: str, write) -> None:
     """Write to a temporary file in the same folder, fsync it, then rename it over
-    ``path``: readers (and mmap-loaded tensors) never see a half-written file."""
-    directory = os.path.dirname(os.path.abspath(path))
+    ``path``: readers (and mmap-loaded tensors) never see a half-written file.
+
+    A symbolic link is followed, as ``torch.save``'s ``open(path, "wb")`` follows it:
+    the file it points to gets the new checkpoint and the link stays a link. The
+    file keeps its permission bits. Unlike a write in place, the rename gives the
+    path a new inode: another hard link to the old file keeps the old contents."""
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise RuntimeError(f"Parent directory {os.path.dirname(path) or '.'} does not exist.")
     fd, tmp = tempfile.mkstemp(prefix=".tensorplay-", suffix=".partial", dir=directory)
