@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -129,6 +130,30 @@ def test_a_tensor_named_format_is_written_whole_and_the_metadata_still_says_pt(t
     torch.save({"w": weight, "format": "mine"}, tmp_path / "named.pt")
     with pytest.raises(ValueError, match="'format' would overwrite the metadata"):
         convert(tmp_path / "named.pt", tmp_path / "named.safetensors", metadata=True)
+
+
+def test_a_failed_conversion_leaves_the_old_target_and_a_symlink_is_followed(tmp_path, monkeypatch):
+    import safetensors.numpy
+
+    (tmp_path / "out").mkdir()
+    target = tmp_path / "out" / "model.safetensors"
+    target.write_bytes(b"precious")
+    link = tmp_path / "latest.safetensors"
+    link.symlink_to(target)
+
+    def fail_halfway(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"half")
+        raise OSError("disk full")
+
+    real = safetensors.numpy.save_file
+    monkeypatch.setattr(safetensors.numpy, "save_file", fail_halfway)
+    with pytest.raises(OSError, match="disk full"):
+        convert(TORCH_FIXTURES / "seed_tensor_dict.pt", link, force=True)
+    assert target.read_bytes() == b"precious" and os.listdir(tmp_path / "out") == ["model.safetensors"]
+    monkeypatch.setattr(safetensors.numpy, "save_file", real)
+    convert(TORCH_FIXTURES / "seed_tensor_dict.pt", link, force=True)
+    assert link.is_symlink() and safetensors.numpy.load_file(target)["b"].tolist() == [3.0, 4.0]
 
 
 def test_the_command_exits_1_for_an_unsafe_checkpoint_and_writes_nothing(tmp_path):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._atomic import replacing
 from .serialization import load
 
 # What safetensors stores, by numpy dtype name (its format has no complex128 or
@@ -90,13 +91,6 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
             meta[name] = _json(value)
         elif report is not None:
             report(f"left out non-tensor value {name or '<root>'} = {value!r:.80}")
-    directory = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(directory, f".{os.path.basename(target)}.partial")
-    try:
+    with replacing(target) as tmp:
         save_file(out, tmp, metadata=meta)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return {"tensors": len(out), "shared": len(tensors) - len(out), "other_values": len(others)}

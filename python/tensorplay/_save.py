@@ -14,13 +14,13 @@ import io
 import os
 import pickle
 import sys
-import tempfile
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from . import _core
+from ._atomic import replacing
 from .utils.serialization import config
 
 DEFAULT_PROTOCOL = 2
@@ -345,50 +345,6 @@ def _write_legacy(f: Any, pickled: bytes, storages: _Storages, protocol: int) ->
         f.write(memoryview(buffer).cast("B"))
 
 
-def _atomic_write(path: str, write) -> None:
-    """Write to a temporary file in the same folder, fsync it, then rename it over
-    ``path``: readers (and mmap-loaded tensors) never see a half-written file.
-
-    A symbolic link is followed, as ``torch.save``'s ``open(path, "wb")`` follows it:
-    the file it points to gets the new checkpoint and the link stays a link. The
-    file keeps its permission bits. Unlike a write in place, the rename gives the
-    path a new inode: another hard link to the old file keeps the old contents."""
-    path = os.path.realpath(path)
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise RuntimeError(f"Parent directory {os.path.dirname(path) or '.'} does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=".tensorplay-", suffix=".partial", dir=directory)
-    try:
-        with open(fd, "wb", buffering=0) as f:
-            write(f)
-            os.fsync(f.fileno())
-        mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = DEFAULT_PROTOCOL,
          _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False) -> None:
     """Save ``obj`` as ``torch.save`` does. See ``tensorplay.serialization.save``."""
@@ -422,7 +378,8 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = DEF
             _write_legacy(out, pickled, storages, pickle_protocol)
 
     if isinstance(f, (str, os.PathLike)):
-        _atomic_write(os.fspath(f), write)
+        with replacing(f) as tmp, open(tmp, "wb", buffering=0) as out:
+            write(out)
     else:
         write(f)
         flush = getattr(f, "flush", None)
