@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import warnings
 import zipfile
 
 import fixture_classes
@@ -170,6 +171,37 @@ def test_patched_torch_routes_a_third_party_call_path_through_tensorplay():
         with pytest.raises(tensorplay.UnsafeCheckpointError):
             torch.load(TORCH_FIXTURES / "whole_module.pt")
     assert torch.load is not None and not getattr(torch.load, "__tensorplay_patch__", False)
+
+
+@needs_torch
+@pytest.mark.parametrize("switches, weights_only, outcome", [
+    ({"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1"}, False, tensorplay.UnsafeCheckpointError),
+    ({"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "yes"}, None, "Sequential"),
+    ({"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}, True, tensorplay.UnsafeCheckpointError),
+    ({"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}, None, RuntimeError),
+])
+def test_patched_torch_follows_torchs_weights_only_switches(monkeypatch, switches, weights_only, outcome):
+    """Code that sets torch's environment switches gets the same kind of load
+    (weights-only or pickle) from the patched torch.load as from torch's own."""
+    import torch
+
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    whole_module = TORCH_FIXTURES / "whole_module.pt"
+    kwargs = {} if weights_only is None else {"weights_only": weights_only}
+    with tensorplay.patched_torch(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note that a switch decided
+        if isinstance(outcome, str):
+            assert type(torch.load(whole_module, **kwargs)).__name__ == outcome
+            return
+        with pytest.raises(outcome):
+            torch.load(whole_module, **kwargs)
+    if "TORCH_FORCE_WEIGHTS_ONLY_LOAD" in switches and weights_only is False:
+        # What torch's own load does there, and what the patch does better.
+        with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+            torch.load(whole_module, weights_only=False)
+        with tensorplay.patched_torch():
+            assert torch.load(TORCH_FIXTURES / "protocol_4.pt", weights_only=False)["s"] == "x" * 300
 
 
 @needs_torch

@@ -17,8 +17,25 @@ _lock = threading.Lock()
 _original: Any = None
 
 
+_TRUE = ("1", "y", "yes", "true")
+
+
 def _is_safetensors_path(f: Any) -> bool:
     return isinstance(f, (str, os.PathLike)) and os.fspath(f).endswith(".safetensors")
+
+
+def _torch_loads_weights_only(weights_only: bool | None, pickle_module: Any) -> bool:
+    """Whether ``torch.load`` would make this call a weights-only load, after its
+    environment switches: ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` makes every load one,
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` every load that does not pass
+    ``weights_only`` a pickle load. With both set torch raises, so torch gets it."""
+    force = os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in _TRUE
+    force_no = os.getenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() in _TRUE
+    if force:
+        return not force_no
+    if weights_only is None:
+        return pickle_module is None and not force_no
+    return bool(weights_only)
 
 
 def patch_torch() -> None:
@@ -35,9 +52,7 @@ def patch_torch() -> None:
 
         @functools.wraps(original)
         def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
-            if weights_only is None:
-                weights_only = pickle_module is None
-            if not weights_only or _is_safetensors_path(f):
+            if not _torch_loads_weights_only(weights_only, pickle_module) or _is_safetensors_path(f):
                 return original(f, map_location, pickle_module, weights_only=weights_only, mmap=mmap,
                                 **pickle_load_args)
             return tensorplay_load(f, map_location, pickle_module, weights_only=True, mmap=mmap, backend="torch",
