@@ -439,6 +439,31 @@ def test_inspect_reads_no_payload_page(two_gib_checkpoint):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_an_open_file_is_mapped_not_read_into_memory(two_gib_checkpoint, backend):
+    before = _rss_mib()
+    with open(two_gib_checkpoint, "rb") as f, skip_data():
+        tensor = tensorplay.load(f, backend=backend)
+        assert f.tell() == os.path.getsize(two_gib_checkpoint)  # left at its end, as reading it would
+    with open(two_gib_checkpoint, "rb", buffering=0) as f:
+        assert tensorplay.serialization.get_unsafe_globals_in_checkpoint(f) == []
+    assert _rss_mib() - before < 64  # reading the file would have taken 2 GiB
+    assert tuple(tensor.shape) == ((2 << 30) // 4,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_in_memory_is_read_in_place_not_copied(tmp_path, backend):
+    _sparse_checkpoint(tmp_path / "quarter.pt", 256 << 20)
+    data = (tmp_path / "quarter.pt").read_bytes()
+    stream = io.BytesIO(data)
+    before = _rss_mib()
+    with skip_data():
+        tensor = tensorplay.load(stream, backend=backend)
+    assert tensorplay.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data)) == []
+    assert _rss_mib() - before < 64  # a copy would have taken 256 MiB
+    assert tuple(tensor.shape) == ((256 << 20) // 4,) and stream.tell() == len(data)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_lazy_loads_of_a_huge_file_stay_flat(two_gib_checkpoint, backend):
     before = _rss_mib()
     tensor = tensorplay.load(two_gib_checkpoint, backend=backend, mmap=True)

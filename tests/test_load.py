@@ -33,6 +33,21 @@ def test_file_objects_load_like_paths(backend):
         assert [_as_numpy(t).tolist() for t in tensorplay.load(f, backend=backend)] == expected
 
 
+def test_file_objects_that_transform_their_file_are_read_not_mapped(tmp_path):
+    """A GzipFile's fileno() is the compressed file's: its bytes are what it reads."""
+    import gzip
+
+    with gzip.open(tmp_path / "views.pt.gz", "wb") as z:
+        z.write(SEED_VIEWS.read_bytes())
+    with gzip.open(tmp_path / "views.pt.gz", "rb") as z:
+        numbers, evens = tensorplay.load(z, backend="numpy")
+    assert numbers.tolist() == list(range(1, 10)) and evens.tolist() == [2, 4, 6, 8]
+    with open(SEED_VIEWS, "rb") as f:
+        f.read(1)
+        with pytest.raises(tensorplay.MalformedCheckpointError):  # read from where it stands, as torch does
+            tensorplay.load(f, backend="numpy")
+
+
 def test_a_stream_is_read_from_its_current_position():
     stream = io.BytesIO(b"PREFIX" + SEED_VIEWS.read_bytes())
     stream.seek(6)

@@ -11,6 +11,7 @@ import importlib.util
 import io
 import mmap as _mmap
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterable
@@ -161,8 +162,10 @@ def _resolve_backend(backend: str | None) -> str:
     return backend
 
 
-def _source(f: Any, mmap: bool) -> str | bytes:
-    """A path to map, or the bytes of a file object from its current position."""
+def _source(f: Any, mmap: bool) -> str | int | bytes:
+    """A path to map; for a file object, the descriptor of the regular file it
+    reads from its start (mapped, not copied), or else its bytes from its current
+    position. Either way the object is left at its end, as reading it would."""
     if isinstance(f, (str, os.PathLike)):
         return os.fspath(f)
     if mmap:
@@ -171,11 +174,34 @@ def _source(f: Any, mmap: bool) -> str | bytes:
     if not callable(read):
         raise TypeError(f"f must be a path or a binary file object, not {type(f).__name__}")
     if isinstance(f, io.BytesIO):
-        return f.getbuffer()[f.tell():].tobytes()
+        start = f.tell()
+        f.seek(0, os.SEEK_END)
+        # From its start, the bytes object it was made from, when it was never written to.
+        return f.getvalue() if start == 0 else f.getbuffer()[start:].tobytes()
+    fd = _whole_file_descriptor(f)
+    if fd is not None:
+        f.seek(0, os.SEEK_END)
+        return fd
     data = read()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("f must be opened in binary mode")
     return bytes(data)
+
+
+def _whole_file_descriptor(f: Any) -> int | None:
+    """The descriptor of ``f`` when its bytes are exactly those of a regular file it
+    has not read from yet: ``open(path, "rb")``, not a wrapper that transforms
+    them (a ``GzipFile``'s ``fileno()`` is the compressed file's)."""
+    raw = f.raw if isinstance(f, (io.BufferedReader, io.BufferedRandom)) else f
+    try:
+        if not isinstance(raw, io.FileIO) or not f.readable():
+            return None
+        fd = f.fileno()
+        if f.tell() != 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+    except (OSError, ValueError):
+        return None
+    return fd
 
 
 def _placement(map_location: Any, backend: str) -> dict[str, Any]:

@@ -21,6 +21,12 @@ pub enum MapMode {
     Shared,
 }
 
+/// Bytes another owner keeps alive, and never changes, for as long as the value
+/// holding them lives (a Python bytes object): read in place, never copied.
+pub trait HeldBytes: Send + Sync {
+    fn bytes(&self) -> &[u8];
+}
+
 pub enum Source {
     /// A read-only map, and the file: an eager load reads storages with `pread`,
     /// so the file's pages never join the process's resident set.
@@ -34,6 +40,7 @@ pub enum Source {
         file: Option<File>,
     },
     Owned(Vec<u8>),
+    Held(Box<dyn HeldBytes>),
     Empty,
 }
 
@@ -86,6 +93,25 @@ impl Source {
         Ok(source)
     }
 
+    /// A read-only map of a file someone else opened (a Python file object's
+    /// descriptor, duplicated): a regular file, or an error naming what it is.
+    pub fn open_file(file: File) -> Result<Source, Error> {
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("cannot stat the file object's file".to_owned(), e))?;
+        if !meta.is_file() {
+            return Err(Error::io(
+                "cannot map the file object's file".to_owned(),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+            ));
+        }
+        if meta.len() == 0 {
+            return Ok(Source::Empty);
+        }
+        Source::map_file(file)
+            .map_err(|e| Error::io("cannot map the file object's file".to_owned(), e))
+    }
+
     /// A read-only map of an open regular file (not empty).
     pub fn map_file(file: File) -> std::io::Result<Source> {
         // SAFETY: as in `open`: the map lives as long as the value, and a truncation
@@ -111,6 +137,7 @@ impl Source {
             Source::ReadOnly { map, .. } => map,
             Source::Writable { map, .. } => map,
             Source::Owned(v) => v,
+            Source::Held(held) => held.bytes(),
             Source::Empty => &[],
         }
     }

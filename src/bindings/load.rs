@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyInt};
 
-use crate::archive::source::{MapMode, Source};
+use crate::archive::source::{HeldBytes, MapMode, Source};
 use crate::bindings::build::{Backend, Builder};
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::mapping::MappedFile;
@@ -62,10 +62,47 @@ pub fn options_from(
     })
 }
 
-/// The bytes of `source`: a path (mapped) or a bytes object (copied).
+/// A Python bytes object, read in place: its contents are immutable and live as
+/// long as the reference held here.
+struct PythonBytes {
+    _owner: Py<PyBytes>,
+    start: *const u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is into an immutable bytes object that `_owner` keeps
+// alive; reading it from any thread, with or without the GIL, is sound.
+unsafe impl Send for PythonBytes {}
+// SAFETY: as for Send: shared reads of immutable memory.
+unsafe impl Sync for PythonBytes {}
+
+impl HeldBytes for PythonBytes {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `start` and `len` describe the bytes object's buffer, which
+        // neither moves nor changes while `_owner` holds it.
+        unsafe { std::slice::from_raw_parts(self.start, self.len) }
+    }
+}
+
+/// The bytes of `source`: a path (mapped), the descriptor of a regular file a
+/// file object holds (mapped read-only), or a bytes object (read in place).
 pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> PyResult<Source> {
     if let Ok(bytes) = source.cast::<PyBytes>() {
-        return Ok(Source::from_vec(bytes.as_bytes().to_vec()));
+        let data = bytes.as_bytes();
+        return Ok(Source::Held(Box::new(PythonBytes {
+            start: data.as_ptr(),
+            len: data.len(),
+            _owner: bytes.clone().unbind(),
+        })));
+    }
+    if let Ok(fd) = source.cast::<PyInt>() {
+        let fd: std::os::fd::RawFd = fd.extract()?;
+        // SAFETY: the caller's file object owns the descriptor and keeps it open
+        // for the whole call; it is only borrowed long enough to duplicate it.
+        let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+        return py
+            .detach(|| Source::open_file(std::fs::File::from(file)))
+            .map_err(|e| to_pyerr(py, e));
     }
     let path: PathBuf = source.extract()?;
     py.detach(|| Source::open(&path, mode))

@@ -99,8 +99,11 @@ pub fn globals_outside_allowlist(
     limits: Option<HashMap<String, u64>>,
 ) -> PyResult<Vec<String>> {
     let options = options(user_names, limits)?;
-    if source.cast::<PyBytes>().is_err() {
-        let path: PathBuf = source.extract()?;
+    let path = match source.cast::<PyBytes>() {
+        Ok(_) => None, // the file's bytes, not a path
+        Err(_) => source.extract::<PathBuf>().ok(),
+    };
+    if let Some(path) = path {
         if let Some(names) = py.detach(|| globals_by_reading(&path, &options)) {
             return Ok(names);
         }
