@@ -138,6 +138,13 @@ def touch(obj) -> int:
 WARM_UP_FILE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "torch" / "seed_tensor.pt"
 
 
+def _from_file_object(load, path: str, **kwargs):
+    """A load from ``open(path, "rb")``, opening and closing included, as a script
+    that passes a file object does it."""
+    with open(path, "rb") as f:
+        return load(f, **kwargs)
+
+
 def operation(op: str, path: str, payload: int):
     """(setup-free callable timed as the operation, whether to touch afterwards)."""
     if op.endswith("_warm"):
@@ -164,11 +171,15 @@ def operation(op: str, path: str, payload: int):
         backend = "torch" if base.startswith("tp_torch") else "numpy"
         use_mmap = base.endswith("_mmap")
         load = tensorplay.load  # resolved (and its module imported) before the timing
+        if base.endswith("_fileobj"):
+            return (lambda: _from_file_object(load, path, backend=backend)), touch_after
         return (lambda: load(path, mmap=use_mmap, backend=backend)), touch_after
     if base.startswith("torch_load"):
         import torch
 
         use_mmap = base.endswith("_mmap")
+        if base.endswith("_fileobj"):
+            return (lambda: _from_file_object(torch.load, path, weights_only=True)), touch_after
         return (lambda: torch.load(path, weights_only=True, mmap=use_mmap)), touch_after
     if base == "st_torch":
         import safetensors.torch

@@ -52,7 +52,9 @@ OPS = [
     Op("tp_numpy_eager", "tensorplay.load(backend='numpy')", "torch"),
     Op("tp_numpy_mmap", "tensorplay.load(backend='numpy', mmap=True)", "torch"),
     Op("tp_numpy_mmap_touch", "tensorplay.load(backend='numpy', mmap=True) + touch", "torch"),
+    Op("tp_torch_fileobj", "tensorplay.load(open(path, 'rb'), backend='torch')", "torch"),
     Op("torch_load", "torch.load(weights_only=True)", "torch"),
+    Op("torch_load_fileobj", "torch.load(open(path, 'rb'), weights_only=True)", "torch"),
     Op("torch_load_mmap", "torch.load(weights_only=True, mmap=True)", "torch"),
     Op("torch_load_mmap_touch", "torch.load(weights_only=True, mmap=True) + touch", "torch"),
     Op("st_torch", "safetensors.torch.load_file", "safetensors"),
@@ -345,6 +347,8 @@ def get(results: dict, ck: str, op: str, key: str = "median_ms"):
 
 RATIOS_SPEED = [
     ("eager: torch.load(weights_only=True) ÷ tensorplay (torch backend)", "torch_load", "tp_torch_eager"),
+    ("file object: torch.load(open(path, 'rb')) ÷ tensorplay (torch backend)", "torch_load_fileobj",
+     "tp_torch_fileobj"),
     ("mmap: torch.load(weights_only=True, mmap=True) ÷ tensorplay mmap (torch)", "torch_load_mmap", "tp_torch_mmap"),
     ("mmap + touch: torch.load mmap ÷ tensorplay mmap (torch)", "torch_load_mmap_touch", "tp_torch_mmap_touch"),
     ("safetensors.torch.load_file ÷ tensorplay mmap (torch)", "st_torch", "tp_torch_mmap"),
@@ -388,7 +392,9 @@ RATIOS_RSS = [  # (label, operation, which number)
     ("tensorplay eager (torch): anon Δ (kept)", "tp_torch_eager", "anon_delta_mib"),
     ("tensorplay eager (numpy): peak RSS Δ", "tp_numpy_eager", "peak_delta_mib"),
     ("tensorplay eager (numpy): anon Δ (kept)", "tp_numpy_eager", "anon_delta_mib"),
+    ("tensorplay from a file object (torch): peak RSS Δ", "tp_torch_fileobj", "peak_delta_mib"),
     ("torch.load(weights_only=True): peak RSS Δ", "torch_load", "peak_delta_mib"),
+    ("torch.load from a file object: peak RSS Δ", "torch_load_fileobj", "peak_delta_mib"),
     ("torch.load(weights_only=True): anon Δ (kept)", "torch_load", "anon_delta_mib"),
     ("safetensors.numpy.load_file: peak RSS Δ", "st_numpy", "peak_delta_mib"),
 ]
