@@ -511,6 +511,14 @@ def _all_tensors(desc, out=None):
     return out
 
 
+def test_inspect_takes_what_load_takes():
+    path = TORCH_FIXTURES / "shared_storage_tied.pt"
+    expected = tensorplay.inspect(path)
+    with open(path, "rb") as f:
+        assert tensorplay.inspect(f) == expected
+    assert tensorplay.inspect(io.BytesIO(path.read_bytes())) == expected == tensorplay.inspect(path.read_bytes())
+
+
 def test_inspect_command_prints_a_tree_and_totals():
     import subprocess
     import sys

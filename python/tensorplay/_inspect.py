@@ -1,7 +1,6 @@
 """``tensorplay.inspect``: a checkpoint's structure, no payload byte read, no torch."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -64,12 +63,17 @@ class Inspection(NamedTuple):
         return {"format": self.format, "entries": leaves, "totals": self.totals()}
 
 
-def inspect(f: str | os.PathLike[str] | bytes, *, limits: dict[str, int] | None = None) -> Inspection:
+def inspect(f: Any, *, limits: dict[str, int] | None = None) -> Inspection:
     """The structure of a checkpoint in any format ``load`` reads: the tree of keys,
     and for each tensor its dtype, shape, stride, storage key, byte offset in the
-    file and size. No payload byte is read and torch is not needed; the same
-    allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses)."""
-    source = f if isinstance(f, bytes) else os.fspath(f)
+    file, size and device. No payload byte is read and torch is not needed; the
+    same allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses).
+
+    ``f`` is what ``load`` takes (a path, a PathLike or a binary file object), or
+    the file's bytes."""
+    from .serialization import _source
+
+    source = f if isinstance(f, bytes) else _source(f, mmap=False)
     names, objects = _allowlist.resolved()
     fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits))
     return Inspection(fmt, tree)
