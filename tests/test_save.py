@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import zipfile
 
 import fixture_classes
@@ -256,6 +259,109 @@ def test_saving_through_a_symlink_writes_the_file_it_points_to(tmp_path, saver):
     assert sorted(os.listdir(tmp_path)) == ["latest.pt", "runs"] and os.listdir(tmp_path / "runs") == ["step_100.pt"]
     # The archive's folder is named after the path given, as torch names it.
     assert zipfile.ZipFile(target).namelist()[0] == "latest/data.pkl"
+
+
+def _saved_bytes(tmp_path, state, name) -> bytes:
+    """What saving ``state`` to a regular file of that name writes."""
+    (tmp_path / "reference").mkdir(exist_ok=True)
+    tensorplay.save(state, tmp_path / "reference" / name)
+    return (tmp_path / "reference" / name).read_bytes()
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "out.pt"
+    os.mkfifo(fifo)
+    state = {"w": np.arange(4.0)}
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    tensorplay.save(state, fifo)
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert received == [_saved_bytes(tmp_path, state, "out.pt")]
+
+
+def test_dev_stdout_into_a_pipe_gets_the_checkpoint(tmp_path):
+    code = "import numpy, tensorplay\ntensorplay.save({'out': numpy.arange(3.0)}, '/dev/stdout')\n"
+    written = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
+    assert tensorplay.load(io.BytesIO(written), backend="numpy")["out"].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a character device needs root")
+def test_a_character_device_is_written_through_not_replaced(tmp_path):
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    tensorplay.save({"w": np.ones(3)}, device)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+@needs_torch
+def test_a_read_only_checkpoint_is_refused_as_torch_refuses_it(tmp_path):
+    """Only root may write a file without write permission: torch's open()
+    refuses it for anyone else, and so does tensorplay."""
+    import torch
+
+    outcomes = []
+    for saver in (torch.save, tensorplay.save):
+        path = tmp_path / f"{saver.__module__}.pt"
+        path.write_bytes(b"precious")
+        path.chmod(0o444)
+        try:
+            saver({"w": np.ones(2)}, path)
+            outcomes.append("saved")
+        except PermissionError:
+            outcomes.append("refused")
+            assert path.read_bytes() == b"precious"
+    assert outcomes[0] == outcomes[1] == ("saved" if os.geteuid() == 0 else "refused")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's file, and dropping to that user, need root")
+def test_the_owner_is_kept_and_a_folder_without_write_permission_gets_the_file_in_place(tmp_path):
+    owned = tmp_path / "owned.pt"
+    owned.write_bytes(b"old")
+    os.chown(owned, 65534, 65534)
+    tensorplay.save({"w": np.ones(2)}, owned)
+    assert (os.stat(owned).st_uid, os.stat(owned).st_gid) == (65534, 65534)
+
+    # pytest's folders are root's alone; this one must be reachable by the other user.
+    base = tempfile.mkdtemp(prefix="tensorplay-admin-")
+    try:
+        os.chmod(base, 0o755)
+        target = os.path.join(base, "ckpt.pt")
+        with open(target, "wb") as f:
+            f.write(b"old")
+        os.chown(target, 65534, 65534)
+        # Everything the save needs is imported before the switch: root's Python
+        # installation may not be readable by that user.
+        code = ("import os, numpy, tensorplay, tensorplay.serialization, tensorplay._save, importlib.util\n"
+                "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+                f"tensorplay.save({{'w': numpy.arange(2.0)}}, {target!r})\n")
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        assert tensorplay.load(target, backend="numpy")["w"].tolist() == [0.0, 1.0]
+        assert os.listdir(base) == ["ckpt.pt"]
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_file_that_cannot_be_renamed_over_gets_the_bytes_in_place(tmp_path, monkeypatch):
+    """A file bind-mounted on its own (a container's -v host.pt:/app/model.pt)
+    refuses the rename with EBUSY."""
+    import errno
+
+    from tensorplay import _atomic
+
+    path = tmp_path / "mounted.pt"
+    path.write_bytes(b"old")
+    inode = os.stat(path).st_ino
+
+    def busy(src, dst):
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr(_atomic.os, "replace", busy)
+    state = {"w": np.arange(5.0)}
+    tensorplay.save(state, path)
+    assert os.stat(path).st_ino == inode and path.read_bytes() == _saved_bytes(tmp_path, state, "mounted.pt")
+    assert sorted(os.listdir(tmp_path)) == ["mounted.pt", "reference"]
 
 
 def test_saving_over_a_file_loaded_with_mmap_is_safe(tmp_path):
