@@ -3,6 +3,7 @@ allowlisted classes built as torch builds them, and patching torch.load."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import pickle
@@ -69,7 +70,8 @@ def test_malformed_entries_are_refused_when_added():
 def test_safe_globals_is_a_context_manager_that_restores():
     with safe_globals([fixture_classes.Point]):
         assert tensorplay.load(CUSTOM, backend="numpy")["p"].y == 2
-        assert get_safe_globals() == []  # process-wide list untouched
+        assert get_safe_globals() == [fixture_classes.Point]  # what is in force here, as torch's lists it
+    assert get_safe_globals() == []
     with pytest.raises(tensorplay.UnsafeCheckpointError):
         tensorplay.load(CUSTOM, backend="numpy")
 
@@ -202,6 +204,98 @@ def test_patched_torch_follows_torchs_weights_only_switches(monkeypatch, switche
             torch.load(whole_module, weights_only=False)
         with tensorplay.patched_torch():
             assert torch.load(TORCH_FIXTURES / "protocol_4.pt", weights_only=False)["s"] == "x" * 300
+
+
+@needs_torch
+@pytest.mark.parametrize("patched", [False, True])
+def test_torchs_own_allowlist_counts_as_it_does_for_torch_load(patched):
+    import torch
+
+    def load(path):  # torch.load looked up at the call, inside the patch
+        return torch.load(path) if patched else tensorplay.load(path)
+
+    with contextlib.ExitStack() as stack:
+        if patched:
+            stack.enter_context(tensorplay.patched_torch())
+        with torch.serialization.safe_globals([fixture_classes.Point]):
+            assert load(CUSTOM)["p"].y == 2
+            assert tensorplay.serialization.get_unsafe_globals_in_checkpoint(CUSTOM) == []
+        torch_own = torch.serialization.get_safe_globals()  # what torch registered for itself stays
+        torch.serialization.add_safe_globals([fixture_classes.Point])
+        try:
+            assert load(CUSTOM)["p"].y == 2
+        finally:
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(torch_own)
+        with pytest.raises(tensorplay.UnsafeCheckpointError):
+            load(CUSTOM)
+
+
+@needs_torch
+def test_a_jagged_nested_tensor_loads_with_the_globals_torch_allowlists_for_it(tmp_path):
+    import tensorplay.scanner
+    import torch
+
+    jagged = torch.nested.nested_tensor([torch.arange(2.0), torch.arange(3.0)], layout=torch.jagged)
+    torch.save({"njt": jagged}, tmp_path / "njt.pt")
+    theirs = torch.load(tmp_path / "njt.pt")["njt"]
+    ours = tensorplay.load(tmp_path / "njt.pt")["njt"]
+    assert ours.layout == theirs.layout == torch.jagged
+    assert [t.tolist() for t in ours.unbind()] == [t.tolist() for t in theirs.unbind()] == [[0, 1], [0, 1, 2]]
+    assert tensorplay.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "njt.pt") == \
+        torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "njt.pt") == []
+    # The scanner's allowlist is its own (no torch needed): told torch's entries, it passes the file.
+    report = tensorplay.scanner.scan(tmp_path / "njt.pt")
+    assert report.verdict == "unsafe" and {f.name for f in report.findings} == {
+        "torch.nested._internal.nested_tensor.NestedTensor", "torch.nested._internal.nested_tensor._rebuild_njt",
+        "torch._dynamo.decorators._DimRange"}
+    assert tensorplay.scanner.scan(tmp_path / "njt.pt", allow=[f.name for f in report.findings]).verdict == "clean"
+    [(name, info)] = tensorplay.inspect(tmp_path / "njt.pt").tensors()
+    assert name == "njt" and info.layout == "tensor subclass"
+
+
+@needs_torch
+def test_patched_torch_load_follows_torchs_settings(tmp_path):
+    import mmap
+
+    import numpy as np
+    import torch
+    from torch.utils.serialization import config as torch_config
+
+    path = tmp_path / "t.pt"
+    torch.save(torch.arange(4.0), path)
+    no_byteorder = tmp_path / "no_byteorder.pt"
+    with zipfile.ZipFile(path) as old, zipfile.ZipFile(no_byteorder, "w") as new:
+        for info in old.infolist():
+            if not info.filename.endswith("/byteorder"):
+                new.writestr(info, old.read(info))
+    big_endian_reading = np.frombuffer(np.arange(4, dtype="<f4").tobytes(), dtype=">f4").tolist()
+    with tensorplay.patched_torch():
+        with torch.serialization.skip_data():
+            assert torch.load(path).shape == (4,)
+            assert tensorplay.load(path).shape == (4,)
+        torch.serialization.set_default_load_endianness(torch.serialization.LoadEndianness.BIG)
+        try:
+            assert torch.load(no_byteorder).tolist() == big_endian_reading
+        finally:
+            torch.serialization.set_default_load_endianness(None)
+        # torch's default mmap and its mmap flags: a write reaches the file only
+        # through a shared mapping, which only these two settings make.
+        torch_config.load.mmap = True
+        try:
+            with torch.serialization.set_default_mmap_options(mmap.MAP_SHARED):
+                mapped = torch.load(path)
+                mapped += 10
+                del mapped
+        finally:
+            torch_config.load.mmap = False
+    assert tensorplay.load(path).tolist() == [10.0, 11.0, 12.0, 13.0]
+    assert tensorplay.serialization.config.load.mmap is False
+
+
+@pytest.mark.parametrize("truthy", [1, "yes"])
+def test_mmap_takes_any_truth_value_as_torch_does(truthy):
+    assert tensorplay.load(CUSTOM.parent / "seed_tensor.pt", backend="numpy", mmap=truthy).tolist() == [1.0, 2.0]
 
 
 @needs_torch

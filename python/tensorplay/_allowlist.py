@@ -4,6 +4,7 @@ with different allowlists never see each other's entries."""
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -83,18 +84,30 @@ def current() -> list[Any]:
     return merged
 
 
+def _torchs_entries() -> list[Any]:
+    """torch's own allowlist (``torch.serialization.add_safe_globals``, which torch
+    itself calls for jagged nested tensors and DTensor): torch.load honours it, so
+    a drop-in must. Empty until torch is imported; never imports it."""
+    torch = sys.modules.get("torch")
+    serialization = getattr(torch, "serialization", None)
+    get = getattr(serialization, "get_safe_globals", None)
+    return list(get()) if get is not None else []
+
+
 def names() -> list[str]:
     """The names of every visible entry, for calls that need no objects."""
-    if not _process_entries and not (_context_used and _context_entries.get()):
+    if not _process_entries and not (_context_used and _context_entries.get()) and not _torchs_entries():
         return []
     return resolved()[0]
 
 
 def resolved(extra: Iterable[Any] = ()) -> tuple[list[str], list[Any]]:
-    """Names and objects to hand to the core, in priority order."""
+    """Names and objects to hand to the core, in priority order: this module's
+    entries, then torch's."""
     names: list[str] = []
     objects: list[Any] = []
-    for entry in [*current(), *extra]:
+    mine = current()
+    for entry in [*mine, *(e for e in _torchs_entries() if e not in mine), *extra]:
         names.append(entry_name(entry))
         objects.append(_entry_object(entry))
     return names, objects

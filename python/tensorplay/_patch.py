@@ -38,12 +38,29 @@ def _torch_loads_weights_only(weights_only: bool | None, pickle_module: Any) -> 
     return bool(weights_only)
 
 
+def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mmap: Any,
+                               pickle_load_args: dict[str, Any]) -> Any:
+    """tensorplay's weights-only load, under the settings torch.load itself reads:
+    ``torch.utils.serialization.config.load.mmap``, torch's mmap flags and byte
+    order, and (as in every load) torch's safe globals and ``skip_data``."""
+    import mmap as mmap_module
+
+    import torch
+    from torch.utils.serialization import config as torch_config
+
+    from .serialization import _endianness, _weights_only_load
+
+    mmap = bool(torch_config.load.mmap if mmap is None else mmap)
+    shared = torch.serialization.get_default_mmap_options() == mmap_module.MAP_SHARED
+    endianness = _endianness(torch.serialization.get_default_load_endianness())
+    return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
+                              pickle_load_args)
+
+
 def patch_torch() -> None:
     """Make ``torch.load`` load through ``tensorplay.load`` for the whole process."""
     global _original
     import torch
-
-    from .serialization import load as tensorplay_load
 
     with _lock:
         if _original is not None:
@@ -55,8 +72,7 @@ def patch_torch() -> None:
             if not _torch_loads_weights_only(weights_only, pickle_module) or _is_safetensors_path(f):
                 return original(f, map_location, pickle_module, weights_only=weights_only, mmap=mmap,
                                 **pickle_load_args)
-            return tensorplay_load(f, map_location, pickle_module, weights_only=True, mmap=mmap, backend="torch",
-                                   **pickle_load_args)
+            return _load_with_torchs_settings(f, map_location, pickle_module, mmap, pickle_load_args)
 
         load.__tensorplay_patch__ = True
         torch.load = load

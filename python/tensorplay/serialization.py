@@ -74,10 +74,11 @@ def set_default_load_endianness(endianness: LoadEndianness | None) -> None:
     config.load.endianness = endianness
 
 
-def _endianness() -> str:
-    e = config.load.endianness
-    return {None: "little", LoadEndianness.LITTLE: "little", LoadEndianness.BIG: "big",
-            LoadEndianness.NATIVE: "native"}[e]
+def _endianness(setting: Any = None) -> str:
+    """The core's name for a ``LoadEndianness`` (tensorplay's or torch's), or for
+    ``config.load.endianness`` when none is given."""
+    e = config.load.endianness if setting is None else setting
+    return "little" if e is None else {"LITTLE": "little", "BIG": "big", "NATIVE": "native"}[e.name]
 
 
 def get_default_mmap_options() -> int | None:
@@ -136,8 +137,15 @@ class skip_data:
         _skip.active = self._saved.pop()
 
 
-def _skipping() -> skip_data | None:
-    return getattr(_skip, "active", None)
+def _skipping() -> Any:
+    """The ``skip_data`` block in force in this thread, tensorplay's or torch's
+    (``torch.serialization.skip_data`` works here as it does for torch), or None."""
+    active = getattr(_skip, "active", None)
+    if active is None:
+        torch_state = getattr(getattr(sys.modules.get("torch"), "serialization", None), "_serialization_tls", None)
+        if getattr(torch_state, "skip_data", False):
+            return skip_data(getattr(torch_state, "materialize_fake_tensors", False))
+    return active
 
 
 def _fake_mode_active() -> bool:
@@ -338,22 +346,30 @@ def load(
     """
     if weights_only is None:
         weights_only = pickle_module is None
-    if mmap is None:
-        mmap = bool(config.load.mmap)
+    mmap = bool(config.load.mmap if mmap is None else mmap)
     if not weights_only:
         return _unsafe_load(f, map_location, pickle_module, mmap, pickle_load_args)
+    shared = config.load.mmap_flags == _mmap.MAP_SHARED
+    return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
+                              pickle_load_args)
+
+
+def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool, endianness: str,
+                       backend: str | None, limits: dict[str, int] | None, pickle_load_args: dict[str, Any]) -> Any:
+    """``load`` once the settings are read: tensorplay's own, or under
+    ``patch_torch`` torch's (``torch.serialization``'s mmap flags and byte order,
+    ``torch.utils.serialization.config``)."""
     if pickle_module is not None:
         raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
     backend = _resolve_backend(backend)
-    skipping = _skipping()
     if backend == "torch" and _fake_mode_active():
         placement = _fake_placement(map_location)
     else:
         placement = _placement(map_location, backend)
-        if skipping is not None and placement.get("data") != "meta":
+        if _skipping() is not None and placement.get("data") != "meta":
             placement["data"] = "skip"
             mmap = False
     names, objects = _allowlist.resolved()
@@ -361,12 +377,12 @@ def load(
         _source(f, mmap),
         backend=backend,
         mmap=mmap,
-        shared=mmap and config.load.mmap_flags == _mmap.MAP_SHARED,
+        shared=mmap and shared,
         user_names=names,
         user_objects=objects,
         limits=_limits.merged(limits),
         encoding=encoding,
-        endianness=_endianness(),
+        endianness=endianness,
         threads=_copy_threads(),
         **placement,
     )
@@ -446,8 +462,10 @@ def clear_safe_globals() -> None:
 
 
 def get_safe_globals() -> list[Any]:
-    """The entries ``add_safe_globals`` made, as given."""
-    return _allowlist.process_entries()
+    """The entries ``add_safe_globals`` made, as given, then those of the
+    ``safe_globals`` blocks in force here. (torch's own list,
+    ``torch.serialization.get_safe_globals()``, counts too but is not repeated.)"""
+    return _allowlist.current()
 
 
 class safe_globals:

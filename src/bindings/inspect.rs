@@ -67,6 +67,11 @@ impl<'py> Builder<'_, 'py> {
                     crate::pickle::value::Node::Tensor(inner) => {
                         self.checkpoint.arena.tensor(*inner)
                     }
+                    // What an allowlisted function makes (torch's jagged NestedTensor)
+                    // is only known by running it: the layout says what it is.
+                    _ if matches!(t.kind, TensorKind::FromType { .. }) => {
+                        return self.helpers.call_method("tensor_info", (), Some(&info));
+                    }
                     _ => {
                         return Err(pyo3::exceptions::PyValueError::new_err(
                             "a parameter without a tensor",

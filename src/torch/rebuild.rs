@@ -147,7 +147,14 @@ pub fn call(
                 ));
             }
             let base = h.reduce(arena, func, inner, at)?;
-            if !matches!(arena.get(base), Node::Tensor(_)) {
+            // A tensor, or what an allowlisted function returns when it is called
+            // (torch allowlists `_rebuild_njt`, whose jagged NestedTensor comes back
+            // here); the scan's dry run cannot know which.
+            let made_by_call = matches!(
+                (arena.get(func), arena.get(base)),
+                (Node::Global(Global::User(_)), Node::Object(_))
+            );
+            if !(matches!(arena.get(base), Node::Tensor(_) | Node::Opaque) || made_by_call) {
                 return Err(Error::tensor(
                     format!("{name}: the rebuild function did not make a tensor"),
                     at.clone(),
