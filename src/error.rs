@@ -136,6 +136,8 @@ pub enum Error {
         message: String,
         #[source]
         source: std::io::Error,
+        /// The file it is about, when the caller named one (Python's `filename`).
+        path: Option<std::path::PathBuf>,
     },
 
     /// The zip container (or the legacy stream around the pickles) is malformed.
@@ -212,6 +214,20 @@ impl Error {
         Error::Io {
             message: message.into(),
             source,
+            path: None,
+        }
+    }
+
+    /// An I/O error about the file at `path`.
+    pub fn io_at(
+        path: &std::path::Path,
+        message: impl Into<String>,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            message: message.into(),
+            source,
+            path: Some(path.to_owned()),
         }
     }
 
@@ -252,7 +268,9 @@ impl Error {
     /// The message without the location suffix (used to build torch-shaped messages).
     pub fn reason(&self) -> String {
         match self {
-            Error::Io { message, source } => format!("{message}: {source}"),
+            Error::Io {
+                message, source, ..
+            } => format!("{message}: {source}"),
             Error::Archive { reason, .. }
             | Error::Pickle { reason, .. }
             | Error::Tensor { reason, .. }

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
 import shutil
 
@@ -61,11 +62,20 @@ def test_mmap_needs_a_path():
         tensorplay.load(io.BytesIO(SEED_VIEWS.read_bytes()), mmap=True, backend="numpy")
 
 
-def test_missing_and_directory_paths_raise_oserrors(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        tensorplay.load(tmp_path / "missing.pt", backend="numpy")
-    with pytest.raises(IsADirectoryError):
-        tensorplay.load(tmp_path, backend="numpy")
+def test_missing_and_directory_paths_raise_oserrors_as_open_raises_them(tmp_path):
+    """errno, strerror and filename set, as torch's open() sets them."""
+    import errno
+
+    from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+
+    for call in (lambda p: tensorplay.load(p, backend="numpy"), get_unsafe_globals_in_checkpoint):
+        with pytest.raises(FileNotFoundError) as missing:
+            call(tmp_path / "missing.pt")
+        assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, str(tmp_path / "missing.pt"))
+        assert missing.value.strerror == os.strerror(errno.ENOENT)
+        with pytest.raises(IsADirectoryError) as folder:
+            call(tmp_path)
+        assert (folder.value.errno, folder.value.filename) == (errno.EISDIR, str(tmp_path))
 
 
 @pytest.mark.parametrize("mmap", [False, True])

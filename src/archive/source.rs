@@ -47,7 +47,7 @@ pub enum Source {
 impl Source {
     pub fn open(path: &Path, mode: MapMode) -> Result<Source, Error> {
         let describe = |what: &str, e: std::io::Error| {
-            Error::io(format!("cannot {what} {}", path.display()), e)
+            Error::io_at(path, format!("cannot {what} {}", path.display()), e)
         };
         let file = match mode {
             MapMode::Shared => OpenOptions::new().read(true).write(true).open(path),

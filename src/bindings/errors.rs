@@ -92,20 +92,47 @@ fn unsafe_message(refusal: &Refusal, location: &str) -> String {
     }
 }
 
+/// The OSError Python itself would raise, `errno`, `strerror` and `filename`
+/// set (so `OSError(errno, ...)` picks FileNotFoundError, IsADirectoryError...);
+/// without a file name the message says which step failed.
+fn os_error(
+    py: Python<'_>,
+    message: &str,
+    source: &std::io::Error,
+    path: Option<&std::path::Path>,
+) -> PyErr {
+    let errno = source.raw_os_error().or(match source.kind() {
+        std::io::ErrorKind::NotFound => Some(libc::ENOENT),
+        std::io::ErrorKind::PermissionDenied => Some(libc::EACCES),
+        std::io::ErrorKind::IsADirectory => Some(libc::EISDIR),
+        std::io::ErrorKind::InvalidInput => Some(libc::EINVAL),
+        _ => None,
+    });
+    let Some(errno) = errno else {
+        return PyOSError::new_err(format!("{message}: {source}"));
+    };
+    let strerror = py
+        .import("os")
+        .and_then(|os| os.call_method1("strerror", (errno,)))
+        .and_then(|s| s.extract::<String>())
+        .unwrap_or_else(|_| source.to_string());
+    match path {
+        Some(path) => PyOSError::new_err((errno, strerror, path.as_os_str().to_os_string())),
+        None => PyOSError::new_err((errno, format!("{message}: {strerror}"))),
+    }
+}
+
 pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     let classes = match classes(py) {
         Ok(c) => c,
         Err(e) => return e,
     };
     let (class, message) = match &err {
-        Error::Io { message, source } => {
-            let kind_err = std::io::Error::new(source.kind(), format!("{message}: {source}"));
-            let pyerr = PyErr::from(kind_err);
-            if pyerr.is_instance_of::<PyOSError>(py) {
-                return pyerr;
-            }
-            return PyOSError::new_err(format!("{message}: {source}"));
-        }
+        Error::Io {
+            message,
+            source,
+            path,
+        } => return os_error(py, message, source, path.as_deref()),
         Error::Unsafe { refusal, location } => (
             &classes.unsafe_,
             unsafe_message(refusal, &location.to_string()),
