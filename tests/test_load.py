@@ -49,6 +49,24 @@ def test_file_objects_that_transform_their_file_are_read_not_mapped(tmp_path):
             tensorplay.load(f, backend="numpy")
 
 
+@pytest.mark.skipif(not has_torch(), reason="torch reads the reference")
+def test_a_safetensors_path_loads_as_torch_load_reads_it(tmp_path):
+    import safetensors.torch
+    import torch
+
+    path = tmp_path / "model.safetensors"
+    safetensors.torch.save_file({"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2, dtype=torch.bfloat16)}, path)
+    theirs = torch.load(path)
+    ours = tensorplay.load(path)
+    assert theirs.keys() == ours.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    with pytest.raises(RuntimeError, match="dict map_location is not supported"):
+        tensorplay.load(path, map_location={"cpu": "cpu"})
+    safetensors.torch.save_file({"w": torch.arange(6.0)}, tmp_path / "plain.safetensors")
+    assert tensorplay.load(tmp_path / "plain.safetensors", backend="numpy")["w"].tolist() == list(range(6))
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match="numpy reader cannot hold.*backend='torch'"):
+        tensorplay.load(path, backend="numpy")
+
+
 def test_a_stream_is_read_from_its_current_position():
     stream = io.BytesIO(b"PREFIX" + SEED_VIEWS.read_bytes())
     stream.seek(6)

@@ -360,7 +360,11 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     ``patch_torch`` torch's (``torch.serialization``'s mmap flags and byte order,
     ``torch.utils.serialization.config``)."""
     if pickle_module is not None:
-        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified: tensorplay.load "
+                           "is weights-only unless weights_only=False is passed, which hands the file to torch.load "
+                           "and its pickle module (that runs code from the file)")
+    if isinstance(f, (str, os.PathLike)) and os.fspath(f).endswith(".safetensors"):
+        return _load_safetensors(os.fspath(f), map_location, _resolve_backend(backend))
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
@@ -386,6 +390,34 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         threads=_copy_threads(),
         **placement,
     )
+
+
+def _load_safetensors(path: str, map_location: Any, backend: str) -> dict[str, Any]:
+    """A ``.safetensors`` path, as torch.load reads one since 2.13: through the
+    safetensors package (a format without code), onto the device map_location
+    names (a string or ``torch.device``, as in torch)."""
+    if isinstance(map_location, dict) or callable(map_location):
+        kind = "dict" if isinstance(map_location, dict) else "callable"
+        raise RuntimeError(f"Loading safetensors file with {kind} map_location is not supported. "
+                           "Use a device string or torch.device instead.")
+    try:
+        if backend == "torch":
+            import safetensors.torch
+
+            device = "cpu" if map_location is None else str(map_location)
+            return safetensors.torch.load_file(path, device=device)
+        import safetensors.numpy
+    except ImportError as e:
+        raise RuntimeError("Attempting to load a safetensors file but safetensors is not installed "
+                           "(pip install safetensors)") from e
+    if map_location not in (None, "cpu") and str(map_location) != "cpu":
+        raise ValueError(f"the numpy backend loads onto the CPU only; map_location={map_location!r} needs "
+                         "backend='torch'")
+    try:
+        return safetensors.numpy.load_file(path)
+    except (KeyError, TypeError) as e:  # safetensors' numpy reader has no bfloat16 or float8
+        raise UnsupportedCheckpointError(f"safetensors' numpy reader cannot hold this file's tensors ({e}); load "
+                                         "with backend='torch'") from None
 
 
 def _copy_threads() -> int | None:
