@@ -63,8 +63,19 @@ def test_a_safetensors_path_loads_as_torch_load_reads_it(tmp_path):
         tensorplay.load(path, map_location={"cpu": "cpu"})
     safetensors.torch.save_file({"w": torch.arange(6.0)}, tmp_path / "plain.safetensors")
     assert tensorplay.load(tmp_path / "plain.safetensors", backend="numpy")["w"].tolist() == list(range(6))
+    assert tensorplay.load(path, backend="numpy")["b"].dtype.name == "bfloat16"
+    safetensors.torch.save_file({"f8": torch.ones(2, dtype=torch.float8_e4m3fn)}, tmp_path / "f8.safetensors")
     with pytest.raises(tensorplay.UnsupportedCheckpointError, match="numpy reader cannot hold.*backend='torch'"):
-        tensorplay.load(path, backend="numpy")
+        tensorplay.load(tmp_path / "f8.safetensors", backend="numpy")
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="malformed safetensors file"):
+        tensorplay.load(broken)
+    # A torch checkpoint under that name is read as what it is (torch hands it to
+    # safetensors, which fails on it); tests/malicious holds a hostile one.
+    misnamed = tmp_path / "misnamed.safetensors"
+    misnamed.write_bytes(SEED_VIEWS.read_bytes())
+    assert tensorplay.load(misnamed, backend="numpy")[0].tolist() == list(range(1, 10))
 
 
 def test_a_stream_is_read_from_its_current_position():
@@ -228,6 +239,23 @@ def test_exceptions_pickle_round_trip():
         assert type(again) is type(e) and str(again) == str(e)
     assert issubclass(tensorplay.MalformedCheckpointError, tensorplay.CheckpointError)
     assert issubclass(tensorplay.CheckpointError, pickle.UnpicklingError)
+
+
+@needs_torch
+def test_a_broken_archive_is_a_runtime_error_as_in_torch(tmp_path):
+    """Code that catches torch's RuntimeError for a corrupt checkpoint keeps working."""
+    import torch
+
+    path = tmp_path / "cut.pt"
+    path.write_bytes(SEED_VIEWS.read_bytes()[:-30])
+    with pytest.raises(RuntimeError) as theirs:
+        torch.load(path)
+    with pytest.raises(RuntimeError) as ours:
+        tensorplay.load(path)
+    assert not isinstance(theirs.value, pickle.UnpicklingError)
+    assert isinstance(ours.value, tensorplay.MalformedCheckpointError)
+    assert issubclass(tensorplay.UnsupportedCheckpointError, RuntimeError)
+    assert not issubclass(tensorplay.UnsafeCheckpointError, RuntimeError)  # torch's is an UnpicklingError only
 
 
 @pytest.mark.parametrize("data", [b"", b"PK\x03\x04garbage", SEED_VIEWS.read_bytes()[:-30]])

@@ -363,7 +363,7 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         raise RuntimeError("Can not safely load weights when explicit pickle_module is specified: tensorplay.load "
                            "is weights-only unless weights_only=False is passed, which hands the file to torch.load "
                            "and its pickle module (that runs code from the file)")
-    if isinstance(f, (str, os.PathLike)) and os.fspath(f).endswith(".safetensors"):
+    if isinstance(f, (str, os.PathLike)) and _is_safetensors(os.fspath(f)):
         return _load_safetensors(os.fspath(f), map_location, _resolve_backend(backend))
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
@@ -392,6 +392,20 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     )
 
 
+def _is_safetensors(path: str) -> bool:
+    """A ``.safetensors`` name on a file that reads as one: its 8-byte header size,
+    then the JSON header. A torch checkpoint under that name (as torch.load would
+    hand to safetensors, which fails on it) is loaded, and judged, as what it is."""
+    if not path.endswith(".safetensors"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+    except OSError:
+        return True  # the safetensors reader reports it
+    return len(head) == 9 and head[8:9] == b"{"
+
+
 def _load_safetensors(path: str, map_location: Any, backend: str) -> dict[str, Any]:
     """A ``.safetensors`` path, as torch.load reads one since 2.13: through the
     safetensors package (a format without code), onto the device map_location
@@ -401,21 +415,26 @@ def _load_safetensors(path: str, map_location: Any, backend: str) -> dict[str, A
         raise RuntimeError(f"Loading safetensors file with {kind} map_location is not supported. "
                            "Use a device string or torch.device instead.")
     try:
+        import safetensors
         if backend == "torch":
             import safetensors.torch
-
-            device = "cpu" if map_location is None else str(map_location)
-            return safetensors.torch.load_file(path, device=device)
-        import safetensors.numpy
+        else:
+            import safetensors.numpy
     except ImportError as e:
         raise RuntimeError("Attempting to load a safetensors file but safetensors is not installed "
                            "(pip install safetensors)") from e
-    if map_location not in (None, "cpu") and str(map_location) != "cpu":
+    if backend == "numpy" and map_location not in (None, "cpu") and str(map_location) != "cpu":
         raise ValueError(f"the numpy backend loads onto the CPU only; map_location={map_location!r} needs "
                          "backend='torch'")
     try:
+        if backend == "torch":
+            return safetensors.torch.load_file(path, device="cpu" if map_location is None else str(map_location))
+        import ml_dtypes  # noqa: F401 - names bfloat16 for safetensors' numpy reader, as for tensorplay's
+
         return safetensors.numpy.load_file(path)
-    except (KeyError, TypeError) as e:  # safetensors' numpy reader has no bfloat16 or float8
+    except safetensors.SafetensorError as e:
+        raise MalformedCheckpointError(f"malformed safetensors file {path}: {e}") from e
+    except (KeyError, TypeError, AttributeError) as e:  # safetensors' numpy reader has no float8
         raise UnsupportedCheckpointError(f"safetensors' numpy reader cannot hold this file's tensors ({e}); load "
                                          "with backend='torch'") from None
 

@@ -1,6 +1,7 @@
 //! The exception classes, and the one place core errors become Python errors.
-//! Every class subclasses `pickle.UnpicklingError`, as torch's errors do, and is
-//! declared under `tensorplay._core` so instances can be pickled.
+//! Every class subclasses `pickle.UnpicklingError`, as torch's weights-only errors
+//! do (the malformed and unsupported ones `RuntimeError` too, as torch's archive
+//! errors), and is declared under `tensorplay._core` so instances can be pickled.
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
@@ -58,7 +59,23 @@ pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
             let (name, doc) = SPECS[i];
             new_class(py, name, doc, base.bind(py))
         };
-        Ok(Classes { unsafe_: sub(0)?, malformed: sub(1)?, limit: sub(2)?, unsupported: sub(3)?, base })
+        // torch raises RuntimeError for a broken archive or an unsupported file,
+        // so code that catches that keeps working.
+        let runtime_too = |i: usize| -> PyResult<Py<PyType>> {
+            let (name, doc) = SPECS[i];
+            let attributes = pyo3::types::PyDict::new(py);
+            attributes.set_item("__module__", "tensorplay._core")?;
+            attributes.set_item("__doc__", format!("{doc} Also a RuntimeError, as torch's error for it is."))?;
+            let bases = (base.bind(py), py.get_type::<pyo3::exceptions::PyRuntimeError>());
+            Ok(py.get_type::<PyType>().call1((name, bases, attributes))?.cast_into::<PyType>()?.unbind())
+        };
+        Ok(Classes {
+            unsafe_: sub(0)?,
+            malformed: runtime_too(1)?,
+            limit: sub(2)?,
+            unsupported: runtime_too(3)?,
+            base,
+        })
     })
 }
 
