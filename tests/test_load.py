@@ -275,6 +275,17 @@ def test_weights_only_false_is_an_explicit_delegation_to_torch(monkeypatch):
         tensorplay.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
 
 
+@needs_torch
+def test_skip_data_reaches_the_unsafe_load_torch_makes(tmp_path):
+    import torch
+
+    path = tmp_path / "t.pt"
+    torch.save(torch.arange(1000.0), path)
+    with tensorplay.serialization.skip_data():
+        skipped = tensorplay.load(path, weights_only=False)
+    assert skipped.shape == (1000,) and not torch.equal(skipped, torch.arange(1000.0))
+
+
 def test_pickle_module_and_unknown_arguments_are_refused():
     with pytest.raises(RuntimeError, match="pickle_module"):
         tensorplay.load(SEED_VIEWS, pickle_module=pickle, weights_only=True)

@@ -6,6 +6,7 @@ or copies made once, in parallel, with the GIL released.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib.util
 import io
@@ -305,7 +306,10 @@ def _unsafe_load(f, map_location, pickle_module, mmap, pickle_load_args):
     kwargs = dict(pickle_load_args)
     if pickle_module is not None:
         kwargs["pickle_module"] = pickle_module
-    return torch.load(f, map_location=map_location, weights_only=False, mmap=mmap, **kwargs)
+    skipping = getattr(_skip, "active", None)
+    # tensorplay's skip_data block, handed on as torch's own.
+    with torch.serialization.skip_data(skipping.materialize_fake_tensors) if skipping else contextlib.nullcontext():
+        return torch.load(f, map_location=map_location, weights_only=False, mmap=mmap, **kwargs)
 
 
 def load(
