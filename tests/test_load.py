@@ -73,6 +73,8 @@ def test_a_safetensors_path_loads_as_torch_load_reads_it(tmp_path):
         tensorplay.load(broken)
     # A torch checkpoint under that name is read as what it is (torch hands it to
     # safetensors, which fails on it); tests/malicious holds a hostile one.
+    with pytest.raises(FileNotFoundError):
+        tensorplay.load(tmp_path / "missing.safetensors")
     misnamed = tmp_path / "misnamed.safetensors"
     misnamed.write_bytes(SEED_VIEWS.read_bytes())
     assert tensorplay.load(misnamed, backend="numpy")[0].tolist() == list(range(1, 10))

@@ -406,7 +406,7 @@ def _is_safetensors(path: str) -> bool:
         with open(path, "rb") as f:
             head = f.read(9)
     except OSError:
-        return True  # the safetensors reader reports it
+        return False  # the load's own open reports it, errno and file name set
     return len(head) == 9 and head[8:9] == b"{"
 
 
