@@ -48,11 +48,11 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
     import torch
     from torch.utils.serialization import config as torch_config
 
-    from .serialization import _endianness, _weights_only_load
+    from .serialization import _endianness_name, _weights_only_load
 
     mmap = bool(torch_config.load.mmap if mmap is None else mmap)
     shared = torch.serialization.get_default_mmap_options() == mmap_module.MAP_SHARED
-    endianness = _endianness(torch.serialization.get_default_load_endianness())
+    endianness = _endianness_name(torch.serialization.get_default_load_endianness())
     return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
                               pickle_load_args)
 

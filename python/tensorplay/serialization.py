@@ -75,11 +75,13 @@ def set_default_load_endianness(endianness: LoadEndianness | None) -> None:
     config.load.endianness = endianness
 
 
-def _endianness(setting: Any = None) -> str:
-    """The core's name for a ``LoadEndianness`` (tensorplay's or torch's), or for
-    ``config.load.endianness`` when none is given."""
-    e = config.load.endianness if setting is None else setting
-    return "little" if e is None else {"LITTLE": "little", "BIG": "big", "NATIVE": "native"}[e.name]
+def _endianness() -> str:
+    return _endianness_name(config.load.endianness)
+
+
+def _endianness_name(setting: Any) -> str:
+    """The core's name for a ``LoadEndianness``, tensorplay's or torch's (None: little)."""
+    return "little" if setting is None else {"LITTLE": "little", "BIG": "big", "NATIVE": "native"}[setting.name]
 
 
 def get_default_mmap_options() -> int | None:
