@@ -49,6 +49,34 @@ def test_add_get_and_clear_follow_torch():
         tensorplay.load(CUSTOM, backend="numpy")
 
 
+def test_get_unsafe_globals_follows_every_change_to_the_allowlist():
+    # The names are remembered between calls; each kind of change must still count.
+    unsafe = tensorplay.serialization.get_unsafe_globals_in_checkpoint
+    point = ["fixture_classes.Point"]
+    assert unsafe(CUSTOM) == point
+    add_safe_globals([fixture_classes.Point])
+    assert unsafe(CUSTOM) == []
+    clear_safe_globals()
+    assert unsafe(CUSTOM) == point
+    add_safe_globals([(fixture_classes.Point, "elsewhere.Point")])
+    assert unsafe(CUSTOM) == point
+    with safe_globals([(fixture_classes.Point, "fixture_classes.Point")]):
+        assert unsafe(CUSTOM) == []
+    assert unsafe(CUSTOM) == point
+    clear_safe_globals()
+    if has_torch():
+        import torch
+
+        torch_own = torch.serialization.get_safe_globals()
+        torch.serialization.add_safe_globals([fixture_classes.Point])
+        try:
+            assert unsafe(CUSTOM) == []
+        finally:
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(torch_own)
+        assert unsafe(CUSTOM) == point
+
+
 def test_tuple_entries_match_the_given_name_only():
     add_safe_globals([(fixture_classes.Point, "fixture_classes.Point")])
     assert tensorplay.load(CUSTOM, backend="numpy")["p"].x == 1

@@ -77,10 +77,16 @@ def pop_context(token: contextvars.Token) -> None:
 
 def current() -> list[Any]:
     """Every entry visible here: process-wide ones, then this context's."""
-    merged = process_entries()
-    for entry in _context_entries.get():
-        if entry not in merged:
-            merged.append(entry)
+    return _in_priority_order(process_entries(), _context_entries.get())
+
+
+def _in_priority_order(*groups: Iterable[Any]) -> list[Any]:
+    """The groups' entries in order, each once."""
+    merged: list[Any] = []
+    for group in groups:
+        for entry in group:
+            if entry not in merged:
+                merged.append(entry)
     return merged
 
 
@@ -94,20 +100,27 @@ def _torchs_entries() -> list[Any]:
     return list(get()) if get is not None else []
 
 
-def names() -> list[str]:
+# The last names() answer, by the entries it came from: once torch is imported
+# every scan would otherwise rename torch's entries, a tenth of a small file's scan.
+_names_memo: tuple[tuple[Any, ...], tuple[str, ...]] = ((), ())
+
+
+def names() -> tuple[str, ...]:
     """The names of every visible entry, for calls that need no objects."""
-    if not _process_entries and not (_context_used and _context_entries.get()) and not _torchs_entries():
-        return []
-    return resolved()[0]
+    global _names_memo
+    process = process_entries()
+    context = _context_entries.get() if _context_used else ()
+    torchs = _torchs_entries()
+    if not process and not context and not torchs:
+        return ()
+    key = (*process, None, *context, None, *torchs)
+    if key != _names_memo[0]:
+        _names_memo = (key, tuple(entry_name(e) for e in _in_priority_order(process, context, torchs)))
+    return _names_memo[1]
 
 
 def resolved(extra: Iterable[Any] = ()) -> tuple[list[str], list[Any]]:
     """Names and objects to hand to the core, in priority order: this module's
     entries, then torch's."""
-    names: list[str] = []
-    objects: list[Any] = []
-    mine = current()
-    for entry in [*mine, *(e for e in _torchs_entries() if e not in mine), *extra]:
-        names.append(entry_name(entry))
-        objects.append(_entry_object(entry))
-    return names, objects
+    entries = _in_priority_order(current(), _torchs_entries(), extra)
+    return [entry_name(e) for e in entries], [_entry_object(e) for e in entries]
