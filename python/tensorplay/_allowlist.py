@@ -108,6 +108,9 @@ _names_memo: tuple[tuple[Any, ...], tuple[str, ...]] = ((), ())
 def names() -> tuple[str, ...]:
     """The names of every visible entry, for calls that need no objects."""
     global _names_memo
+    # The usual case, decided without a lock, a ContextVar or torch's list.
+    if not _process_entries and not _context_used and "torch" not in sys.modules:
+        return ()
     process = process_entries()
     context = _context_entries.get() if _context_used else ()
     torchs = _torchs_entries()

@@ -481,7 +481,10 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     pickles. A file that cannot be fully read raises ``MalformedCheckpointError``
     unless an unsafe global was found before the break.
     """
-    return _core.unsafe_globals(_source(f, mmap=False), user_names=_allowlist.names(), limits=_limits.merged(None))
+    # Positional arguments: a scan takes tens of microseconds, and matching
+    # keywords is a measurable part of a first call.
+    source = f if isinstance(f, str) else _source(f, mmap=False)
+    return _core.unsafe_globals(source, _allowlist.names(), _limits.merged(None))
 
 
 ARGPARSE_PRESET: list[type]  # built by __getattr__ below

@@ -91,7 +91,7 @@ fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, Py
 
 /// The globals of a checkpoint's pickles that the allowlist does not cover.
 #[pyfunction]
-#[pyo3(name = "unsafe_globals", signature = (source, *, user_names=Vec::new(), limits=None))]
+#[pyo3(name = "unsafe_globals", signature = (source, user_names=Vec::new(), limits=None))]
 pub fn globals_outside_allowlist(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
