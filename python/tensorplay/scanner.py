@@ -99,9 +99,9 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
         source = path = os.fspath(f)
     allow = allow if isinstance(allow, (list, tuple)) else list(allow)
     try:
-        kind, verdict, found, problems, pickles = _core.scan(
-            source, user_names=allow, limits=_limits.merged(None), pickles_only=pickles_only
-        )
+        # Positional, as for get_unsafe_globals_in_checkpoint: matching keywords
+        # is a measurable part of a first call.
+        kind, verdict, found, problems, pickles = _core.scan(source, allow, _limits.merged(None), pickles_only)
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",),
                           pickles_only=pickles_only)

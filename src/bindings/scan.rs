@@ -26,7 +26,7 @@ fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyR
 
 /// Scan a path or a bytes object; returns the report as a dict.
 #[pyfunction]
-#[pyo3(signature = (source, *, user_names=Vec::new(), limits=None, pickles_only=false))]
+#[pyo3(signature = (source, user_names=Vec::new(), limits=None, pickles_only=false))]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
