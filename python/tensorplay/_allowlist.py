@@ -122,8 +122,8 @@ def names() -> tuple[str, ...]:
     return _names_memo[1]
 
 
-def resolved(extra: Iterable[Any] = ()) -> tuple[list[str], list[Any]]:
+def resolved() -> tuple[list[str], list[Any]]:
     """Names and objects to hand to the core, in priority order: this module's
     entries, then torch's."""
-    entries = _in_priority_order(current(), _torchs_entries(), extra)
+    entries = _in_priority_order(current(), _torchs_entries())
     return [entry_name(e) for e in entries], [_entry_object(e) for e in entries]
