@@ -131,6 +131,36 @@ def test_safe_globals_in_one_thread_does_not_leak_into_another():
     assert results == {"allowed": fixture_classes.Point(1, 2), "refused": "refused"}
 
 
+def test_get_unsafe_globals_in_threads_with_different_allowlists():
+    # Both threads share the remembered names; each must still get its own answer
+    # while the interpreter switches between them as often as it can.
+    unsafe = tensorplay.serialization.get_unsafe_globals_in_checkpoint
+    wrong: list[tuple[str, list[str]]] = []
+
+    def scan_often(expected: list[str]) -> None:
+        for _ in range(300):
+            got = unsafe(CUSTOM)
+            if got != expected:
+                wrong.append((threading.current_thread().name, got))
+
+    def allowed() -> None:
+        with safe_globals([fixture_classes.Point]):
+            scan_often([])
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=allowed, name="allowed"),
+                   threading.Thread(target=scan_often, args=(["fixture_classes.Point"],), name="refused")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert wrong == []
+
+
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
 def test_enums_namedtuples_dataclasses_and_setstate_are_built_like_torch(backend):
     with safe_globals([fixture_classes.Color, fixture_classes.Pair, fixture_classes.TrainConfig]):

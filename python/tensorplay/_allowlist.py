@@ -117,9 +117,10 @@ def names() -> tuple[str, ...]:
     if not process and not context and not torchs:
         return ()
     key = (*process, None, *context, None, *torchs)
-    if key != _names_memo[0]:
-        _names_memo = (key, tuple(entry_name(e) for e in _in_priority_order(process, context, torchs)))
-    return _names_memo[1]
+    memo = _names_memo  # one read: another thread may replace it meanwhile
+    if key != memo[0]:
+        memo = _names_memo = (key, tuple(entry_name(e) for e in _in_priority_order(process, context, torchs)))
+    return memo[1]
 
 
 def resolved() -> tuple[list[str], list[Any]]:
