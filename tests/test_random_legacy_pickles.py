@@ -215,6 +215,8 @@ TORCH_LOADS = {
 BOTH_REFUSE = {
     "a persistent id in sys_info": _file(_id("0", 4), sys_info=_pickled(_id("0", 4))),
     "a persistent id in the key list": _file(_id("0", 4), keys_pickle=_pickled(_id("0", 4))),
+    "a list as a dict key in sys_info": _file(
+        _id("0", 4), sys_info=_pickled([("EMPTY_DICT",), ("EMPTY_LIST",), ("NONE",), ("SETITEM",)])),
     "a record of the wrong size": _file(_id("0", 4), records=struct.pack("<q3f", 3, 1, 2, 3)),
     "a key the pickle does not name": _file(_id("0", 4), keys=("0", "1")),
     "a tensor past its storage's end, whose record has the declared size": _file(_tensor(_id("0", 4), 6)),

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
+use crate::pickle::keys;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
 use crate::pickle::value::{Arena, Node, NodeId};
@@ -131,6 +132,8 @@ fn aux_pickle(
     let mut arena = Arena::new(limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, at, what))?;
+    // torch builds these pickles too, so a dict key it cannot hash refuses the file.
+    keys::check_keys(&arena, limits.max_key_values).map_err(|e| shift(e, at, what))?;
     Ok((arena, parsed))
 }
 
