@@ -127,6 +127,46 @@ def test_a_small_view_keeps_its_whole_saved_storage(mmap):
     assert clone.storage().size() == 5
 
 
+@needs_torch
+# A storage stays where it is made, with the tensor that covers it exactly, unless
+# a map_location function may move it.
+@pytest.mark.parametrize("map_location", [None, "cpu", lambda storage, location: storage])
+def test_storages_keep_their_sharing_and_size_as_torch_loads_them(tmp_path, map_location):
+    import torch
+
+    base = torch.arange(24.0).reshape(4, 6)
+    wide = torch.arange(10, dtype=torch.int16)
+    stored = torch.arange(3.0)
+    state = {"base": base, "tied": base, "row": base[1], "transposed": base.t(),
+             "stored": stored, "bare": torch.storage.TypedStorage(wrap_storage=stored.untyped_storage(),
+                                                                  dtype=torch.float32, _internal=True),
+             "exact_transposed": torch.arange(6.0).reshape(2, 3).t(), "prefix": wide[:4], "whole": wide,
+             "broadcast": torch.tensor([1.0, 2.0]).expand(3, 2), "empty": torch.empty(0, 5),
+             "scalar": torch.tensor(7, dtype=torch.int64), "param": torch.nn.Parameter(torch.ones(2, 2))}
+    path = tmp_path / "shared.pt"
+    torch.save(state, path)
+    ours = tensorplay.load(path, backend="torch", map_location=map_location)
+    ref = torch.load(path, weights_only=True, map_location=map_location)
+
+    def storage_of(value):
+        return value._untyped_storage if isinstance(value, torch.storage.TypedStorage) else value.untyped_storage()
+
+    for key, expected in ref.items():
+        got, storage = ours[key], storage_of(ours[key])
+        assert type(got) is type(expected), key
+        assert (storage.nbytes(), bytes(storage)) == (storage_of(expected).nbytes(), bytes(storage_of(expected))), key
+        if isinstance(expected, torch.Tensor):
+            assert (got.dtype, got.shape, got.stride(), got.storage_offset(), got.requires_grad) == \
+                (expected.dtype, expected.shape, expected.stride(), expected.storage_offset(),
+                 expected.requires_grad), key
+            assert torch.equal(got, expected), key
+    for a in ref:
+        for b in ref:
+            same_storage = storage_of(ref[a]).data_ptr() == storage_of(ref[b]).data_ptr()
+            assert (storage_of(ours[a]).data_ptr() == storage_of(ours[b]).data_ptr()) == same_storage, (a, b)
+            assert (ours[a] is ours[b]) == (ref[a] is ref[b]), (a, b)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mmap_is_copy_on_write_the_file_never_changes(tmp_path, backend):
     path = tmp_path / "views.pt"

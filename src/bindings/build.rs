@@ -6,7 +6,6 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -15,11 +14,11 @@ use pyo3::types::{
 
 use crate::bindings::errors::wrap_build_error;
 use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::storages::StorageObject;
+use crate::bindings::storages::{DimsTuples, StorageObject, TorchStorage};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Checkpoint, Format, StorageData};
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Arena, Constructor, DictClass, Mutation, Node, NodeId};
+use crate::pickle::value::{Arena, Constructor, DictClass, Mutation, Node, NodeId, TensorId};
 use crate::torch::dtype::DType;
 use crate::torch::tensor::{Dense, Dims, QParams, StorageId, TensorKind, TensorNode};
 
@@ -39,9 +38,12 @@ pub struct Builder<'a, 'py> {
     pub fake: Option<Bound<'py, PyAny>>,
     /// Describe tensors (dtype, shape, where their bytes are) instead of building them.
     pub inspect: bool,
+    /// By tensor index: tensors already made together with their storage, each
+    /// taken by the first node that builds it.
+    pub premade: RefCell<Vec<Option<Bound<'py, PyAny>>>>,
     cache: Vec<Option<Bound<'py, PyAny>>>,
     in_progress: Vec<bool>,
-    dims_tuples: RefCell<HashMap<&'a [u64], Bound<'py, PyTuple>>>,
+    pub dims_tuples: RefCell<DimsTuples<'a, 'py>>,
 }
 
 enum Frame {
@@ -77,6 +79,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             helpers,
             fake: None,
             inspect: false,
+            premade: RefCell::default(),
             cache: vec![None; n],
             in_progress: vec![false; n],
             dims_tuples: RefCell::default(),
@@ -142,14 +145,8 @@ impl<'a, 'py> Builder<'a, 'py> {
         PyErr::from_type(class, reason)
     }
 
-    /// A shape or stride as a tuple; state dicts repeat a few shapes many times.
     fn dims_tuple(&self, dims: &'a [u64]) -> PyResult<Bound<'py, PyTuple>> {
-        if let Some(t) = self.dims_tuples.borrow().get(dims) {
-            return Ok(t.clone());
-        }
-        let t = tuple_of(self.py, dims)?;
-        self.dims_tuples.borrow_mut().insert(dims, t.clone());
-        Ok(t)
+        self.dims_tuples.borrow_mut().get(self.py, dims)
     }
 
     fn store(&mut self, id: NodeId, obj: Bound<'py, PyAny>) {
@@ -449,7 +446,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 Backend::Numpy(_) => PyString::new(py, l.name()).into_any(),
             },
             Node::Storage(s) => self.bare_storage(*s)?,
-            Node::Tensor(t) => self.tensor(self.arena().tensor(*t))?,
+            Node::Tensor(t) => self.tensor(*t)?,
             Node::Object(o) => {
                 let result = match o.constructor {
                     Constructor::Call { func, args } => {
@@ -539,6 +536,12 @@ impl<'a, 'py> Builder<'a, 'py> {
             .ok_or_else(|| self.unsupported("storage not prepared".into()))
     }
 
+    fn torch_storage(&self, id: StorageId) -> PyResult<TorchStorage<'py>> {
+        self.storage(id)?
+            .torch()?
+            .ok_or_else(|| self.unsupported("mixed backends".into()))
+    }
+
     /// A storage returned as a value of its own (`t.storage()` pickled at top level).
     fn bare_storage(&self, id: StorageId) -> PyResult<Bound<'py, PyAny>> {
         let storage = self
@@ -565,12 +568,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         match &self.backend {
             Backend::Torch(t) => {
                 let dtype_obj = t.dtype(dtype)?;
-                let untyped = match self.storage(id)? {
-                    StorageObject::Torch { storage, .. } => storage.clone(),
-                    StorageObject::Numpy(_) => {
-                        return Err(self.unsupported("mixed backends".into()))
-                    }
-                };
+                let (untyped, _) = self.torch_storage(id)?;
                 // torch's legacy loader marks each storage it allocates (it then
                 // fills it from the file); a view is a slice, and unmarked.
                 if legacy_root {
@@ -598,43 +596,54 @@ impl<'a, 'py> Builder<'a, 'py> {
         }
     }
 
-    fn tensor(&self, t: &'a TensorNode) -> PyResult<Bound<'py, PyAny>> {
+    fn tensor(&self, id: TensorId) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.arena().tensor(id);
         match &self.backend {
             _ if self.inspect => self.describe_tensor(t, false),
-            Backend::Torch(_) => self.torch_tensor(t),
+            Backend::Torch(_) => {
+                let premade = self
+                    .premade
+                    .borrow_mut()
+                    .get_mut(id.index())
+                    .and_then(Option::take);
+                self.torch_tensor(t, premade)
+            }
             Backend::Numpy(_) => self.numpy_tensor(t),
         }
     }
 
-    fn torch_tensor(&self, t: &'a TensorNode) -> PyResult<Bound<'py, PyAny>> {
+    /// A torch tensor; `premade` is the dense tensor already made with its storage.
+    fn torch_tensor(
+        &self,
+        t: &'a TensorNode,
+        premade: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let Backend::Torch(api) = &self.backend else {
             return Err(self.unsupported("backend".into()));
         };
         let tensor = match &t.kind {
             TensorKind::Dense(d) => {
-                let storage = match self
-                    .storages
-                    .get(d.storage.index())
-                    .and_then(Option::as_ref)
-                {
-                    Some(StorageObject::Torch { storage, device }) => (storage, device),
-                    _ => return Err(self.unsupported("storage not prepared".into())),
+                let out = match premade {
+                    Some(out) => out,
+                    None => {
+                        let (storage, device) = self.torch_storage(d.storage)?;
+                        let out = match device {
+                            None => api.empty(d.dtype)?,
+                            Some(device) => api.empty_on(d.dtype, &device)?,
+                        };
+                        out.call_method1(
+                            pyo3::intern!(py, "set_"),
+                            (
+                                storage,
+                                d.offset,
+                                self.dims_tuple(&d.shape)?,
+                                self.dims_tuple(&d.stride)?,
+                            ),
+                        )?;
+                        out
+                    }
                 };
-                let (storage, device) = storage;
-                let out = match device {
-                    None => api.empty(d.dtype)?,
-                    Some(device) => api.empty_on(d.dtype, device)?,
-                };
-                out.call_method1(
-                    pyo3::intern!(py, "set_"),
-                    (
-                        storage,
-                        d.offset,
-                        self.dims_tuple(&d.shape)?,
-                        self.dims_tuple(&d.stride)?,
-                    ),
-                )?;
                 if t.conj || t.neg {
                     let md = PyDict::new(py);
                     if t.conj {
@@ -664,14 +673,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 )?
             }
             TensorKind::Quantized { dense, params } => {
-                let storage = match self
-                    .storages
-                    .get(dense.storage.index())
-                    .and_then(Option::as_ref)
-                {
-                    Some(StorageObject::Torch { storage, .. }) => storage.clone(),
-                    _ => return Err(self.unsupported("storage not prepared".into())),
-                };
+                let (storage, _) = self.torch_storage(dense.storage)?;
                 let dtype = api.dtype(dense.dtype)?;
                 let qparams = match params {
                     QParams::PerTensor {

@@ -4,6 +4,7 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Endianness, LoadOptions};
+use crate::checkpoint::{self, Endianness, Format, LoadOptions};
 use crate::fill::{self, FillJob};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
@@ -188,10 +189,25 @@ pub fn load<'py>(
         other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
     };
     let _paused = crate::bindings::gc::pause(py)?;
-    let (mut objects, jobs) = match &backend {
-        Backend::Torch(api) => {
-            storages::torch_roots(py, &checkpoint, api, mapped.as_ref(), mode, fake.is_some())?
-        }
+    // A storage made with its tensor must stay where it is made (the CPU), and
+    // legacy files mark each storage they allocate: both need storages of their own.
+    let storages_stay = restore.is_none() || !(restore_all || restore_cpu);
+    let with_tensors = storages_stay && checkpoint.format != Format::Legacy;
+    let storages::Prepared {
+        mut objects,
+        jobs,
+        premade,
+        tuples,
+    } = match &backend {
+        Backend::Torch(api) => storages::torch_roots(
+            py,
+            &checkpoint,
+            api,
+            mapped.as_ref(),
+            mode,
+            fake.is_some(),
+            with_tensors,
+        )?,
         Backend::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
     let threads = threads.unwrap_or_else(fill::default_threads);
@@ -221,5 +237,7 @@ pub fn load<'py>(
     let helpers = py.import("tensorplay._build")?;
     let mut builder = Builder::new(py, &checkpoint, backend, objects, user_objects, helpers);
     builder.fake = fake;
+    builder.premade = RefCell::new(premade);
+    builder.dims_tuples = RefCell::new(tuples);
     builder.build(checkpoint.root)
 }

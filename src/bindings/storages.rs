@@ -4,17 +4,20 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice};
+use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::bindings::errors::wrap_placement_error;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::{Buffer, NumpyApi};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Checkpoint, StorageData};
+use crate::pickle::value::TensorId;
 use crate::torch::dtype::DType;
-use crate::torch::tensor::StorageId;
+use crate::torch::tensor::{Dense, StorageId, TensorKind};
 
 /// Where each storage's bytes are, as a Python object.
 pub enum StorageObject<'py> {
@@ -23,8 +26,38 @@ pub enum StorageObject<'py> {
         storage: Bound<'py, PyAny>,
         device: Option<Bound<'py, PyAny>>,
     },
+    /// A CPU storage made together with the first tensor that covers it exactly:
+    /// one torch call instead of three. Any other user reaches it through that tensor.
+    TorchTensor(Bound<'py, PyAny>),
     /// Memory for numpy views.
     Numpy(Buffer<'py>),
+}
+
+impl<'py> StorageObject<'py> {
+    /// The torch `UntypedStorage`, and its device when it is not the CPU.
+    pub fn torch(&self) -> PyResult<Option<TorchStorage<'py>>> {
+        Ok(match self {
+            StorageObject::Torch { storage, device } => Some((storage.clone(), device.clone())),
+            StorageObject::TorchTensor(tensor) => Some((
+                tensor.call_method0(pyo3::intern!(tensor.py(), "untyped_storage"))?,
+                None,
+            )),
+            StorageObject::Numpy(_) => None,
+        })
+    }
+}
+
+pub type TorchStorage<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+
+/// The storages of a load, and what is still to be done with them.
+pub struct Prepared<'a, 'py> {
+    /// By storage index; `None` for a legacy sub-storage until `resolve_views`.
+    pub objects: Vec<Option<StorageObject<'py>>>,
+    pub jobs: Vec<Job>,
+    /// By tensor index: the tensors made together with their storage.
+    pub premade: Vec<Option<Bound<'py, PyAny>>>,
+    /// The shapes and strides those tensors were made with, for the builder.
+    pub tuples: DimsTuples<'a, 'py>,
 }
 
 /// What a load does with storage bytes.
@@ -58,17 +91,52 @@ fn nbytes(checkpoint: &Checkpoint, id: StorageId) -> PyResult<usize> {
         .map_err(|_| PyValueError::new_err("storage too large for this machine"))
 }
 
-/// Root storages (everything but legacy sub-storage views) for torch.
-pub fn torch_roots<'py>(
+/// For each storage, the first dense tensor that starts at its first byte and
+/// ends at its last: the storage torch would allocate for that tensor alone.
+fn exact_tensors(checkpoint: &Checkpoint) -> Vec<Option<(TensorId, &Dense)>> {
+    let mut exact = vec![None; checkpoint.storages.len()];
+    for (id, tensor) in checkpoint.arena.tensors() {
+        let TensorKind::Dense(d) = &tensor.kind else {
+            continue;
+        };
+        let Some(slot) = exact.get_mut(d.storage.index()) else {
+            continue;
+        };
+        let nbytes = checkpoint.storage(d.storage).map(|s| s.decl.nbytes);
+        if slot.is_none()
+            && d.offset == 0
+            && !d.dtype.is_quantized()
+            && d.extent_bytes().is_some()
+            && d.extent_bytes() == nbytes
+        {
+            *slot = Some((id, d));
+        }
+    }
+    exact
+}
+
+/// Root storages (everything but legacy sub-storage views) for torch. With
+/// `with_tensors`, a CPU storage that one of its tensors covers exactly is made
+/// with that tensor (`empty_strided`), and the builder uses that tensor.
+pub fn torch_roots<'a, 'py>(
     py: Python<'py>,
-    checkpoint: &Checkpoint,
+    checkpoint: &'a Checkpoint,
     api: &TorchApi<'py>,
     mapped: Option<&Bound<'py, MappedFile>>,
     mode: DataMode,
     fake: bool,
-) -> PyResult<(Vec<Option<StorageObject<'py>>>, Vec<Job>)> {
+    with_tensors: bool,
+) -> PyResult<Prepared<'a, 'py>> {
     let mut objects = Vec::with_capacity(checkpoint.storages.len());
     let mut jobs = Vec::new();
+    let with_tensors = with_tensors && mode != DataMode::Meta && !fake;
+    let exact = if with_tensors {
+        exact_tensors(checkpoint)
+    } else {
+        Vec::new()
+    };
+    let mut premade = Vec::new();
+    let mut tuples = DimsTuples::default();
     let mut whole: Option<Bound<'py, PyAny>> = None;
     let meta = PyDict::new(py);
     meta.set_item("device", "meta")?;
@@ -82,6 +150,32 @@ pub fn torch_roots<'py>(
         let in_place = mapped
             .filter(|_| mode == DataMode::Read)
             .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
+        let exact_tensor = exact
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|_| in_place.is_none() && &*storage.decl.location == "cpu");
+        if let Some((tensor_id, dense)) = exact_tensor {
+            let tensor = api
+                .empty_strided(
+                    dense.dtype,
+                    &tuples.get(py, &dense.shape)?,
+                    &tuples.get(py, &dense.stride)?,
+                )
+                .map_err(|e| cannot_allocate(n, e))?;
+            if n > 0 && mode == DataMode::Read {
+                let ptr: usize = tensor
+                    .call_method0(pyo3::intern!(py, "data_ptr"))?
+                    .extract()?;
+                jobs.push((id, ptr, n));
+            }
+            if premade.len() <= tensor_id.index() {
+                premade.resize(tensor_id.index() + 1, None);
+            }
+            premade[tensor_id.index()] = Some(tensor.clone());
+            objects.push(Some(StorageObject::TorchTensor(tensor)));
+            continue;
+        }
         let object = match in_place {
             _ if mode == DataMode::Meta => {
                 let st = api.untyped_storage.call((n,), Some(&meta))?;
@@ -114,11 +208,10 @@ pub fn torch_roots<'py>(
                 }
             }
             _ => {
-                let st = api.untyped_storage.call1((n,)).map_err(|e| {
-                    pyo3::exceptions::PyMemoryError::new_err(format!(
-                        "cannot allocate {n} bytes for a storage: {e}"
-                    ))
-                })?;
+                let st = api
+                    .untyped_storage
+                    .call1((n,))
+                    .map_err(|e| cannot_allocate(n, e))?;
                 if n > 0 && mode == DataMode::Read {
                     let ptr: usize = st.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
                     jobs.push((id, ptr, n));
@@ -131,16 +224,42 @@ pub fn torch_roots<'py>(
         };
         objects.push(Some(object));
     }
-    Ok((objects, jobs))
+    Ok(Prepared {
+        objects,
+        jobs,
+        premade,
+        tuples,
+    })
+}
+
+fn cannot_allocate(n: usize, e: PyErr) -> PyErr {
+    pyo3::exceptions::PyMemoryError::new_err(format!(
+        "cannot allocate {n} bytes for a storage: {e}"
+    ))
+}
+
+/// Shapes and strides as tuples, made once each: a state dict repeats a few.
+#[derive(Default)]
+pub struct DimsTuples<'a, 'py>(HashMap<&'a [u64], Bound<'py, PyTuple>>);
+
+impl<'a, 'py> DimsTuples<'a, 'py> {
+    pub fn get(&mut self, py: Python<'py>, dims: &'a [u64]) -> PyResult<Bound<'py, PyTuple>> {
+        if let Some(t) = self.0.get(dims) {
+            return Ok(t.clone());
+        }
+        let t = PyTuple::new(py, dims.iter().copied())?;
+        self.0.insert(dims, t.clone());
+        Ok(t)
+    }
 }
 
 /// Root storages for numpy.
-pub fn numpy_roots<'py>(
-    checkpoint: &Checkpoint,
+pub fn numpy_roots<'a, 'py>(
+    checkpoint: &'a Checkpoint,
     api: &NumpyApi<'py>,
     mapped: Option<&Bound<'py, MappedFile>>,
     mode: DataMode,
-) -> PyResult<(Vec<Option<StorageObject<'py>>>, Vec<Job>)> {
+) -> PyResult<Prepared<'a, 'py>> {
     let mut objects = Vec::with_capacity(checkpoint.storages.len());
     let mut jobs = Vec::new();
     for (i, storage) in checkpoint.storages.iter().enumerate() {
@@ -174,7 +293,12 @@ pub fn numpy_roots<'py>(
         };
         objects.push(Some(StorageObject::Numpy(buf)));
     }
-    Ok((objects, jobs))
+    Ok(Prepared {
+        objects,
+        jobs,
+        premade: Vec::new(),
+        tuples: DimsTuples::default(),
+    })
 }
 
 /// Whose `restore_location` a load applies, and to which storages.
@@ -238,16 +362,21 @@ pub fn resolve_views<'py>(
         let n = nbytes(checkpoint, StorageId(i as u32))?;
         let offset = offset as usize;
         let view = match objects.get(root.index()).and_then(Option::as_ref) {
-            Some(StorageObject::Torch { storage, device }) => StorageObject::Torch {
-                storage: slice(py, storage, offset, n)?,
-                device: device.clone(),
-            },
             Some(StorageObject::Numpy(b)) => StorageObject::Numpy(Buffer {
                 base: b.base.clone(),
                 // SAFETY: the view was checked to lie inside its root storage.
                 ptr: unsafe { b.ptr.add(offset) },
                 writable: b.writable,
             }),
+            Some(torch) => {
+                let (storage, device) = torch
+                    .torch()?
+                    .ok_or_else(|| PyValueError::new_err("mixed backends"))?;
+                StorageObject::Torch {
+                    storage: slice(py, &storage, offset, n)?,
+                    device,
+                }
+            }
             None => return Err(PyValueError::new_err("a view storage without its root")),
         };
         if let Some(slot) = objects.get_mut(i) {

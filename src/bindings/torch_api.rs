@@ -13,6 +13,7 @@ use crate::torch::tensor::Layout;
 pub struct TorchApi<'py> {
     pub torch: Bound<'py, PyModule>,
     empty: Bound<'py, PyAny>,
+    empty_strided: Bound<'py, PyAny>,
     empty_args: Bound<'py, PyTuple>,
     empty_kwargs: HashMap<DType, Bound<'py, PyDict>>,
     dtypes: HashMap<DType, Bound<'py, PyAny>>,
@@ -41,6 +42,7 @@ impl<'py> TorchApi<'py> {
         }
         Ok(TorchApi {
             empty: torch.getattr("empty")?,
+            empty_strided: torch.getattr("empty_strided")?,
             empty_args: PyTuple::new(py, [0i64])?,
             empty_kwargs,
             dtypes,
@@ -64,13 +66,29 @@ impl<'py> TorchApi<'py> {
     /// A new empty CPU tensor of `dtype`, to `set_` onto a storage. The device is
     /// explicit so a changed default device cannot move it.
     pub fn empty(&self, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
-        let kwargs = self.empty_kwargs.get(&dtype).ok_or_else(|| {
+        self.empty
+            .call(&self.empty_args, Some(self.cpu_kwargs(dtype)?))
+    }
+
+    /// A new CPU tensor of `dtype`, `shape` and `stride` on a storage of its own,
+    /// exactly as large as the view needs.
+    pub fn empty_strided(
+        &self,
+        dtype: DType,
+        shape: &Bound<'py, PyTuple>,
+        stride: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.empty_strided
+            .call((shape, stride), Some(self.cpu_kwargs(dtype)?))
+    }
+
+    fn cpu_kwargs(&self, dtype: DType) -> PyResult<&Bound<'py, PyDict>> {
+        self.empty_kwargs.get(&dtype).ok_or_else(|| {
             pyo3::exceptions::PyRuntimeError::new_err(format!(
                 "this torch has no dtype torch.{}",
                 dtype.name()
             ))
-        })?;
-        self.empty.call(&self.empty_args, Some(kwargs))
+        })
     }
 
     /// A new empty tensor of `dtype` on `device` (a storage that map_location moved).

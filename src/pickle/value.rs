@@ -63,6 +63,12 @@ pub struct DictId(u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorId(u32);
 
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// Which Python class a dict node becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DictClass {
@@ -442,6 +448,14 @@ impl Arena {
 
     pub fn tensor(&self, id: TensorId) -> &TensorNode {
         self.tensors.get(id.0 as usize).unwrap_or(&NO_TENSOR)
+    }
+
+    /// Every tensor node, in the order the file made them.
+    pub fn tensors(&self) -> impl Iterator<Item = (TensorId, &TensorNode)> {
+        self.tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (TensorId(i as u32), t))
     }
 
     /// The payload of a str, bytes or bytearray node.
