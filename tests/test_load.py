@@ -130,8 +130,9 @@ def test_a_small_view_keeps_its_whole_saved_storage(mmap):
 @needs_torch
 # A storage stays where it is made, with the tensor that covers it exactly, unless
 # a map_location function may move it.
+@pytest.mark.parametrize("mmap", [False, True])
 @pytest.mark.parametrize("map_location", [None, "cpu", lambda storage, location: storage])
-def test_storages_keep_their_sharing_and_size_as_torch_loads_them(tmp_path, map_location):
+def test_storages_keep_their_sharing_and_size_as_torch_loads_them(tmp_path, map_location, mmap):
     import torch
 
     base = torch.arange(24.0).reshape(4, 6)
@@ -145,8 +146,8 @@ def test_storages_keep_their_sharing_and_size_as_torch_loads_them(tmp_path, map_
              "scalar": torch.tensor(7, dtype=torch.int64), "param": torch.nn.Parameter(torch.ones(2, 2))}
     path = tmp_path / "shared.pt"
     torch.save(state, path)
-    ours = tensorplay.load(path, backend="torch", map_location=map_location)
-    ref = torch.load(path, weights_only=True, map_location=map_location)
+    ours = tensorplay.load(path, backend="torch", map_location=map_location, mmap=mmap)
+    ref = torch.load(path, weights_only=True, map_location=map_location, mmap=mmap)
 
     def storage_of(value):
         return value._untyped_storage if isinstance(value, torch.storage.TypedStorage) else value.untyped_storage()

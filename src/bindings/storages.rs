@@ -27,7 +27,8 @@ pub enum StorageObject<'py> {
         device: Option<Bound<'py, PyAny>>,
     },
     /// A CPU storage made together with the first tensor that covers it exactly:
-    /// one torch call instead of three. Any other user reaches it through that tensor.
+    /// one or two torch calls instead of three. Any other user reaches it through
+    /// that tensor.
     TorchTensor(Bound<'py, PyAny>),
     /// Memory for numpy views.
     Numpy(Buffer<'py>),
@@ -117,7 +118,8 @@ fn exact_tensors(checkpoint: &Checkpoint) -> Vec<Option<(TensorId, &Dense)>> {
 
 /// Root storages (everything but legacy sub-storage views) for torch. With
 /// `with_tensors`, a CPU storage that one of its tensors covers exactly is made
-/// with that tensor (`empty_strided`), and the builder uses that tensor.
+/// with that tensor (`empty_strided`, or `frombuffer` over the mapping), and the
+/// builder uses that tensor.
 pub fn torch_roots<'a, 'py>(
     py: Python<'py>,
     checkpoint: &'a Checkpoint,
@@ -154,21 +156,27 @@ pub fn torch_roots<'a, 'py>(
             .get(i)
             .copied()
             .flatten()
-            .filter(|_| in_place.is_none() && &*storage.decl.location == "cpu");
+            .filter(|_| &*storage.decl.location == "cpu");
         if let Some((tensor_id, dense)) = exact_tensor {
-            let tensor = api
-                .empty_strided(
-                    dense.dtype,
-                    &tuples.get(py, &dense.shape)?,
-                    &tuples.get(py, &dense.stride)?,
-                )
-                .map_err(|e| cannot_allocate(n, e))?;
-            if n > 0 && mode == DataMode::Read {
-                let ptr: usize = tensor
-                    .call_method0(pyo3::intern!(py, "data_ptr"))?
-                    .extract()?;
-                jobs.push((id, ptr, n));
-            }
+            let shape = tuples.get(py, &dense.shape)?;
+            let stride = tuples.get(py, &dense.stride)?;
+            let tensor = match in_place {
+                Some((file, range)) if range.1 > 0 => {
+                    api.over_buffer(file.as_any(), dense.dtype, range, &shape, &stride)?
+                }
+                _ => {
+                    let tensor = api
+                        .empty_strided(dense.dtype, &shape, &stride)
+                        .map_err(|e| cannot_allocate(n, e))?;
+                    if n > 0 && mode == DataMode::Read {
+                        let ptr: usize = tensor
+                            .call_method0(pyo3::intern!(py, "data_ptr"))?
+                            .extract()?;
+                        jobs.push((id, ptr, n));
+                    }
+                    tensor
+                }
+            };
             if premade.len() <= tensor_id.index() {
                 premade.resize(tensor_id.index() + 1, None);
             }

@@ -14,6 +14,7 @@ pub struct TorchApi<'py> {
     pub torch: Bound<'py, PyModule>,
     empty: Bound<'py, PyAny>,
     empty_strided: Bound<'py, PyAny>,
+    frombuffer: Bound<'py, PyAny>,
     empty_args: Bound<'py, PyTuple>,
     empty_kwargs: HashMap<DType, Bound<'py, PyDict>>,
     dtypes: HashMap<DType, Bound<'py, PyAny>>,
@@ -43,6 +44,7 @@ impl<'py> TorchApi<'py> {
         Ok(TorchApi {
             empty: torch.getattr("empty")?,
             empty_strided: torch.getattr("empty_strided")?,
+            frombuffer: torch.getattr("frombuffer")?,
             empty_args: PyTuple::new(py, [0i64])?,
             empty_kwargs,
             dtypes,
@@ -80,6 +82,31 @@ impl<'py> TorchApi<'py> {
     ) -> PyResult<Bound<'py, PyAny>> {
         self.empty_strided
             .call((shape, stride), Some(self.cpu_kwargs(dtype)?))
+    }
+
+    /// A CPU tensor of `dtype`, `shape` and `stride` over the `len` bytes of
+    /// `buffer` from `start`, on a storage of exactly those bytes that keeps
+    /// `buffer` alive. `len` is a whole number of elements.
+    pub fn over_buffer(
+        &self,
+        buffer: &Bound<'py, PyAny>,
+        dtype: DType,
+        (start, len): (usize, usize),
+        shape: &Bound<'py, PyTuple>,
+        stride: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.torch.py();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(pyo3::intern!(py, "dtype"), self.dtype(dtype)?)?;
+        kwargs.set_item(
+            pyo3::intern!(py, "count"),
+            len / dtype.itemsize().max(1) as usize,
+        )?;
+        kwargs.set_item(pyo3::intern!(py, "offset"), start)?;
+        // In place: a view (`as_strided`) would be a tensor with a `_base`.
+        self.frombuffer
+            .call((buffer,), Some(&kwargs))?
+            .call_method1(pyo3::intern!(py, "as_strided_"), (shape, stride))
     }
 
     fn cpu_kwargs(&self, dtype: DType) -> PyResult<&Bound<'py, PyDict>> {
