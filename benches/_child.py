@@ -36,6 +36,7 @@ IMPORTS = {
     "picklescan_api": ["picklescan.scanner"],
     "floor_read": [],
     "floor_memcpy": [],
+    "floor_objects": ["torch"],
     "floor_scan": [],
 }
 
@@ -276,7 +277,37 @@ def operation(op: str, path: str, payload: int, batch_seconds: float = 0.0):
             return dst
 
         return memcpy, False
+    if base == "floor_objects":
+        return _objects_floor(path), False
     raise ValueError(f"unknown operation {op!r}")
+
+
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                      "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32",
+                      "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def _objects_floor(path: str):
+    """What a load's result needs in memory at the least: the tensors of the
+    safetensors file (from its header, no data read), each made zero-filled and
+    put in one dict under a fresh copy of its name. The header's parsed form is
+    kept alive, so its memory cannot be reused by the objects and hide their cost."""
+    import collections
+
+    import torch
+
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    specs = [(name, getattr(torch, SAFETENSORS_DTYPES[t["dtype"]]), tuple(t["shape"]))
+             for name, t in header.items() if name != "__metadata__"]
+
+    def build():
+        build.keep = (header, specs)
+        return collections.OrderedDict((name.encode().decode(), torch.zeros(shape, dtype=dtype))
+                                       for name, dtype, shape in specs)
+
+    return build
 
 
 def describe(result) -> str:

@@ -88,6 +88,8 @@ OPS = [
     Op("picklescan_cli", "`picklescan --path FILE` (whole process)", "torch", needs="picklescan_cli", cli=True),
     Op("floor_read", "floor: read the .pt file into fresh memory", "torch"),
     Op("floor_memcpy", "floor: memcpy of the payload into fresh memory", "torch"),
+    Op("floor_objects", "floor: the safetensors file's tensors, made zero-filled into one dict (torch)",
+       "safetensors"),
     Op("floor_scan", "floor: open, fstat, read 4 KiB at each end, close", "torch"),
     Op("floor_scan_warm", "floor: open, fstat, read 4 KiB at each end, close, warm", "torch"),
     Op("floor_scan_batch", "floor: open, fstat, read 4 KiB at each end, close, per file in a batch", "torch"),
@@ -424,6 +426,8 @@ RATIOS_RSS = [  # (label, operation, which number)
     ("torch.load from a file object: peak RSS Δ", "torch_load_fileobj", "peak_delta_mib"),
     ("torch.load(weights_only=True): anon Δ (kept)", "torch_load", "anon_delta_mib"),
     ("safetensors.numpy.load_file: peak RSS Δ", "st_numpy", "peak_delta_mib"),
+    ("floor: the same tensors made directly into one dict (torch): peak RSS Δ", "floor_objects",
+     "peak_delta_mib"),
 ]
 
 
@@ -455,7 +459,7 @@ def ratio_tables(results: dict) -> list[str]:
         for c in cks:
             peak = get(results, c, op, key)
             payload = results["checkpoints"][c]["info"]["payload_bytes"]
-            if op.startswith("st_"):
+            if OPS_BY_ID[op].file == "safetensors":
                 payload = results["checkpoints"][c]["info"]["safetensors_payload_bytes"]
             cells.append("n/a" if peak is None else f"{peak * MIB / payload:.2f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
