@@ -207,6 +207,9 @@ TORCH_LOADS = {
     "an empty storage the key list leaves out": _file(_id("0", 0), keys=()),
     "an empty storage named by two ids": _file(tuple_of([_id("0", 0), _id("0", 0)]), keys=()),
     "protocol version 1001.0": _file(_id("0", 4), protocol=pickle.dumps(1001.0, protocol=2)),
+    # torch hands a later id of a still empty storage a fresh empty storage.
+    "an empty tensor on a later id of an empty storage": _file(
+        tuple_of([_id("0", 0), _tensor(_id("0", 0), 0)]), records=struct.pack("<q", 0)),
     # torch allocates the storage resizable, and set_ grows it to fit the tensor.
     "a tensor past its storage's end grows it": _file(_tensor(_id("0", 4), 6),
                                                        records=struct.pack("<q6f", 6, 1, 2, 3, 4, 5, 6)),
@@ -226,6 +229,10 @@ BOTH_REFUSE = {
 REFUSED_ON_PURPOSE = {
     "a storage the key list leaves out": (_file(_id("0", 4), keys=()), "uninitialised memory"),
     "bytes after the last storage": (_file(_id("0", 4)) + b"PK\x05\x06", "after the last storage"),
+    # That fresh storage, grown to fit a tensor, is never read into.
+    "a tensor on a later id of an empty storage": (
+        _file(tuple_of([_id("0", 0), _tensor(_id("0", 0), 1)]), records=struct.pack("<q", 0)),
+        "uninitialised memory"),
     "a view's key in the key list": (
         _file(tuple_of([_id("0", 4), _id("0", 4, ("v0", 1, 2))]), keys=("0", "v0"),
               records=struct.pack("<q4f", 4, 1, 2, 3, 4) + struct.pack("<q2f", 2, 20, 30)),

@@ -240,12 +240,12 @@ pub fn parse(
         .ok_or_else(|| bad("the storage key list must hold strings".into(), pos))?;
     pos += parsed.end as u64;
 
-    let by_key: HashMap<&str, StorageId> = storages
-        .decls()
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (&*d.key, StorageId(i as u32)))
-        .collect();
+    // The first storage of each key is the one its records fill; a later one of
+    // the same key is a fresh empty storage torch handed a later id.
+    let mut by_key: HashMap<&str, StorageId> = HashMap::new();
+    for (i, d) in storages.decls().iter().enumerate() {
+        by_key.entry(&*d.key).or_insert(StorageId(i as u32));
+    }
     let views: HashSet<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
     let mut offsets = HashMap::with_capacity(keys.len());
     for key in &keys {

@@ -65,6 +65,19 @@ impl Storages {
         max_storages: u64,
         at: &Location,
     ) -> Result<StorageId, Error> {
+        let key = decl.key.clone();
+        let id = self.push_unnamed(decl, max_storages, at)?;
+        self.by_key.insert(key, id);
+        Ok(id)
+    }
+
+    /// A storage no later id can name: it keeps its key for messages only.
+    fn push_unnamed(
+        &mut self,
+        decl: StorageDecl,
+        max_storages: u64,
+        at: &Location,
+    ) -> Result<StorageId, Error> {
         limits::check(
             "max_storages",
             self.decls.len() as u64 + 1,
@@ -72,7 +85,6 @@ impl Storages {
             || at.clone(),
         )?;
         let id = StorageId(self.decls.len() as u32);
-        self.by_key.insert(decl.key.clone(), id);
         self.decls.push(decl);
         Ok(id)
     }
@@ -169,6 +181,22 @@ impl Storages {
                         ..root
                     };
                     self.legacy_view(arena, arena.items(*view), decl, max_storages, at)
+                }
+                // torch's legacy loader hands a later id of a storage that is still
+                // empty (its data pointer is null) a fresh empty storage, which no
+                // record fills: a tensor that grows it would hold uninitialised memory.
+                (IdFormat::Legacy, _) if self.get(id).is_some_and(|d| d.nbytes == 0) => {
+                    let root = self.get(id).cloned().ok_or_else(|| {
+                        Error::tensor(format!("unknown storage '{key}'"), at.clone())
+                    })?;
+                    let decl = StorageDecl {
+                        dtype,
+                        typed,
+                        view_itemsize: None,
+                        view_alignment: 0,
+                        ..root
+                    };
+                    self.push_unnamed(decl, max_storages, at)
                 }
                 _ => Ok(id),
             };
