@@ -317,7 +317,7 @@ impl Arena {
 
     fn push_payload(&mut self, bytes: &[u8]) -> Result<Span, Error> {
         self.charge_payload(bytes.len() as u64)?;
-        let span = Span::new(self.bytes.len(), bytes.len()).ok_or(Error::Limit {
+        let span = Span::new(self.bytes.len(), bytes.len()).ok_or_else(|| Error::Limit {
             limit: "max_payload_bytes",
             max: u64::from(u32::MAX),
             location: Location::default(),
@@ -343,7 +343,7 @@ impl Arena {
 
     pub fn push_tuple(&mut self, items: &[NodeId]) -> Result<NodeId, Error> {
         self.check_len(items.len())?;
-        let span = Span::new(self.ids.len(), items.len()).ok_or(Error::Limit {
+        let span = Span::new(self.ids.len(), items.len()).ok_or_else(|| Error::Limit {
             limit: "max_nodes",
             max: u64::from(u32::MAX),
             location: Location::default(),
