@@ -58,6 +58,8 @@ pub trait Hooks {
     fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error>;
     /// EXT1, EXT2 and EXT4: a global named by copyreg's extension registry.
     fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error>;
+    /// Called once with the pickle's length before it runs, as the arena is sized.
+    fn reserve_for_pickle(&mut self, _len: usize) {}
 }
 
 /// How the py2 `str` opcodes (STRING, BINSTRING, SHORT_BINSTRING) decode: pickle's
@@ -158,6 +160,7 @@ pub fn run<H: Hooks>(
         Location::default,
     )?;
     arena.reserve_for_pickle(data.len());
+    hooks.reserve_for_pickle(data.len());
     let mut machine = Machine {
         cursor: Cursor::new(data),
         hooks,

@@ -17,5 +17,6 @@ pub mod legacy;
 pub mod numpy;
 pub mod rebuild;
 pub mod semantics;
+pub mod storage_keys;
 pub mod storages;
 pub mod tensor;

@@ -548,6 +548,14 @@ pub fn found_global(module: &str, name: &str, offset: u64) -> FoundGlobal {
 }
 
 impl Hooks for TorchHooks<'_> {
+    fn reserve_for_pickle(&mut self, len: usize) {
+        // The arena's guess of one tensor per 64 bytes: each has a storage, and a
+        // key map grown one doubling at a time rehashes every key it holds.
+        let guess = (len / 64).min(1 << 22);
+        let cap = usize::try_from(self.limits.max_storages).unwrap_or(usize::MAX);
+        self.storages.reserve(guess.min(cap));
+    }
+
     fn global(
         &mut self,
         arena: &mut Arena,

@@ -3,7 +3,7 @@
 //! cached by key: the first id with a key decides its dtype and size, as in torch.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::error::{Error, Location};
@@ -12,6 +12,7 @@ use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
 use crate::torch::semantics::valid_device;
+use crate::torch::storage_keys::StorageKeys;
 use crate::torch::tensor::{StorageDecl, StorageId};
 
 /// Which persistent-id shape the pickle uses.
@@ -26,7 +27,7 @@ pub enum IdFormat {
 #[derive(Debug, Default)]
 pub struct Storages {
     decls: Vec<StorageDecl>,
-    by_key: HashMap<Arc<str>, StorageId>,
+    by_key: StorageKeys,
     /// The location of the last storage declared: nearly all share one.
     last_location: Option<Arc<str>>,
     /// Legacy sub-storages: `(view storage, root storage, byte offset)`.
@@ -55,6 +56,12 @@ impl Storages {
         self.view_ids.contains(&id)
     }
 
+    /// Room for `n` more storages.
+    pub fn reserve(&mut self, n: usize) {
+        self.decls.reserve(n);
+        self.by_key.reserve(n);
+    }
+
     pub fn into_parts(self) -> (Vec<StorageDecl>, Vec<(StorageId, StorageId, u64)>) {
         (self.decls, self.views)
     }
@@ -67,7 +74,7 @@ impl Storages {
     ) -> Result<StorageId, Error> {
         let key = decl.key.clone();
         let id = self.push_unnamed(decl, max_storages, at)?;
-        self.by_key.insert(key, id);
+        self.by_key.insert(key, id, self.decls.len());
         Ok(id)
     }
 
@@ -169,7 +176,7 @@ impl Storages {
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
         // As in torch, a key seen before names its storage, whatever else the id
         // says; only a legacy id's view metadata still makes a view of it.
-        if let Some(&id) = self.by_key.get(&*key) {
+        if let Some(id) = self.by_key.get(&key) {
             return match (format, item(5)) {
                 (IdFormat::Legacy, Node::Tuple(view)) => {
                     let root = self.get(id).cloned().ok_or_else(|| {
@@ -276,11 +283,11 @@ impl Storages {
         };
         let itemsize = root.dtype.itemsize();
         let root_id = match self.by_key.get(&root.key) {
-            Some(id) => *id,
+            Some(id) => id,
             None => self.declare(root.clone(), max_storages, at)?,
         };
-        if let Some(id) = self.by_key.get(&*view_key) {
-            return Ok(*id);
+        if let Some(id) = self.by_key.get(&view_key) {
+            return Ok(id);
         }
         let root_nbytes = self.get(root_id).map_or(0, |d| d.nbytes);
         let bytes = |elements: i128| elements.saturating_mul(i128::from(itemsize));
