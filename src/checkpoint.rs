@@ -307,7 +307,7 @@ fn open_zip(
                 Location::entry(&format!("{}/{record}", layout.root)),
             )
         })?;
-        let entry_name = entry.name_lossy();
+        let entry_name = || entry.name_lossy();
         if entry.uncompressed_size != decl.nbytes {
             return Err(Error::tensor(
                 format!(
@@ -317,7 +317,7 @@ fn open_zip(
                     decl.nbytes / decl.dtype.itemsize().max(1),
                     decl.dtype.name(),
                 ),
-                Location::entry(&entry_name),
+                Location::entry(&entry_name()),
             ));
         }
         let data = match entry.method {
@@ -327,17 +327,17 @@ fn open_zip(
             0 => {
                 return Err(Error::archive(
                     "stored entry with differing sizes",
-                    Location::entry(&entry_name),
+                    Location::entry(&entry_name()),
                 ))
             }
             8 => {
-                check_ratio(entry.compressed_size, decl.nbytes, &entry_name)?;
+                check_ratio(entry.compressed_size, decl.nbytes, &entry_name())?;
                 inflated = inflated.saturating_add(decl.nbytes);
                 limits::check(
                     "max_inflated_bytes",
                     inflated,
                     options.limits.max_inflated_bytes,
-                    || Location::entry(&entry_name),
+                    || Location::entry(&entry_name()),
                 )?;
                 StorageData::Deflated {
                     offset: entry.data_offset,
@@ -347,7 +347,7 @@ fn open_zip(
             m => {
                 return Err(Error::unsupported(
                     format!("compression method {m} ({})", method_name(m)),
-                    Location::entry(&entry_name),
+                    Location::entry(&entry_name()),
                 ))
             }
         };
@@ -379,10 +379,10 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
                 Location::default(),
             )
         })?;
-        Ok((
-            StorageData::Stored { offset },
-            format!("legacy storage '{}'", decl.key),
-        ))
+        let key = decl.key.clone();
+        Ok((StorageData::Stored { offset }, move || {
+            format!("legacy storage '{key}'")
+        }))
     })?;
     Ok(Contents {
         arena: parsed.arena,
@@ -395,11 +395,12 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
 }
 
 /// Bind every declared storage to where its bytes are; legacy sub-storages become
-/// views of their roots.
-fn bind_storages(
+/// views of their roots. `locate` gives the bytes and, for messages, a maker of
+/// the entry's name: naming every storage up front cost an allocation each.
+fn bind_storages<Name: FnOnce() -> String>(
     storages: Storages,
     file_order: ByteOrder,
-    mut locate: impl FnMut(StorageId, &StorageDecl) -> Result<(StorageData, String), Error>,
+    mut locate: impl FnMut(StorageId, &StorageDecl) -> Result<(StorageData, Name), Error>,
 ) -> Result<Vec<Storage>, Error> {
     let (mut decls, views) = storages.into_parts();
     align_roots_for_views(&mut decls, &views)?;
@@ -419,13 +420,13 @@ fn bind_storages(
             });
             continue;
         }
-        let (data, entry) = locate(StorageId(i as u32), &decl)?;
+        let (data, entry_name) = locate(StorageId(i as u32), &decl)?;
         let swap = match decl.view_itemsize {
             _ if file_order == ByteOrder::native() => None,
             Some(0) => {
                 return Err(Error::tensor(
                     "tensors of different element sizes view one big-endian storage; it cannot be byte-swapped",
-                    Location::entry(&entry),
+                    Location::entry(&entry_name()),
                 ))
             }
             Some(unit) => Some(unit),
