@@ -276,6 +276,10 @@ REFUSED_ON_PURPOSE = (
     # A name torch's case-insensitive lookup would resolve to either of two entries.
     "duplicate entry name",
     "two records whose names differ only in case",
+    # A local header whose extra field grew shifts data.pkl: torch then runs what
+    # starts there and ignores the bytes its STOP leaves over, as it would a second
+    # pickle hidden after the first.
+    "follow the pickle's STOP",
 )
 
 
@@ -434,6 +438,15 @@ def _with_field(record, name, value, index=0):
     return lambda data: patched(data, field(data, record, name, index), value)
 
 
+def _grown_extra(by, index=0):
+    """The local header's extra field declared `by` bytes longer: the payload then
+    starts that much later, in torch and here."""
+    def patch(data):
+        f = field(data, "local", "extra_length", index)
+        return patched(data, f, int.from_bytes(data[f.offset:f.offset + 2], "little") + by)
+    return patch
+
+
 def _with_flag(bit, index):
     def patch(data):
         f = field(data, "directory", "flags", index)
@@ -489,6 +502,18 @@ def test_damage_torch_loads_or_refuses_is_read_the_same(bases, name, tmp_path):
     assert (torch_load(path)[1] is None) == torch_loads
     assert (_tensorplay_load(path, mmap=False)[1] is None) == torch_loads
     check(path, [name])
+
+
+def test_a_shifted_pickle_with_bytes_after_its_stop_is_refused_where_torch_runs_it(bases, tmp_path):
+    """data.pkl's local extra field two bytes longer: the pickle is read from past
+    PROTO, and ends two bytes before its record does (the data descriptor's "PK").
+    torch runs it and ignores what follows STOP; tensorplay refuses that on purpose."""
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(_grown_extra(2)(bases[0]))
+    assert torch_load(path)[1] is None
+    error = _tensorplay_load(path, mmap=False)[1]
+    assert "2 bytes follow the pickle's STOP" in str(error)
+    check(path)
 
 
 def test_a_pickle_protocol_torch_does_not_know_loads_as_torch_loads_it(bases, tmp_path):
