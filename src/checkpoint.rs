@@ -16,6 +16,7 @@ use crate::pickle::value::{Arena, NodeId};
 use crate::pickle::{compact, keys};
 use crate::torch::legacy;
 use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{StorageDecl, StorageId};
 
@@ -296,12 +297,13 @@ fn open_zip(
         Endianness::Native => ByteOrder::native(),
     });
     let mut inflated = 0u64;
-    let mut record = String::new();
     let storages = bind_storages(storages, file_order, |_, decl| {
-        record.clear();
-        record.push_str("data/");
-        record.push_str(&decl.key);
-        let entry = layout.entry(&record).ok_or_else(|| {
+        let entry = match &decl.key {
+            StorageKey::Number(n) => layout.storage_entry(*n),
+            StorageKey::Text(key) => layout.entry(&format!("data/{key}")),
+        };
+        let entry = entry.ok_or_else(|| {
+            let record = format!("data/{}", decl.key);
             Error::archive(
                 format!("storage '{}' has no record {record}", decl.key),
                 Location::entry(&format!("{}/{record}", layout.root)),
@@ -451,7 +453,9 @@ fn align_roots_for_views(
         };
         let needs = view.alignment();
         if offset % needs != 0 {
-            let root_key = decls.get(root.index()).map_or("?", |d| &d.key);
+            let root_key = decls
+                .get(root.index())
+                .map_or("?".into(), |d| d.key.to_string());
             return Err(Error::tensor(
                 format!(
                     "legacy view '{}' starts {offset} bytes into its storage, not a multiple of its element alignment {needs}",

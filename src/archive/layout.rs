@@ -192,6 +192,18 @@ impl Layout {
         index.and_then(|i| self.entries.get(i))
     }
 
+    /// The entry of record `data/<n>`: [`Layout::entry`] without writing the
+    /// name and reading the number back, for the storages torch numbers.
+    pub fn storage_entry(&self, n: u32) -> Option<&Entry> {
+        let n = n as usize;
+        let index = if n < self.numbered.len() {
+            self.numbered.get(n).copied().flatten()
+        } else {
+            self.by_record.get(&format!("data/{n}")).copied()
+        };
+        index.and_then(|i| self.entries.get(i))
+    }
+
     pub fn entry_name(&self, entry: &Entry) -> String {
         entry.name_lossy()
     }

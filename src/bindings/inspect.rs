@@ -33,7 +33,7 @@ impl<'py> Builder<'_, 'py> {
             info.set_item("dtype", d.dtype.name())?;
             info.set_item("shape", PyTuple::new(py, d.shape.iter().copied())?)?;
             info.set_item("stride", PyTuple::new(py, d.stride.iter().copied())?)?;
-            info.set_item("storage", storage.map(|s| &*s.decl.key))?;
+            info.set_item("storage", storage.map(|s| s.decl.key.to_string()))?;
             info.set_item("storage_offset", d.offset)?;
             info.set_item("offset", self.checkpoint.data_offset(d.storage))?;
             info.set_item("nbytes", storage.map_or(0, |s| s.decl.nbytes))?;

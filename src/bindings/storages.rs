@@ -332,7 +332,7 @@ pub fn relocate<'py>(
         };
         let decl = checkpoint.storage(StorageId(i as u32)).map(|s| &s.decl);
         let location = decl.map_or("cpu", |d| &*d.location);
-        let key = decl.map_or("?", |d| &*d.key);
+        let key = decl.map_or("?".into(), |d| d.key.to_string());
         if matches!(placement, Placement::Saved { cpu_too: false }) && location == "cpu" {
             continue;
         }

@@ -13,6 +13,7 @@ use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::StorageId;
 
@@ -242,15 +243,15 @@ pub fn parse(
 
     // The first storage of each key is the one its records fill; a later one of
     // the same key is a fresh empty storage torch handed a later id.
-    let mut by_key: HashMap<&str, StorageId> = HashMap::new();
+    let mut by_key: HashMap<&StorageKey, StorageId> = HashMap::new();
     for (i, d) in storages.decls().iter().enumerate() {
-        by_key.entry(&*d.key).or_insert(StorageId(i as u32));
+        by_key.entry(&d.key).or_insert(StorageId(i as u32));
     }
     let views: HashSet<StorageId> = storages.views().iter().map(|(v, _, _)| *v).collect();
     let mut offsets = HashMap::with_capacity(keys.len());
     for key in &keys {
         let id = *by_key
-            .get(key.as_str())
+            .get(&StorageKey::new(key))
             .ok_or_else(|| bad(format!("storage key {key:?} not found in the pickle"), pos))?;
         // torch would read these bytes over the part of the root the view shares;
         // no writer lists a view.

@@ -1,13 +1,41 @@
-//! Storage ids by key. torch names storages `"0"`, `"1"`, ... in the order it
-//! meets them, so a key that is a plain decimal number indexes a vector directly;
-//! any other key (or a number far past the storages declared so far) goes to a
-//! hash map. Hashing every key of a 50,000-tensor checkpoint, and rehashing them
-//! as the map grew, was 8% of the pickle VM's instructions.
+//! Storage keys, and storage ids by key. torch names storages `"0"`, `"1"`, ...
+//! in the order it meets them, so a key that is a plain decimal number is kept as
+//! that number and indexes a vector directly; any other key (or a number far past
+//! the storages declared so far) goes to a hash map. Hashing every key of a
+//! 50,000-tensor checkpoint, and rehashing them as the map grew, was 8% of the
+//! pickle VM's instructions; allocating each key's text and freeing it, 5%.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use crate::torch::tensor::StorageId;
+
+/// A storage's key, as the pickle wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StorageKey {
+    /// A number written the way `str(int)` writes one (torch's own keys).
+    Number(u32),
+    Text(Arc<str>),
+}
+
+impl StorageKey {
+    pub fn new(key: &str) -> StorageKey {
+        match number(key).and_then(|n| u32::try_from(n).ok()) {
+            Some(n) => StorageKey::Number(n),
+            None => StorageKey::Text(Arc::from(key)),
+        }
+    }
+}
+
+impl fmt::Display for StorageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageKey::Number(n) => write!(f, "{n}"),
+            StorageKey::Text(text) => f.write_str(text),
+        }
+    }
+}
 
 /// Numbers below this always index the vector, whatever was declared before.
 const ALWAYS_DIRECT: usize = 1024;
@@ -50,20 +78,25 @@ impl StorageKeys {
     /// Record `key` (not yet recorded) for `id`. The vector grows to at most
     /// twice the storages declared, plus a constant, so a file cannot make it
     /// large with one big number.
-    pub fn insert(&mut self, key: Arc<str>, id: StorageId, declared: usize) {
-        if let Some(n) = number(&key) {
-            let limit = declared.saturating_mul(2).max(ALWAYS_DIRECT);
-            if let (true, Some(stored)) = (n < limit, id.0.checked_add(1)) {
-                if self.direct.len() <= n {
-                    self.direct.resize(n.saturating_add(1), 0);
+    pub fn insert(&mut self, key: &StorageKey, id: StorageId, declared: usize) {
+        let text = match key {
+            StorageKey::Text(text) => text.clone(),
+            StorageKey::Number(n) => {
+                let n = *n as usize;
+                let limit = declared.saturating_mul(2).max(ALWAYS_DIRECT);
+                if let (true, Some(stored)) = (n < limit, id.0.checked_add(1)) {
+                    if self.direct.len() <= n {
+                        self.direct.resize(n.saturating_add(1), 0);
+                    }
+                    if let Some(slot) = self.direct.get_mut(n) {
+                        *slot = stored;
+                        return;
+                    }
                 }
-                if let Some(slot) = self.direct.get_mut(n) {
-                    *slot = stored;
-                    return;
-                }
+                Arc::from(key.to_string())
             }
-        }
-        self.other.insert(key, id);
+        };
+        self.other.insert(text, id);
     }
 }
 
@@ -88,7 +121,7 @@ mod tests {
         let names = ["0", "5000000", "1", "007", "7", "x", "2047", "99999999"];
         for (i, name) in names.iter().enumerate() {
             assert_eq!(keys.get(name), None);
-            keys.insert(Arc::from(*name), StorageId(i as u32), i);
+            keys.insert(&StorageKey::new(name), StorageId(i as u32), i);
         }
         for (i, name) in names.iter().enumerate() {
             assert_eq!(keys.get(name), Some(StorageId(i as u32)), "{name}");
@@ -97,5 +130,24 @@ mod tests {
         assert_eq!(keys.get("07"), None);
         // One big number does not grow the vector past the bound.
         assert!(keys.direct.len() <= ALWAYS_DIRECT + 1);
+    }
+
+    #[test]
+    fn a_key_writes_back_the_text_it_was_read_from() {
+        for text in [
+            "0",
+            "7",
+            "10",
+            "49999",
+            "999999999",
+            "1234567890",
+            "007",
+            "x",
+            "",
+        ] {
+            assert_eq!(StorageKey::new(text).to_string(), text);
+        }
+        assert_eq!(StorageKey::new("49999"), StorageKey::Number(49999));
+        assert!(matches!(StorageKey::new("007"), StorageKey::Text(_)));
     }
 }

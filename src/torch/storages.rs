@@ -12,7 +12,7 @@ use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
 use crate::torch::semantics::valid_device;
-use crate::torch::storage_keys::StorageKeys;
+use crate::torch::storage_keys::{StorageKey, StorageKeys};
 use crate::torch::tensor::{StorageDecl, StorageId};
 
 /// Which persistent-id shape the pickle uses.
@@ -74,7 +74,7 @@ impl Storages {
     ) -> Result<StorageId, Error> {
         let key = decl.key.clone();
         let id = self.push_unnamed(decl, max_storages, at)?;
-        self.by_key.insert(key, id, self.decls.len());
+        self.by_key.insert(&key, id, self.decls.len());
         Ok(id)
     }
 
@@ -224,7 +224,7 @@ impl Storages {
                 ))
             }
         };
-        let key: Arc<str> = Arc::from(&*key);
+        let key = StorageKey::new(&key);
         let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
             Error::tensor(
                 format!("storage '{key}' of {numel} elements overflows"),
@@ -282,7 +282,7 @@ impl Storages {
             return Err(bad());
         };
         let itemsize = root.dtype.itemsize();
-        let root_id = match self.by_key.get(&root.key) {
+        let root_id = match self.by_key.get(&root.key.to_string()) {
             Some(id) => id,
             None => self.declare(root.clone(), max_storages, at)?,
         };
@@ -297,7 +297,7 @@ impl Storages {
             root_nbytes,
         );
         let decl = StorageDecl {
-            key: Arc::from(&*view_key),
+            key: StorageKey::new(&view_key),
             nbytes,
             ..root
         };

@@ -8,6 +8,7 @@ use crate::error::{Error, Location};
 use crate::pickle::globals::QScheme;
 use crate::pickle::value::NodeId;
 use crate::torch::dtype::DType;
+use crate::torch::storage_keys::StorageKey;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StorageId(pub u32);
@@ -22,7 +23,7 @@ impl StorageId {
 /// dtype and size, as in torch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageDecl {
-    pub key: Arc<str>,
+    pub key: StorageKey,
     /// The element type of the storage class (`uint8` for an `UntypedStorage`).
     pub dtype: DType,
     pub nbytes: u64,
@@ -327,7 +328,7 @@ mod tests {
 
     fn storage(nbytes: u64) -> StorageDecl {
         StorageDecl {
-            key: "0".into(),
+            key: StorageKey::Number(0),
             dtype: DType::Float32,
             nbytes,
             location: "cpu".into(),
