@@ -21,10 +21,16 @@ pub enum StorageKey {
 
 impl StorageKey {
     pub fn new(key: &str) -> StorageKey {
-        match number(key).and_then(|n| u32::try_from(n).ok()) {
+        match number(key.as_bytes()) {
             Some(n) => StorageKey::Number(n),
             None => StorageKey::Text(Arc::from(key)),
         }
+    }
+
+    /// The key of these bytes if they are a number as torch writes its keys:
+    /// ASCII digits, so a str's bytes and a bytes key's alike, with no text to check.
+    pub fn number_in(bytes: &[u8]) -> Option<StorageKey> {
+        number(bytes).map(StorageKey::Number)
     }
 }
 
@@ -47,15 +53,15 @@ pub struct StorageKeys {
     other: HashMap<Arc<str>, StorageId>,
 }
 
-/// The value of `key` if it is a number written the way `str(int)` writes one.
-fn number(key: &str) -> Option<usize> {
-    let bytes = key.as_bytes();
+/// The value of `bytes` if they are a number written the way `str(int)` writes
+/// one, of at most 9 digits (so any fits a u32).
+fn number(bytes: &[u8]) -> Option<u32> {
     if bytes.is_empty() || bytes.len() > 9 || (bytes.len() > 1 && bytes.first() == Some(&b'0')) {
         return None;
     }
-    bytes.iter().try_fold(0usize, |n, &b| {
+    bytes.iter().try_fold(0u32, |n, &b| {
         let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
-        n.checked_mul(10)?.checked_add(usize::from(digit))
+        n.checked_mul(10)?.checked_add(u32::from(digit))
     })
 }
 
@@ -64,15 +70,20 @@ impl StorageKeys {
         self.direct.reserve(n);
     }
 
-    pub fn get(&self, key: &str) -> Option<StorageId> {
-        let direct = number(key).and_then(|n| self.direct.get(n));
-        if let Some(id) = direct.and_then(|slot| slot.checked_sub(1)) {
-            return Some(StorageId(id));
+    pub fn get(&self, key: &StorageKey) -> Option<StorageId> {
+        match key {
+            StorageKey::Number(n) => {
+                let direct = self.direct.get(*n as usize);
+                if let Some(id) = direct.and_then(|slot| slot.checked_sub(1)) {
+                    return Some(StorageId(id));
+                }
+                if self.other.is_empty() {
+                    return None;
+                }
+                self.other.get(&*key.to_string()).copied()
+            }
+            StorageKey::Text(text) => self.other.get(text).copied(),
         }
-        if self.other.is_empty() {
-            return None;
-        }
-        self.other.get(key).copied()
     }
 
     /// Record `key` (not yet recorded) for `id`. The vector grows to at most
@@ -106,13 +117,14 @@ mod tests {
 
     #[test]
     fn numbers_are_read_only_as_str_writes_them() {
-        assert_eq!(number("0"), Some(0));
-        assert_eq!(number("49999"), Some(49999));
-        assert_eq!(number("007"), None);
-        assert_eq!(number(""), None);
-        assert_eq!(number("-1"), None);
-        assert_eq!(number("1e3"), None);
-        assert_eq!(number("1234567890"), None);
+        assert_eq!(number(b"0"), Some(0));
+        assert_eq!(number(b"49999"), Some(49999));
+        assert_eq!(number(b"999999999"), Some(999_999_999));
+        assert_eq!(number(b"007"), None);
+        assert_eq!(number(b""), None);
+        assert_eq!(number(b"-1"), None);
+        assert_eq!(number(b"1e3"), None);
+        assert_eq!(number(b"1234567890"), None);
     }
 
     #[test]
@@ -120,14 +132,18 @@ mod tests {
         let mut keys = StorageKeys::default();
         let names = ["0", "5000000", "1", "007", "7", "x", "2047", "99999999"];
         for (i, name) in names.iter().enumerate() {
-            assert_eq!(keys.get(name), None);
+            assert_eq!(keys.get(&StorageKey::new(name)), None);
             keys.insert(&StorageKey::new(name), StorageId(i as u32), i);
         }
         for (i, name) in names.iter().enumerate() {
-            assert_eq!(keys.get(name), Some(StorageId(i as u32)), "{name}");
+            assert_eq!(
+                keys.get(&StorageKey::new(name)),
+                Some(StorageId(i as u32)),
+                "{name}"
+            );
         }
-        assert_eq!(keys.get("2"), None);
-        assert_eq!(keys.get("07"), None);
+        assert_eq!(keys.get(&StorageKey::new("2")), None);
+        assert_eq!(keys.get(&StorageKey::new("07")), None);
         // One big number does not grow the vector past the bound.
         assert!(keys.direct.len() <= ALWAYS_DIRECT + 1);
     }

@@ -98,12 +98,21 @@ impl Storages {
 
     /// The location as a shared string, checked to be a device string when it
     /// differs from the last one.
-    fn intern_location(&mut self, location: &str) -> Option<Arc<str>> {
+    fn location(&mut self, arena: &Arena, node: &Node) -> Option<Arc<str>> {
+        if let (Some(last), Node::Str(s)) = (&self.last_location, node) {
+            if arena.payload(*s) == last.as_bytes() {
+                return Some(last.clone());
+            }
+        }
+        let location = match node {
+            Node::Int(_) => None,
+            other => text(arena, other),
+        }?;
         match &self.last_location {
-            Some(last) if &**last == location => Some(last.clone()),
-            _ if !valid_device(location) => None,
+            Some(last) if **last == *location => Some(last.clone()),
+            _ if !valid_device(&location) => None,
             _ => {
-                let interned: Arc<str> = Arc::from(location);
+                let interned: Arc<str> = Arc::from(&*location);
                 self.last_location = Some(interned.clone());
                 Some(interned)
             }
@@ -172,7 +181,7 @@ impl Storages {
                 ))
             }
         };
-        let key = text(arena, item(2))
+        let key = storage_key(arena, item(2))
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
         // As in torch, a key seen before names its storage, whatever else the id
         // says; only a legacy id's view metadata still makes a view of it.
@@ -208,12 +217,9 @@ impl Storages {
                 _ => Ok(id),
             };
         }
-        let location = match item(3) {
-            Node::Int(_) => None,
-            other => text(arena, other),
-        }
-        .and_then(|l| self.intern_location(&l))
-        .ok_or_else(|| Error::tensor("the storage location must be a device string", at.clone()))?;
+        let location = self.location(arena, item(3)).ok_or_else(|| {
+            Error::tensor("the storage location must be a device string", at.clone())
+        })?;
         let numel = match item(4) {
             Node::Int(n) if *n >= 0 => *n as u64,
             Node::Bool(b) => u64::from(*b),
@@ -224,7 +230,6 @@ impl Storages {
                 ))
             }
         };
-        let key = StorageKey::new(&key);
         let nbytes = numel.checked_mul(dtype.itemsize()).ok_or_else(|| {
             Error::tensor(
                 format!("storage '{key}' of {numel} elements overflows"),
@@ -277,12 +282,12 @@ impl Storages {
         let [key, offset, size] = view else {
             return Err(bad());
         };
-        let view_key = text(arena, arena.get(*key)).ok_or_else(bad)?;
+        let view_key = storage_key(arena, arena.get(*key)).ok_or_else(bad)?;
         let (Some(offset), Some(size)) = (arena.int(*offset), arena.int(*size)) else {
             return Err(bad());
         };
         let itemsize = root.dtype.itemsize();
-        let root_id = match self.by_key.get(&root.key.to_string()) {
+        let root_id = match self.by_key.get(&root.key) {
             Some(id) => id,
             None => self.declare(root.clone(), max_storages, at)?,
         };
@@ -297,7 +302,7 @@ impl Storages {
             root_nbytes,
         );
         let decl = StorageDecl {
-            key: StorageKey::new(&view_key),
+            key: view_key,
             nbytes,
             ..root
         };
@@ -324,6 +329,16 @@ fn python_slice(start: i128, stop: i128, len: u64) -> (u64, u64) {
     // Both lie in 0..=len, which came from a u64.
     let as_u64 = |i: i128| u64::try_from(i).unwrap_or(0);
     (as_u64(start), as_u64(stop.saturating_sub(start).max(0)))
+}
+
+/// A storage key: as [`text`], a torch-written number without reading it as text.
+fn storage_key(arena: &Arena, node: &Node) -> Option<StorageKey> {
+    if let Node::Str(s) | Node::Bytes(s) = node {
+        if let Some(key) = StorageKey::number_in(arena.payload(*s)) {
+            return Some(key);
+        }
+    }
+    text(arena, node).map(|t| StorageKey::new(&t))
 }
 
 /// A key or location: str, ascii bytes (encoding='bytes'), or an int key (torch formats it with str).
