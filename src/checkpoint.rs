@@ -8,8 +8,8 @@ use crate::archive::inflate::{check_ratio, inflate_exact};
 use crate::archive::layout::{method_name, stored_bytes, ByteOrder, Layout};
 use crate::archive::source::Source;
 use crate::archive::zip::{self, Entry};
-use crate::error::{Error, Location};
-use crate::limits::{self, Limits};
+use crate::error::{check_limit, Error, Location};
+use crate::limits::{Limit, Limits};
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::value::{Arena, NodeId};
@@ -73,17 +73,17 @@ fn entry_bytes<'d>(
     entry: &Entry,
     data: &'d [u8],
     cap: u64,
-    limit: &'static str,
+    limit: Limit,
 ) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
     let name = entry.name_lossy();
     match entry.method {
         0 => {
-            limits::check(limit, entry.compressed_size, cap, || Location::entry(&name))?;
+            check_limit(limit, entry.compressed_size, cap, || Location::entry(&name))?;
             stored_bytes(entry, data).map(std::borrow::Cow::Borrowed)
         }
         8 => {
             check_ratio(entry.compressed_size, entry.uncompressed_size, &name)?;
-            limits::check(limit, entry.uncompressed_size, cap, || {
+            check_limit(limit, entry.uncompressed_size, cap, || {
                 Location::entry(&name)
             })?;
             let mut out = vec![0u8; entry.uncompressed_size as usize];
@@ -261,7 +261,7 @@ fn open_zip(
             pkl_entry,
             data,
             options.limits.max_pickle_bytes,
-            "max_pickle_bytes",
+            Limit::PickleBytes,
         )?;
         let mut hooks = TorchHooks::new(
             Mode::Load,
@@ -335,8 +335,8 @@ fn open_zip(
             8 => {
                 check_ratio(entry.compressed_size, decl.nbytes, &entry_name())?;
                 inflated = inflated.saturating_add(decl.nbytes);
-                limits::check(
-                    "max_inflated_bytes",
+                check_limit(
+                    Limit::InflatedBytes,
                     inflated,
                     options.limits.max_inflated_bytes,
                     || Location::entry(&entry_name()),

@@ -1,10 +1,19 @@
-//! The one error type of the core. Every variant says what went wrong and, where it
-//! is known, where: the archive entry, the byte offset inside it and the opcode.
-//! The Python bindings map each variant to one exception class.
+//! The one error type of the core: an [`ErrorKind`] saying what went wrong and a
+//! [`Location`] saying where (the archive entry, the byte offset inside it and the
+//! opcode), when it is known. `Display` is the message users read; the Python
+//! bindings map each kind to one exception class and copy the fields onto it.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
-use crate::pickle::opcodes::opcode_name;
+use crate::limits::Limit;
+
+/// An opcode, with the name the pickle module gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opcode {
+    pub byte: u8,
+    pub name: &'static str,
+}
 
 /// Where in the input an error was found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,19 +23,18 @@ pub struct Location {
     /// Byte offset inside the entry (or inside the file for archive-level errors).
     pub offset: Option<u64>,
     /// The opcode being interpreted, for pickle errors.
-    pub opcode: Option<u8>,
+    pub opcode: Option<Opcode>,
 }
 
 impl Location {
     pub fn at(offset: u64) -> Self {
         Location {
-            entry: None,
             offset: Some(offset),
-            opcode: None,
+            ..Location::default()
         }
     }
 
-    pub fn op(offset: u64, opcode: u8) -> Self {
+    pub fn op(offset: u64, opcode: Opcode) -> Self {
         Location {
             entry: None,
             offset: Some(offset),
@@ -37,8 +45,7 @@ impl Location {
     pub fn entry(name: &str) -> Self {
         Location {
             entry: Some(name.to_owned()),
-            offset: None,
-            opcode: None,
+            ..Location::default()
         }
     }
 
@@ -60,7 +67,7 @@ impl fmt::Display for Location {
             parts.push(format!("byte offset {offset}"));
         }
         if let Some(op) = self.opcode {
-            parts.push(format!("opcode {} (0x{op:02x})", opcode_name(op)));
+            parts.push(format!("opcode {} (0x{:02x})", op.name, op.byte));
         }
         write!(f, " [{}]", parts.join(", "))
     }
@@ -72,8 +79,13 @@ impl fmt::Display for Location {
 pub enum Refusal {
     /// A GLOBAL that is neither in the built-in allowlist nor among the user's entries.
     UnsupportedGlobal { module: String, name: String },
-    /// A GLOBAL whose module is blocked even when a user allowlists it.
-    BlockedGlobal { module: String, name: String },
+    /// A GLOBAL that stays blocked even when a user allowlists it; `blocked` is the
+    /// module (or `builtins.name`) of the blocklist it falls under.
+    BlockedGlobal {
+        module: String,
+        name: String,
+        blocked: String,
+    },
     /// An EXT1/EXT2/EXT4 extension code: it names a global through a registry we never consult.
     ExtensionCode { code: u32 },
     /// Anything else the weights-only rules forbid (REDUCE on a non-callable, BUILD on a
@@ -105,9 +117,11 @@ impl fmt::Display for Refusal {
                      global if you trust this class/function."
                 )
             }
-            Refusal::BlockedGlobal { module, name } => {
-                let blocked = crate::pickle::globals::blocked_reason(module, name)
-                    .unwrap_or_else(|| module.clone());
+            Refusal::BlockedGlobal {
+                module,
+                name,
+                blocked,
+            } => {
                 let why = if blocked.contains('.') && module == "builtins" {
                     format!("which is blocked ({blocked})")
                 } else {
@@ -129,129 +143,132 @@ impl fmt::Display for Refusal {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{message}: {source}")]
+/// What went wrong. New kinds may be added: match with a wildcard arm.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Reading the file failed; `path` is the file, when the caller named one
+    /// (Python's `filename`).
     Io {
         message: String,
-        #[source]
         source: std::io::Error,
-        /// The file it is about, when the caller named one (Python's `filename`).
-        path: Option<std::path::PathBuf>,
+        path: Option<PathBuf>,
     },
-
     /// The zip container (or the legacy stream around the pickles) is malformed.
-    #[error("malformed archive: {reason}{location}")]
-    Archive { reason: String, location: Location },
-
+    Archive { reason: String },
     /// The pickle stream is malformed: truncated, an unknown opcode, a stack underflow...
-    #[error("malformed pickle: {reason}{location}")]
-    Pickle { reason: String, location: Location },
-
+    Pickle { reason: String },
     /// The pickle is well formed but asks for something weights-only loading forbids.
-    #[error("{refusal}{location}")]
-    Unsafe {
-        refusal: Refusal,
-        location: Location,
-    },
-
-    /// A resource limit was reached. `limit` is the field name in [`crate::Limits`].
-    #[error("limit exceeded: {limit} (at most {max}){location}; raise it through the limits argument if the file is trusted")]
-    Limit {
-        limit: &'static str,
-        max: u64,
-        location: Location,
-    },
-
+    Unsafe(Refusal),
+    /// A resource limit was reached.
+    Limit { limit: Limit, max: u64 },
     /// A tensor or storage description that does not fit its data.
-    #[error("invalid tensor: {reason}{location}")]
-    Tensor { reason: String, location: Location },
-
+    Tensor { reason: String },
     /// A valid file using something this build cannot load (a compression method, a version...).
-    #[error("unsupported: {reason}{location}")]
-    Unsupported { reason: String, location: Location },
+    Unsupported { reason: String },
+}
+
+/// An error of the core. Boxed, so a `Result` of a small value stays small on
+/// the VM's hot paths, where errors are rare.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    location: Location,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn archive(reason: impl Into<String>, location: Location) -> Self {
-        Error::Archive {
-            reason: reason.into(),
-            location,
+    pub fn new(kind: ErrorKind, location: Location) -> Self {
+        Error {
+            inner: Box::new(Inner { kind, location }),
         }
+    }
+
+    pub fn archive(reason: impl Into<String>, location: Location) -> Self {
+        let reason = reason.into();
+        Error::new(ErrorKind::Archive { reason }, location)
     }
 
     pub fn pickle(reason: impl Into<String>, location: Location) -> Self {
-        Error::Pickle {
-            reason: reason.into(),
-            location,
-        }
+        let reason = reason.into();
+        Error::new(ErrorKind::Pickle { reason }, location)
     }
 
     pub fn tensor(reason: impl Into<String>, location: Location) -> Self {
-        Error::Tensor {
-            reason: reason.into(),
-            location,
-        }
+        let reason = reason.into();
+        Error::new(ErrorKind::Tensor { reason }, location)
     }
 
     pub fn unsupported(reason: impl Into<String>, location: Location) -> Self {
-        Error::Unsupported {
-            reason: reason.into(),
-            location,
-        }
+        let reason = reason.into();
+        Error::new(ErrorKind::Unsupported { reason }, location)
+    }
+
+    pub fn refused(refusal: Refusal, location: Location) -> Self {
+        Error::new(ErrorKind::Unsafe(refusal), location)
     }
 
     pub fn forbidden(reason: impl Into<String>, location: Location) -> Self {
-        Error::Unsafe {
-            refusal: Refusal::Forbidden(reason.into()),
-            location,
-        }
+        Error::refused(Refusal::Forbidden(reason.into()), location)
+    }
+
+    pub fn limit(limit: Limit, max: u64, location: Location) -> Self {
+        Error::new(ErrorKind::Limit { limit, max }, location)
     }
 
     pub fn io(message: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            message: message.into(),
-            source,
-            path: None,
-        }
+        let message = message.into();
+        Error::new(
+            ErrorKind::Io {
+                message,
+                source,
+                path: None,
+            },
+            Location::default(),
+        )
     }
 
     /// An I/O error about the file at `path`.
-    pub fn io_at(
-        path: &std::path::Path,
-        message: impl Into<String>,
-        source: std::io::Error,
-    ) -> Self {
-        Error::Io {
-            message: message.into(),
-            source,
-            path: Some(path.to_owned()),
+    pub fn io_at(path: &Path, message: impl Into<String>, source: std::io::Error) -> Self {
+        let message = message.into();
+        Error::new(
+            ErrorKind::Io {
+                message,
+                source,
+                path: Some(path.to_owned()),
+            },
+            Location::default(),
+        )
+    }
+
+    pub fn kind(&self) -> &ErrorKind {
+        &self.inner.kind
+    }
+
+    pub fn into_kind(self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    pub fn is_limit(&self) -> bool {
+        matches!(self.inner.kind, ErrorKind::Limit { .. })
+    }
+
+    /// Where it happened; an I/O error has no place in the input.
+    pub fn location(&self) -> Option<&Location> {
+        match self.inner.kind {
+            ErrorKind::Io { .. } => None,
+            _ => Some(&self.inner.location),
         }
     }
 
     pub fn location_mut(&mut self) -> Option<&mut Location> {
-        match self {
-            Error::Io { .. } => None,
-            Error::Archive { location, .. }
-            | Error::Pickle { location, .. }
-            | Error::Unsafe { location, .. }
-            | Error::Limit { location, .. }
-            | Error::Tensor { location, .. }
-            | Error::Unsupported { location, .. } => Some(location),
-        }
-    }
-
-    pub fn location(&self) -> Option<&Location> {
-        match self {
-            Error::Io { .. } => None,
-            Error::Archive { location, .. }
-            | Error::Pickle { location, .. }
-            | Error::Unsafe { location, .. }
-            | Error::Limit { location, .. }
-            | Error::Tensor { location, .. }
-            | Error::Unsupported { location, .. } => Some(location),
+        match self.inner.kind {
+            ErrorKind::Io { .. } => None,
+            _ => Some(&mut self.inner.location),
         }
     }
 
@@ -267,16 +284,74 @@ impl Error {
 
     /// The message without the location suffix (used to build torch-shaped messages).
     pub fn reason(&self) -> String {
-        match self {
-            Error::Io {
+        match &self.inner.kind {
+            ErrorKind::Io {
                 message, source, ..
             } => format!("{message}: {source}"),
-            Error::Archive { reason, .. }
-            | Error::Pickle { reason, .. }
-            | Error::Tensor { reason, .. }
-            | Error::Unsupported { reason, .. } => reason.clone(),
-            Error::Unsafe { refusal, .. } => refusal.to_string(),
-            Error::Limit { limit, max, .. } => format!("limit exceeded: {limit} (at most {max})"),
+            ErrorKind::Archive { reason }
+            | ErrorKind::Pickle { reason }
+            | ErrorKind::Tensor { reason }
+            | ErrorKind::Unsupported { reason } => reason.clone(),
+            ErrorKind::Unsafe(refusal) => refusal.to_string(),
+            ErrorKind::Limit { limit, max } => {
+                format!("limit exceeded: {} (at most {max})", limit.name())
+            }
         }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let location = &self.inner.location;
+        match &self.inner.kind {
+            ErrorKind::Io {
+                message, source, ..
+            } => write!(f, "{message}: {source}"),
+            ErrorKind::Archive { reason } => write!(f, "malformed archive: {reason}{location}"),
+            ErrorKind::Pickle { reason } => write!(f, "malformed pickle: {reason}{location}"),
+            ErrorKind::Unsafe(refusal) => write!(f, "{refusal}{location}"),
+            ErrorKind::Limit { limit, max } => write!(
+                f,
+                "limit exceeded: {} (at most {max}){location}; raise it through the limits \
+                 argument if the file is trusted",
+                limit.name()
+            ),
+            ErrorKind::Tensor { reason } => write!(f, "invalid tensor: {reason}{location}"),
+            ErrorKind::Unsupported { reason } => write!(f, "unsupported: {reason}{location}"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.inner.kind)
+            .field("location", &self.inner.location)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.inner.kind {
+            ErrorKind::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Fail with a [`ErrorKind::Limit`] error when `value` exceeds `max`; the location
+/// is made only then.
+#[inline]
+pub fn check_limit(
+    limit: Limit,
+    value: u64,
+    max: u64,
+    location: impl FnOnce() -> Location,
+) -> Result<(), Error> {
+    if value > max {
+        Err(Error::limit(limit, max, location()))
+    } else {
+        Ok(())
     }
 }

@@ -2,11 +2,69 @@
 //! can make the core use unbounded time or memory. The defaults accept every real
 //! checkpoint we know of (a state dict with millions of tensors included) and refuse
 //! hostile files long before memory runs out.
+//!
+//! This module depends on nothing: [`crate::error`] reports an exceeded [`Limit`].
 
-use crate::error::{Error, Location};
+/// One named resource limit: a field of [`Limits`], and what a `LimitExceededError`
+/// names (`max_nodes`...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    PickleBytes,
+    Nodes,
+    PayloadBytes,
+    StackDepth,
+    MarkDepth,
+    MemoEntries,
+    ContainerLen,
+    Ndim,
+    Storages,
+    ZipEntries,
+    InflatedBytes,
+    KeyValues,
+}
+
+impl Limit {
+    /// Every limit, in the order the documentation lists them.
+    pub const ALL: [Limit; 12] = [
+        Limit::PickleBytes,
+        Limit::Nodes,
+        Limit::PayloadBytes,
+        Limit::StackDepth,
+        Limit::MarkDepth,
+        Limit::MemoEntries,
+        Limit::ContainerLen,
+        Limit::Ndim,
+        Limit::Storages,
+        Limit::ZipEntries,
+        Limit::InflatedBytes,
+        Limit::KeyValues,
+    ];
+
+    /// The name users pass in `limits={...}` and errors report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::PickleBytes => "max_pickle_bytes",
+            Limit::Nodes => "max_nodes",
+            Limit::PayloadBytes => "max_payload_bytes",
+            Limit::StackDepth => "max_stack_depth",
+            Limit::MarkDepth => "max_mark_depth",
+            Limit::MemoEntries => "max_memo_entries",
+            Limit::ContainerLen => "max_container_len",
+            Limit::Ndim => "max_ndim",
+            Limit::Storages => "max_storages",
+            Limit::ZipEntries => "max_zip_entries",
+            Limit::InflatedBytes => "max_inflated_bytes",
+            Limit::KeyValues => "max_key_values",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Limit> {
+        Limit::ALL.into_iter().find(|l| l.name() == name)
+    }
+}
 
 /// Named resource limits. Each field is checked in one place and its name is the
-/// `limit` reported in [`Error::Limit`].
+/// limit an exceeded-limit error reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Bytes of one pickle stream (`data.pkl`, or one pickle of the legacy format).
@@ -57,59 +115,31 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Names of every limit, in declaration order (used by the bindings and the docs).
-    pub const NAMES: [&'static str; 12] = [
-        "max_pickle_bytes",
-        "max_nodes",
-        "max_payload_bytes",
-        "max_stack_depth",
-        "max_mark_depth",
-        "max_memo_entries",
-        "max_container_len",
-        "max_ndim",
-        "max_storages",
-        "max_zip_entries",
-        "max_inflated_bytes",
-        "max_key_values",
-    ];
-
-    pub fn get(&self, name: &str) -> Option<u64> {
-        Some(match name {
-            "max_pickle_bytes" => self.max_pickle_bytes,
-            "max_nodes" => self.max_nodes,
-            "max_payload_bytes" => self.max_payload_bytes,
-            "max_stack_depth" => self.max_stack_depth,
-            "max_mark_depth" => self.max_mark_depth,
-            "max_memo_entries" => self.max_memo_entries,
-            "max_container_len" => self.max_container_len,
-            "max_ndim" => self.max_ndim,
-            "max_storages" => self.max_storages,
-            "max_zip_entries" => self.max_zip_entries,
-            "max_inflated_bytes" => self.max_inflated_bytes,
-            "max_key_values" => self.max_key_values,
-            _ => return None,
-        })
+    fn slot(&mut self, limit: Limit) -> &mut u64 {
+        match limit {
+            Limit::PickleBytes => &mut self.max_pickle_bytes,
+            Limit::Nodes => &mut self.max_nodes,
+            Limit::PayloadBytes => &mut self.max_payload_bytes,
+            Limit::StackDepth => &mut self.max_stack_depth,
+            Limit::MarkDepth => &mut self.max_mark_depth,
+            Limit::MemoEntries => &mut self.max_memo_entries,
+            Limit::ContainerLen => &mut self.max_container_len,
+            Limit::Ndim => &mut self.max_ndim,
+            Limit::Storages => &mut self.max_storages,
+            Limit::ZipEntries => &mut self.max_zip_entries,
+            Limit::InflatedBytes => &mut self.max_inflated_bytes,
+            Limit::KeyValues => &mut self.max_key_values,
+        }
     }
 
-    /// Set a limit by name; returns false for an unknown name.
-    pub fn set(&mut self, name: &str, value: u64) -> bool {
-        let slot = match name {
-            "max_pickle_bytes" => &mut self.max_pickle_bytes,
-            "max_nodes" => &mut self.max_nodes,
-            "max_payload_bytes" => &mut self.max_payload_bytes,
-            "max_stack_depth" => &mut self.max_stack_depth,
-            "max_mark_depth" => &mut self.max_mark_depth,
-            "max_memo_entries" => &mut self.max_memo_entries,
-            "max_container_len" => &mut self.max_container_len,
-            "max_ndim" => &mut self.max_ndim,
-            "max_storages" => &mut self.max_storages,
-            "max_zip_entries" => &mut self.max_zip_entries,
-            "max_inflated_bytes" => &mut self.max_inflated_bytes,
-            "max_key_values" => &mut self.max_key_values,
-            _ => return false,
-        };
-        *slot = value;
-        true
+    pub fn get(&self, limit: Limit) -> u64 {
+        // A copy, so the one field table above serves reads as well as writes.
+        let mut copy = *self;
+        *copy.slot(limit)
+    }
+
+    pub fn set(&mut self, limit: Limit, value: u64) {
+        *self.slot(limit) = value;
     }
 
     /// Tight limits for fuzzing and for scanning untrusted files in bulk.
@@ -131,20 +161,19 @@ impl Limits {
     }
 }
 
-/// Fail with [`Error::Limit`] when `value` exceeds `max`.
-pub fn check(
-    limit: &'static str,
-    value: u64,
-    max: u64,
-    location: impl FnOnce() -> Location,
-) -> Result<(), Error> {
-    if value > max {
-        Err(Error::Limit {
-            limit,
-            max,
-            location: location(),
-        })
-    } else {
-        Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_limit_has_one_name_and_one_field() {
+        let mut limits = Limits::default();
+        for (i, limit) in Limit::ALL.into_iter().enumerate() {
+            assert_eq!(Limit::from_name(limit.name()), Some(limit));
+            limits.set(limit, i as u64);
+        }
+        for (i, limit) in Limit::ALL.into_iter().enumerate() {
+            assert_eq!(limits.get(limit), i as u64);
+        }
     }
 }

@@ -145,7 +145,10 @@ mod tests {
         let err = open_pickle(b"cos\nsystem\n(S'x'\ntR.", "evil.pkl", &options)
             .err()
             .unwrap();
-        assert!(matches!(err, Error::Unsafe { .. }), "{err}");
+        assert!(
+            matches!(err.kind(), crate::error::ErrorKind::Unsafe(_)),
+            "{err}"
+        );
         assert!(err.to_string().contains("evil.pkl"));
         let err = open_pickle(b"N.N.", "two.pkl", &options).err().unwrap();
         assert!(err.to_string().contains("follow the pickle's STOP"));

@@ -9,8 +9,8 @@
 //! readers keep some of them private.
 
 use crate::archive::entry_name::EntryName;
-use crate::error::{Error, Location};
-use crate::limits;
+use crate::error::{check_limit, Error, Location};
+use crate::limits::Limit;
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD_LEN: usize = 22;
@@ -841,7 +841,7 @@ impl<'d, D: FileBytes + ?Sized> Records<'d, D> {
             0
         };
         dir.offset = dir.offset.saturating_add(shift);
-        limits::check("max_zip_entries", dir.entries, max_entries, || {
+        check_limit(Limit::ZipEntries, dir.entries, max_entries, || {
             Location::at(eocd as u64)
         })?;
         let end = dir

@@ -18,8 +18,8 @@ use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{limits_from, open_source};
 use crate::bindings::numpy_api::NumpyApi;
-use crate::error::{Error, Location};
-use crate::limits;
+use crate::error::{check_limit, Error, Location};
+use crate::limits::Limit;
 
 /// Map a file descriptor the caller keeps open, read-only.
 #[cfg(unix)]
@@ -127,8 +127,8 @@ pub fn inflate_entries<'py>(
             .map_err(|e| to_pyerr(py, e))?;
         payload(data.bytes(), request).map_err(|e| to_pyerr(py, e))?;
         total = total.saturating_add(*expected);
-        limits::check(
-            "max_inflated_bytes",
+        check_limit(
+            Limit::InflatedBytes,
             total,
             limits.max_inflated_bytes,
             || Location::entry(name),

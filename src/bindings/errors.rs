@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use crate::error::{Error, Refusal};
+use crate::error::{Error, ErrorKind, Refusal};
 
 pub struct Classes {
     pub base: Py<PyType>,
@@ -144,21 +144,17 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let (class, message) = match &err {
-        Error::Io {
+    let location = err.location().map(ToString::to_string).unwrap_or_default();
+    let (class, message) = match err.kind() {
+        ErrorKind::Io {
             message,
             source,
             path,
         } => return os_error(py, message, source, path.as_deref()),
-        Error::Unsafe { refusal, location } => (
-            &classes.unsafe_,
-            unsafe_message(refusal, &location.to_string()),
-        ),
-        Error::Archive { .. } | Error::Pickle { .. } | Error::Tensor { .. } => {
-            (&classes.malformed, err.to_string())
-        }
-        Error::Limit { .. } => (&classes.limit, err.to_string()),
-        Error::Unsupported { .. } => (&classes.unsupported, err.to_string()),
+        ErrorKind::Unsafe(refusal) => (&classes.unsafe_, unsafe_message(refusal, &location)),
+        ErrorKind::Limit { .. } => (&classes.limit, err.to_string()),
+        ErrorKind::Unsupported { .. } => (&classes.unsupported, err.to_string()),
+        _ => (&classes.malformed, err.to_string()),
     };
     PyErr::from_type(class.bind(py).clone(), message)
 }

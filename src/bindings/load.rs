@@ -22,19 +22,21 @@ use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{self, Endianness, Format, LoadOptions};
 use crate::fill::{self, FillJob};
-use crate::limits::Limits;
+use crate::limits::{Limit, Limits};
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::StringEncoding;
 
 pub fn limits_from(overrides: Option<HashMap<String, u64>>) -> PyResult<Limits> {
     let mut limits = Limits::default();
     for (name, value) in overrides.into_iter().flatten() {
-        if !limits.set(&name, value) {
-            return Err(PyValueError::new_err(format!(
+        let limit = Limit::from_name(&name).ok_or_else(|| {
+            let known: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
+            PyValueError::new_err(format!(
                 "unknown limit {name:?}; known: {}",
-                Limits::NAMES.join(", ")
-            )));
-        }
+                known.join(", ")
+            ))
+        })?;
+        limits.set(limit, value);
     }
     Ok(limits)
 }

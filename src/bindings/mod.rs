@@ -17,15 +17,15 @@ mod scan;
 mod storages;
 mod torch_api;
 
-use crate::limits::Limits;
+use crate::limits::{Limit, Limits};
 
 /// The default value of every limit, by name.
 #[pyfunction]
 fn default_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     let defaults = Limits::default();
-    for name in Limits::NAMES {
-        d.set_item(name, defaults.get(name))?;
+    for limit in Limit::ALL {
+        d.set_item(limit.name(), defaults.get(limit))?;
     }
     Ok(d)
 }

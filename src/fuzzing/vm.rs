@@ -1,6 +1,6 @@
 //! The pickle VM, alone and against the scanner.
 
-use crate::error::{Error, Refusal};
+use crate::error::{ErrorKind, Refusal};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::keys;
@@ -124,8 +124,18 @@ pub fn scanner_differential(data: &[u8]) {
     );
     let found: Vec<&str> = scan_hooks.found.iter().map(|f| f.name.as_str()).collect();
 
-    match &load {
-        Ok(parsed) => {
+    let refused_global = match &load {
+        Err(e) => match e.kind() {
+            ErrorKind::Unsafe(
+                Refusal::UnsupportedGlobal { module, name }
+                | Refusal::BlockedGlobal { module, name, .. },
+            ) => Some((module, name)),
+            _ => None,
+        },
+        Ok(_) => None,
+    };
+    match (&load, refused_global) {
+        (Ok(parsed), _) => {
             assert!(
                 found.is_empty(),
                 "the pickle loads, but the scan reports {found:?}"
@@ -135,11 +145,7 @@ pub fn scanner_differential(data: &[u8]) {
                 Err(e) => panic!("the pickle loads, but the scan fails: {e}"),
             }
         }
-        Err(Error::Unsafe {
-            refusal:
-                Refusal::UnsupportedGlobal { module, name } | Refusal::BlockedGlobal { module, name },
-            ..
-        }) => {
+        (Err(_), Some((module, name))) => {
             // The scanner names a global as `module.name`, or `module` when the name is empty.
             let expected = if name.is_empty() {
                 module.clone()
@@ -155,7 +161,7 @@ pub fn scanner_differential(data: &[u8]) {
                 }
             );
         }
-        Err(_) => {}
+        (Err(_), None) => {}
     }
     drop(load_arena);
     drop(scan_arena);

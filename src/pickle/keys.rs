@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Location};
+use crate::limits::Limit;
 use crate::pickle::value::{Arena, Node, NodeId};
 
 /// A key's size in values, or the kind that makes it unhashable.
@@ -90,11 +91,11 @@ impl KeyChecker<'_> {
                 format!("a {what} is unhashable: it holds a {kind}"),
                 Location::default(),
             )),
-            Cost::Values(n) if n > self.max => Err(Error::Limit {
-                limit: "max_key_values",
-                max: self.max,
-                location: Location::default(),
-            }),
+            Cost::Values(n) if n > self.max => Err(Error::limit(
+                Limit::KeyValues,
+                self.max,
+                Location::default(),
+            )),
             Cost::Values(_) => Ok(()),
         }
     }

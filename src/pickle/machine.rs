@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Location};
-use crate::limits::{self, Limits};
+use crate::error::{check_limit, Error, Location};
+use crate::limits::{Limit, Limits};
 use crate::pickle::cursor::Cursor;
 use crate::pickle::opcodes::*;
 use crate::pickle::text;
@@ -153,8 +153,8 @@ pub fn run<H: Hooks>(
     limits: &Limits,
     encoding: StringEncoding,
 ) -> Result<Parsed, Error> {
-    limits::check(
-        "max_pickle_bytes",
+    check_limit(
+        Limit::PickleBytes,
         data.len() as u64,
         limits.max_pickle_bytes,
         Location::default,
@@ -179,7 +179,7 @@ pub fn run<H: Hooks>(
 
 impl<'a, H: Hooks> Machine<'a, '_, H> {
     fn here(&self) -> Location {
-        Location::op(self.op_offset as u64, self.op)
+        Location::op(self.op_offset as u64, opcode(self.op))
     }
 
     fn err(&self, reason: impl Into<String>) -> Error {
@@ -193,7 +193,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 loc.offset = Some(self.op_offset as u64);
             }
             if loc.opcode.is_none() {
-                loc.opcode = Some(self.op);
+                loc.opcode = Some(opcode(self.op));
             }
         }
         e
@@ -204,8 +204,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
     }
 
     fn push(&mut self, id: NodeId) -> Result<(), Error> {
-        limits::check(
-            "max_stack_depth",
+        check_limit(
+            Limit::StackDepth,
             self.stack.len() as u64 + 1,
             self.limits.max_stack_depth,
             Location::default,
@@ -274,8 +274,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             return Ok(());
         }
         if self.memo.get(index).is_none() {
-            limits::check(
-                "max_memo_entries",
+            check_limit(
+                Limit::MemoEntries,
                 self.memo.len() as u64 + 1,
                 self.limits.max_memo_entries,
                 Location::default,
@@ -376,8 +376,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
         let max_len = self.limits.max_container_len;
         match self.arena.get_mut(target) {
             Some(Node::List(list)) => {
-                limits::check(
-                    "max_container_len",
+                check_limit(
+                    Limit::ContainerLen,
                     (list.len() + items.len()) as u64,
                     max_len,
                     Location::default,
@@ -418,8 +418,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             let Some(dict) = self.arena.dict_mut(dict) else {
                 return Err(self.err("a dict that is not in the arena"));
             };
-            limits::check(
-                "max_container_len",
+            check_limit(
+                Limit::ContainerLen,
                 (dict.items.len() + flat.len() / 2) as u64,
                 max_len,
                 Location::default,
@@ -470,11 +470,11 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
             // A pickle is measured by what it consumes: legacy streams run on the rest of the file.
             if self.cursor.position() as u64 > self.limits.max_pickle_bytes {
-                return Err(Error::Limit {
-                    limit: "max_pickle_bytes",
-                    max: self.limits.max_pickle_bytes,
-                    location: self.here(),
-                });
+                return Err(Error::limit(
+                    Limit::PickleBytes,
+                    self.limits.max_pickle_bytes,
+                    self.here(),
+                ));
             }
         }
     }
@@ -495,8 +495,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 }
             }
             MARK => {
-                limits::check(
-                    "max_mark_depth",
+                check_limit(
+                    Limit::MarkDepth,
                     self.marks.len() as u64 + 1,
                     self.limits.max_mark_depth,
                     Location::default,
@@ -697,8 +697,8 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 let max_len = self.limits.max_container_len;
                 match self.arena.get_mut(target) {
                     Some(Node::Set(set)) if !set.frozen => {
-                        limits::check(
-                            "max_container_len",
+                        check_limit(
+                            Limit::ContainerLen,
                             (set.items.len() + items.len()) as u64,
                             max_len,
                             Location::default,
@@ -874,7 +874,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             op => {
                 return Err(Error::pickle(
                     format!("unknown opcode 0x{op:02x} ({:?})", char::from(op)),
-                    Location::op(self.op_offset as u64, op),
+                    Location::op(self.op_offset as u64, opcode(op)),
                 ));
             }
         }

@@ -170,6 +170,14 @@ pub fn opcode_name(op: u8) -> &'static str {
     info(op).map_or("unknown", |(name, _)| name)
 }
 
+/// The opcode `op`, named for error locations.
+pub fn opcode(op: u8) -> crate::error::Opcode {
+    crate::error::Opcode {
+        byte: op,
+        name: opcode_name(op),
+    }
+}
+
 /// Every opcode byte, for tests and the fuzzing dictionary.
 pub fn all() -> impl Iterator<Item = u8> {
     (0u8..=255).filter(|op| info(*op).is_some())

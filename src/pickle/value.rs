@@ -2,8 +2,8 @@
 //! [`NodeId`], so the memo and shared references cost O(1) and dropping the arena
 //! is flat, however deep the structure.
 
-use crate::error::{Error, Location};
-use crate::limits::{self, Limits};
+use crate::error::{check_limit, Error, Location};
+use crate::limits::{Limit, Limits};
 use crate::pickle::globals::Global;
 use crate::torch::numpy::{NdArrayNode, NpDtype};
 use crate::torch::tensor::{Layout, StorageId, TensorKind, TensorNode};
@@ -297,8 +297,8 @@ impl Arena {
 
     pub fn push(&mut self, node: Node) -> Result<NodeId, Error> {
         let n = self.nodes.len() as u64;
-        limits::check(
-            "max_nodes",
+        check_limit(
+            Limit::Nodes,
             n + self.charged + 1,
             self.max_nodes,
             Location::default,
@@ -317,10 +317,12 @@ impl Arena {
 
     fn push_payload(&mut self, bytes: &[u8]) -> Result<Span, Error> {
         self.charge_payload(bytes.len() as u64)?;
-        let span = Span::new(self.bytes.len(), bytes.len()).ok_or_else(|| Error::Limit {
-            limit: "max_payload_bytes",
-            max: u64::from(u32::MAX),
-            location: Location::default(),
+        let span = Span::new(self.bytes.len(), bytes.len()).ok_or_else(|| {
+            Error::limit(
+                Limit::PayloadBytes,
+                u64::from(u32::MAX),
+                Location::default(),
+            )
         })?;
         self.bytes.extend_from_slice(bytes);
         Ok(span)
@@ -343,11 +345,8 @@ impl Arena {
 
     pub fn push_tuple(&mut self, items: &[NodeId]) -> Result<NodeId, Error> {
         self.check_len(items.len())?;
-        let span = Span::new(self.ids.len(), items.len()).ok_or_else(|| Error::Limit {
-            limit: "max_nodes",
-            max: u64::from(u32::MAX),
-            location: Location::default(),
-        })?;
+        let span = Span::new(self.ids.len(), items.len())
+            .ok_or_else(|| Error::limit(Limit::Nodes, u64::from(u32::MAX), Location::default()))?;
         self.ids.extend_from_slice(items);
         self.push(Node::Tuple(span))
     }
@@ -476,13 +475,13 @@ impl Arena {
     pub fn charge_nodes(&mut self, n: u64) -> Result<(), Error> {
         let copies = self.charged.saturating_add(n);
         let total = (self.nodes.len() as u64).saturating_add(copies);
-        limits::check("max_nodes", total, self.max_nodes, Location::default)?;
+        check_limit(Limit::Nodes, total, self.max_nodes, Location::default)?;
         if copies > self.nodes.len() as u64 {
-            return Err(Error::Limit {
-                limit: "max_nodes",
-                max: self.nodes.len() as u64,
-                location: Location::default(),
-            });
+            return Err(Error::limit(
+                Limit::Nodes,
+                self.nodes.len() as u64,
+                Location::default(),
+            ));
         }
         self.charged = copies;
         Ok(())
@@ -501,8 +500,8 @@ impl Arena {
     /// Charge payload bytes before they are allocated.
     pub fn charge_payload(&mut self, bytes: u64) -> Result<(), Error> {
         let total = self.payload_bytes.saturating_add(bytes);
-        limits::check(
-            "max_payload_bytes",
+        check_limit(
+            Limit::PayloadBytes,
             total,
             self.max_payload_bytes,
             Location::default,
@@ -518,8 +517,8 @@ impl Arena {
 
     /// Check a container length (after growth) against `max_container_len`.
     pub fn check_len(&self, len: usize) -> Result<(), Error> {
-        limits::check(
-            "max_container_len",
+        check_limit(
+            Limit::ContainerLen,
             len as u64,
             self.max_container_len,
             Location::default,

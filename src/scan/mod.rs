@@ -21,8 +21,8 @@ pub mod walker;
 use crate::archive::inflate::{inflate_exact, inflated_len};
 use crate::archive::zip::{self, Entry};
 use crate::checkpoint::{self, is_tar, LoadOptions};
-use crate::error::{Error, Location};
-use crate::limits::Limits;
+use crate::error::{check_limit, Error, Location};
+use crate::limits::{Limit, Limits};
 use crate::pickle::globals::UserGlobals;
 use crate::torch::legacy;
 use crate::torch::storages::IdFormat;
@@ -804,7 +804,7 @@ fn entry_data<'d, D: zip::FileBytes + ?Sized>(
         0 => Ok(std::borrow::Cow::Borrowed(raw)),
         8 => {
             let cap = limits.max_pickle_bytes.min(limits.max_inflated_bytes);
-            crate::limits::check("max_inflated_bytes", entry.uncompressed_size, cap, || {
+            check_limit(Limit::InflatedBytes, entry.uncompressed_size, cap, || {
                 Location::entry(&entry.name_lossy())
             })?;
             let mut out = vec![0u8; entry.uncompressed_size as usize];

@@ -2,6 +2,7 @@
 //! names the function and the argument whenever the file passes the wrong thing.
 
 use crate::error::{Error, Location};
+use crate::limits::Limit;
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
@@ -134,11 +135,7 @@ impl<'a> Args<'a> {
     pub fn dims(&self, i: usize, what: &str, max_ndim: u64) -> Result<Dims, Error> {
         let check_len = |n: usize| {
             if n as u64 > max_ndim {
-                Err(Error::Limit {
-                    limit: "max_ndim",
-                    max: max_ndim,
-                    location: self.at.clone(),
-                })
+                Err(Error::limit(Limit::Ndim, max_ndim, self.at.clone()))
             } else {
                 Ok(())
             }

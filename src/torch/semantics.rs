@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Location, Refusal};
-use crate::limits::Limits;
+use crate::limits::{Limit, Limits};
 use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
 use crate::pickle::machine::Hooks;
 use crate::pickle::value::{
@@ -81,9 +81,7 @@ impl<'u> TorchHooks<'u> {
     /// limits still stop the scan.
     fn lenient(&self, arena: &mut Arena, result: Result<NodeId, Error>) -> Result<NodeId, Error> {
         match result {
-            Err(e) if self.mode == Mode::Scan && !matches!(e, Error::Limit { .. }) => {
-                arena.push(Node::Opaque)
-            }
+            Err(e) if self.mode == Mode::Scan && !e.is_limit() => arena.push(Node::Opaque),
             other => other,
         }
     }
@@ -251,11 +249,11 @@ impl<'u> TorchHooks<'u> {
                         let n = u64::try_from(*n).map_err(|_| a.fail("negative count"))?;
                         // Charged before allocating: `bytearray(n)` is an allocation request.
                         if n > arena_budget(&a) {
-                            return Err(Error::Limit {
-                                limit: "max_payload_bytes",
-                                max: self.limits.max_payload_bytes,
-                                location: at.clone(),
-                            });
+                            return Err(Error::limit(
+                                Limit::PayloadBytes,
+                                self.limits.max_payload_bytes,
+                                at.clone(),
+                            ));
                         }
                         vec![0; usize::try_from(n).map_err(|_| a.fail("count too large"))?]
                     }
@@ -574,20 +572,21 @@ impl Hooks for TorchHooks<'_> {
                 self.record(&module, &name, at);
                 arena.push(Node::Opaque)
             }
-            Resolution::Blocked => Err(Error::Unsafe {
-                refusal: Refusal::BlockedGlobal {
+            Resolution::Blocked => Err(Error::refused(
+                Refusal::BlockedGlobal {
+                    blocked: globals::blocked_reason(&module, &name).unwrap_or_default(),
                     module: module.into_owned(),
                     name: name.into_owned(),
                 },
-                location: at.clone(),
-            }),
-            Resolution::NotAllowed => Err(Error::Unsafe {
-                refusal: Refusal::UnsupportedGlobal {
+                at.clone(),
+            )),
+            Resolution::NotAllowed => Err(Error::refused(
+                Refusal::UnsupportedGlobal {
                     module: module.into_owned(),
                     name: name.into_owned(),
                 },
-                location: at.clone(),
-            }),
+                at.clone(),
+            )),
         }
     }
 
@@ -596,10 +595,7 @@ impl Hooks for TorchHooks<'_> {
             self.record(&format!("<extension code {code}>"), "", at);
             return arena.push(Node::Opaque);
         }
-        Err(Error::Unsafe {
-            refusal: Refusal::ExtensionCode { code },
-            location: at.clone(),
-        })
+        Err(Error::refused(Refusal::ExtensionCode { code }, at.clone()))
     }
 
     fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error> {
@@ -742,7 +738,7 @@ impl Hooks for TorchHooks<'_> {
             _ => build_container(arena, inst, state, at),
         };
         match result {
-            Err(e) if self.mode == Mode::Scan && !matches!(e, Error::Limit { .. }) => Ok(()),
+            Err(e) if self.mode == Mode::Scan && !e.is_limit() => Ok(()),
             other => other,
         }
     }

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::error::{Error, Location};
-use crate::limits;
+use crate::error::{check_limit, Error, Location};
+use crate::limits::Limit;
 use crate::pickle::globals::{Builtin, Global};
 use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
@@ -85,8 +85,8 @@ impl Storages {
         max_storages: u64,
         at: &Location,
     ) -> Result<StorageId, Error> {
-        limits::check(
-            "max_storages",
+        check_limit(
+            Limit::Storages,
             self.decls.len() as u64 + 1,
             max_storages,
             || at.clone(),

@@ -5,6 +5,7 @@
 pub mod render;
 pub mod zipw;
 
+use tensorplay::error::ErrorKind;
 use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::pickle::value::{Arena, NodeId};
@@ -47,8 +48,8 @@ pub fn fail(data: &[u8]) -> Error {
 
 /// The limit named in a limit error.
 pub fn limit_name(e: &Error) -> &'static str {
-    match e {
-        Error::Limit { limit, .. } => limit,
-        other => panic!("expected a limit error, got {other}"),
+    match e.kind() {
+        ErrorKind::Limit { limit, .. } => limit.name(),
+        _ => panic!("expected a limit error, got {e}"),
     }
 }
