@@ -19,10 +19,10 @@ use tensorplay::archive::source::Source;
 use tensorplay::archive::zip;
 use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
-use tensorplay::pickle::value::Arena;
 use tensorplay::scan::{self, ScanOptions};
 use tensorplay::torch::semantics::{Mode, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
+use tensorplay::torch::value::Arena;
 use tensorplay::{Limits, LoadOptions};
 
 const TENSORS: usize = 50_000;

@@ -12,13 +12,14 @@ use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, StringEncoding};
-use crate::pickle::value::{Arena, NodeId};
-use crate::pickle::{compact, keys};
 use crate::torch::legacy;
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{StorageDecl, StorageId};
+use crate::torch::value::Arena;
+use crate::value::NodeId;
+use crate::value::{compact, keys};
 
 /// torch's `LoadEndianness`: what to assume when a file has no `byteorder` record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -20,6 +20,7 @@ pub mod raw;
 pub mod save;
 pub mod scan;
 pub mod torch;
+pub mod value;
 
 #[cfg(feature = "python")]
 mod bindings;

@@ -18,16 +18,19 @@ use std::sync::Arc;
 use crate::archive::source::Source;
 use crate::checkpoint::{Checkpoint, Format, LoadOptions};
 use crate::error::{Error, Location};
-use crate::pickle::keys;
 use crate::pickle::machine::{self, Hooks};
-use crate::pickle::value::{Arena, NodeId};
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storages::IdFormat;
+use crate::torch::value::{Arena, Torch};
+use crate::value::keys;
+use crate::value::NodeId;
 
 /// torch's hooks, minus persistent ids.
 struct NoStorages<'u>(TorchHooks<'u>);
 
 impl Hooks for NoStorages<'_> {
+    type Domain = Torch;
+
     fn global(
         &mut self,
         arena: &mut Arena,

@@ -11,7 +11,7 @@ use tensorplay::archive::source::Source;
 use tensorplay::archive::zip::{find_record, read_entries, read_index, FileBytes, Pieces};
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
 use tensorplay::error::ErrorKind;
-use tensorplay::pickle::value::Node;
+use tensorplay::torch::value::{Node, Torch};
 use tensorplay::{Error, Limits};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch");
@@ -78,7 +78,10 @@ fn an_opened_checkpoint_keeps_only_the_values_its_root_reaches() {
     assert_eq!(list.as_slice(), [items[0].1], "the tensor is shared");
     // The dict, two keys, the tensor and the list.
     assert_eq!(ckpt.arena.len(), 5);
-    assert!(matches!(ckpt.arena.get(items[0].1), Node::Tensor(_)));
+    assert!(matches!(
+        ckpt.arena.get(items[0].1),
+        Node::Domain(Torch::Tensor(_))
+    ));
 }
 
 #[test]

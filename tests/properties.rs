@@ -6,10 +6,10 @@ mod common;
 use proptest::prelude::*;
 use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
-use tensorplay::pickle::value::Arena;
 use tensorplay::scan::walker;
 use tensorplay::torch::semantics::{FoundGlobal, Mode, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
+use tensorplay::torch::value::Arena;
 use tensorplay::Limits;
 
 /// Pieces of pickle that can be strung together in any order: values, containers,

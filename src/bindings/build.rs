@@ -18,9 +18,10 @@ use crate::bindings::storages::{DimsTuples, StorageObject, TorchStorage};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Checkpoint, Format, StorageData};
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Arena, Constructor, DictClass, Mutation, Node, NodeId, TensorId};
 use crate::torch::dtype::DType;
 use crate::torch::tensor::{Dense, Dims, QParams, StorageId, TensorKind, TensorNode};
+use crate::torch::value::{Arena, Node, TensorId, Torch};
+use crate::value::{Constructor, DictClass, Mutation, NodeId};
 
 pub enum Backend<'py> {
     Torch(TorchApi<'py>),
@@ -125,7 +126,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         let mut pending = vec![key];
         while let Some(id) = pending.pop() {
             match self.node(id) {
-                Node::Tensor(_) if matches!(self.backend, Backend::Numpy(_)) => {
+                Node::Domain(Torch::Tensor(_)) if matches!(self.backend, Backend::Numpy(_)) => {
                     return self.unsupported(format!(
                         "the numpy backend cannot use an array in a dict key or set item ({what}); load with backend='torch'"
                     ));
@@ -283,11 +284,13 @@ impl<'a, 'py> Builder<'a, 'py> {
             },
             // numpy keeps only the tensor of a tensor-with-attributes; building
             // `torch.Tensor` itself would need torch.
-            Node::Tensor(t) => match (&self.backend, &self.arena().tensor(*t).kind) {
-                _ if self.inspect => Vec::new(),
-                (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
-                _ => tensor_children(self.arena().tensor(*t)),
-            },
+            Node::Domain(Torch::Tensor(t)) => {
+                match (&self.backend, &self.arena().tensor(*t).kind) {
+                    _ if self.inspect => Vec::new(),
+                    (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
+                    _ => tensor_children(self.arena().tensor(*t)),
+                }
+            }
             _ => Vec::new(),
         }
     }
@@ -424,29 +427,29 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .map_err(|e| wrap_build_error(py, e, "cannot build a frozenset"))?
                     .into_any()
             }
-            Node::Global(Global::User(i)) => self
+            Node::Domain(Torch::Global(Global::User(i))) => self
                 .user_objects
                 .get(*i as usize)
                 .cloned()
                 .ok_or_else(|| self.fail(id, "unknown user global"))?,
-            Node::Global(Global::Builtin(b)) => self.builtin(*b)?,
-            Node::Size(dims) => match &self.backend {
+            Node::Domain(Torch::Global(Global::Builtin(b))) => self.builtin(*b)?,
+            Node::Domain(Torch::Size(dims)) => match &self.backend {
                 Backend::Torch(t) => t.size.call1((PyTuple::new(py, dims.iter().copied())?,))?,
                 Backend::Numpy(_) => PyTuple::new(py, dims.iter().copied())?.into_any(),
             },
-            Node::Device(s) => match &self.backend {
+            Node::Domain(Torch::Device(s)) => match &self.backend {
                 Backend::Torch(t) => t
                     .device
                     .call1((s.as_ref(),))
                     .map_err(|e| wrap_build_error(py, e, "invalid device"))?,
                 Backend::Numpy(_) => PyString::new(py, s).into_any(),
             },
-            Node::Layout(l) => match &self.backend {
+            Node::Domain(Torch::Layout(l)) => match &self.backend {
                 Backend::Torch(t) => t.layout(*l)?,
                 Backend::Numpy(_) => PyString::new(py, l.name()).into_any(),
             },
-            Node::Storage(s) => self.bare_storage(*s)?,
-            Node::Tensor(t) => self.tensor(*t)?,
+            Node::Domain(Torch::Storage(s)) => self.bare_storage(*s)?,
+            Node::Domain(Torch::Tensor(t)) => self.tensor(*t)?,
             Node::Object(o) => {
                 let result = match o.constructor {
                     Constructor::Call { func, args } => {
@@ -469,7 +472,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                 };
                 result?
             }
-            Node::NdArray(a) => {
+            Node::Domain(Torch::NdArray(a)) => {
                 let state = a
                     .state
                     .as_ref()
@@ -486,8 +489,10 @@ impl<'a, 'py> Builder<'a, 'py> {
                     (state.dtype.descr(), shape, state.fortran, data),
                 )?
             }
-            Node::NpDtype(d) => self.helpers.call_method1("numpy_dtype", (d.descr(),))?,
-            Node::NpScalar(d, data) => {
+            Node::Domain(Torch::NpDtype(d)) => {
+                self.helpers.call_method1("numpy_dtype", (d.descr(),))?
+            }
+            Node::Domain(Torch::NpScalar(d, data)) => {
                 let data = match self.node(*data) {
                     Node::Bytes(b) => PyBytes::new(py, self.arena().payload(*b)),
                     _ => return Err(self.fail(id, "numpy scalar data is not bytes")),
@@ -812,7 +817,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             TensorKind::FromType { base, cls, .. } => {
                 let plain = matches!(
                     self.node(*cls),
-                    Node::Global(Global::Builtin(Builtin::Tensor))
+                    Node::Domain(Torch::Global(Global::Builtin(Builtin::Tensor)))
                 );
                 if plain {
                     self.built(*base)

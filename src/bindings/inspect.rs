@@ -15,6 +15,7 @@ use crate::bindings::load::{open_source, options_from};
 use crate::bindings::numpy_api::NumpyApi;
 use crate::checkpoint::{self, Format};
 use crate::torch::tensor::{Dense, TensorKind, TensorNode};
+use crate::torch::value::{Node, Torch};
 
 impl<'py> Builder<'_, 'py> {
     /// A `TensorInfo` for a tensor node; `parameter` when it is a Parameter's data.
@@ -64,9 +65,7 @@ impl<'py> Builder<'_, 'py> {
             }
             TensorKind::Parameter { data, .. } | TensorKind::FromType { base: data, .. } => {
                 let inner = match self.node(*data) {
-                    crate::pickle::value::Node::Tensor(inner) => {
-                        self.checkpoint.arena.tensor(*inner)
-                    }
+                    Node::Domain(Torch::Tensor(inner)) => self.checkpoint.arena.tensor(*inner),
                     // What an allowlisted function makes (torch's jagged NestedTensor)
                     // is only known by running it: the layout says what it is.
                     _ if matches!(t.kind, TensorKind::FromType { .. }) => {
@@ -105,9 +104,9 @@ impl<'py> Builder<'_, 'py> {
 }
 
 impl Builder<'_, '_> {
-    fn dense_part(&self, id: crate::pickle::value::NodeId) -> Option<&Dense> {
+    fn dense_part(&self, id: crate::value::NodeId) -> Option<&Dense> {
         match self.node(id) {
-            crate::pickle::value::Node::Tensor(t) => match &self.checkpoint.arena.tensor(*t).kind {
+            Node::Domain(Torch::Tensor(t)) => match &self.checkpoint.arena.tensor(*t).kind {
                 TensorKind::Dense(d) => Some(d),
                 _ => None,
             },

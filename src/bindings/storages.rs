@@ -15,9 +15,9 @@ use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::{Buffer, NumpyApi};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Checkpoint, StorageData};
-use crate::pickle::value::TensorId;
 use crate::torch::dtype::DType;
 use crate::torch::tensor::{Dense, StorageId, TensorKind};
+use crate::torch::value::TensorId;
 
 /// Where each storage's bytes are, as a Python object.
 pub enum StorageObject<'py> {

@@ -9,8 +9,8 @@ use crate::checkpoint::{self, Checkpoint, LoadOptions, StorageData};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::StringEncoding;
-use crate::pickle::value::Node;
 use crate::torch::legacy;
+use crate::torch::value::{Node, Torch};
 
 use super::vm::{check_arena_ids, check_extent, dense_of};
 
@@ -179,7 +179,7 @@ fn check_checkpoint(ckpt: &Checkpoint, limits: &Limits) {
     assert!(ckpt.storages.len() as u64 <= limits.max_storages);
     check_arena_ids(&ckpt.arena);
     for node in ckpt.arena.nodes() {
-        if let Node::Tensor(t) = node {
+        if let Node::Domain(Torch::Tensor(t)) = node {
             if let Some(dense) = dense_of(&ckpt.arena.tensor(*t).kind) {
                 let s = ckpt.storage(dense.storage).unwrap_or_else(|| {
                     panic!("a tensor names unknown storage {:?}", dense.storage)
@@ -328,7 +328,7 @@ pub fn legacy(data: &[u8]) {
     }
     check_arena_ids(&parsed.arena);
     for node in parsed.arena.nodes() {
-        if let Node::Tensor(t) = node {
+        if let Node::Domain(Torch::Tensor(t)) = node {
             if let Some(dense) = dense_of(&parsed.arena.tensor(*t).kind) {
                 let decl = parsed.storages.get(dense.storage).unwrap_or_else(|| {
                     panic!("a tensor names unknown storage {:?}", dense.storage)

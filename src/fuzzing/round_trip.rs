@@ -5,9 +5,10 @@ use std::sync::Arc;
 use crate::archive::source::Source;
 use crate::checkpoint::{self, Checkpoint, LoadOptions};
 use crate::pickle::opcodes::*;
-use crate::pickle::value::{Node, NodeId};
 use crate::save::{self, zip_writer, StorageRecord};
 use crate::torch::tensor::TensorKind;
+use crate::torch::value::{Node, Torch};
+use crate::value::NodeId;
 
 /// A value a checkpoint can hold, as the round trip builds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -457,7 +458,7 @@ fn compare(ckpt: &Checkpoint, id: NodeId, tree: &Tree, next_storage: &mut u32) {
                 compare(ckpt, *id, item, next_storage);
             }
         }
-        (Tree::Dict(items), Node::Dict(crate::pickle::value::DictClass::Dict, d))
+        (Tree::Dict(items), Node::Dict(crate::value::DictClass::Dict, d))
             if items.len() == ckpt.arena.dict(*d).items.len()
                 && ckpt.arena.dict(*d).base.is_none()
                 && ckpt.arena.dict(*d).state.is_empty() =>
@@ -472,7 +473,7 @@ fn compare(ckpt: &Checkpoint, id: NodeId, tree: &Tree, next_storage: &mut u32) {
                 compare(ckpt, *v, value, next_storage);
             }
         }
-        (Tree::Tensor(values), Node::Tensor(t)) => {
+        (Tree::Tensor(values), Node::Domain(Torch::Tensor(t))) => {
             let t = ckpt.arena.tensor(*t);
             let TensorKind::Dense(dense) = &t.kind else {
                 mismatch()

@@ -3,13 +3,14 @@
 use crate::error::{ErrorKind, Refusal};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
-use crate::pickle::keys;
 use crate::pickle::machine::{self, StringEncoding};
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::scan::{self, ScanOptions};
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{Dense, StorageDecl, TensorKind};
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::keys;
+use crate::value::NodeId;
 
 /// Run the VM on raw bytes in load mode with tight limits, then drop the arena.
 pub fn pickle_vm(data: &[u8]) {
@@ -31,7 +32,7 @@ pub fn pickle_vm(data: &[u8]) {
         assert!(hooks.storages.decls().len() as u64 <= limits.max_storages);
         check_arena_ids(&arena);
         for node in arena.nodes() {
-            if let Node::Tensor(t) = node {
+            if let Node::Domain(Torch::Tensor(t)) = node {
                 if let Some(dense) = dense_of(&arena.tensor(*t).kind) {
                     let decl = hooks.storages.get(dense.storage).unwrap_or_else(|| {
                         panic!("a tensor names unknown storage {:?}", dense.storage)

@@ -9,15 +9,18 @@ use crate::limits::{Limit, Limits};
 use crate::pickle::cursor::Cursor;
 use crate::pickle::opcodes::*;
 use crate::pickle::text;
-use crate::pickle::value::{Arena, DictClass, DictNode, Mutation, Node, NodeId, SetNode};
+use crate::value::{Arena, DictClass, DictNode, Domain, Mutation, Node, NodeId, SetNode};
 
 /// What GLOBAL, REDUCE, NEWOBJ, BUILD and persistent ids mean. The VM itself only
 /// moves values; these hooks decide what may be built.
 pub trait Hooks {
+    /// The kinds of value these hooks build beyond Python's own.
+    type Domain: Domain;
+
     /// A GLOBAL or STACK_GLOBAL (or INST's class) naming `module.name`.
     fn global(
         &mut self,
-        arena: &mut Arena,
+        arena: &mut Arena<Self::Domain>,
         module: &str,
         name: &str,
         at: &Location,
@@ -25,7 +28,7 @@ pub trait Hooks {
     /// `func(*args)`: REDUCE, and INST/OBJ.
     fn reduce(
         &mut self,
-        arena: &mut Arena,
+        arena: &mut Arena<Self::Domain>,
         func: NodeId,
         args: NodeId,
         at: &Location,
@@ -33,7 +36,7 @@ pub trait Hooks {
     /// `cls.__new__(cls, *args, **kwargs)`: NEWOBJ and NEWOBJ_EX.
     fn new_object(
         &mut self,
-        arena: &mut Arena,
+        arena: &mut Arena<Self::Domain>,
         cls: NodeId,
         args: NodeId,
         kwargs: Option<NodeId>,
@@ -42,7 +45,7 @@ pub trait Hooks {
     /// BUILD: apply `state` to `inst`.
     fn build(
         &mut self,
-        arena: &mut Arena,
+        arena: &mut Arena<Self::Domain>,
         inst: NodeId,
         state: NodeId,
         at: &Location,
@@ -50,14 +53,23 @@ pub trait Hooks {
     /// PERSID and BINPERSID.
     fn persistent_load(
         &mut self,
-        arena: &mut Arena,
+        arena: &mut Arena<Self::Domain>,
         pid: NodeId,
         at: &Location,
     ) -> Result<NodeId, Error>;
     /// STACK_GLOBAL whose module or name is not a plain string (built at run time).
-    fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error>;
+    fn unresolved_global(
+        &mut self,
+        arena: &mut Arena<Self::Domain>,
+        at: &Location,
+    ) -> Result<NodeId, Error>;
     /// EXT1, EXT2 and EXT4: a global named by copyreg's extension registry.
-    fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error>;
+    fn extension(
+        &mut self,
+        arena: &mut Arena<Self::Domain>,
+        code: u32,
+        at: &Location,
+    ) -> Result<NodeId, Error>;
     /// Called once with the pickle's length before it runs, as the arena is sized.
     fn reserve_for_pickle(&mut self, _len: usize) {}
 }
@@ -133,7 +145,7 @@ impl Memo {
 pub struct Machine<'a, 'h, H: Hooks> {
     cursor: Cursor<'a>,
     hooks: &'h mut H,
-    arena: &'h mut Arena,
+    arena: &'h mut Arena<H::Domain>,
     limits: Limits,
     encoding: StringEncoding,
     stack: Vec<NodeId>,
@@ -149,7 +161,7 @@ pub struct Machine<'a, 'h, H: Hooks> {
 pub fn run<H: Hooks>(
     data: &[u8],
     hooks: &mut H,
-    arena: &mut Arena,
+    arena: &mut Arena<H::Domain>,
     limits: &Limits,
     encoding: StringEncoding,
 ) -> Result<Parsed, Error> {
@@ -199,7 +211,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
         e
     }
 
-    fn new_node(&mut self, node: Node) -> Result<NodeId, Error> {
+    fn new_node(&mut self, node: Node<H::Domain>) -> Result<NodeId, Error> {
         self.arena.push(node)
     }
 
@@ -214,7 +226,7 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
         Ok(())
     }
 
-    fn push_new(&mut self, node: Node) -> Result<(), Error> {
+    fn push_new(&mut self, node: Node<H::Domain>) -> Result<(), Error> {
         let id = self.new_node(node)?;
         self.push(id)
     }
@@ -645,12 +657,12 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
                 self.push_new(Node::List(Box::new(items)))?;
             }
             EMPTY_DICT => {
-                let id = self.arena.push_dict(DictClass::Dict, empty_dict())?;
+                let id = self.arena.push_dict(DictClass::Dict, DictNode::empty())?;
                 self.push(id)?;
             }
             DICT => {
                 let flat = self.pop_mark()?;
-                let id = self.arena.push_dict(DictClass::Dict, empty_dict())?;
+                let id = self.arena.push_dict(DictClass::Dict, DictNode::empty())?;
                 self.set_items(id, flat)?;
                 self.push(id)?;
             }
@@ -879,14 +891,5 @@ impl<'a, H: Hooks> Machine<'a, '_, H> {
             }
         }
         Ok(())
-    }
-}
-
-fn empty_dict() -> DictNode {
-    DictNode {
-        base: None,
-        inherited: 0,
-        items: Vec::new(),
-        state: Vec::new(),
     }
 }

@@ -11,11 +11,8 @@
     )
 )]
 
-pub mod compact;
 pub mod cursor;
 pub mod globals;
-pub mod keys;
 pub mod machine;
 pub mod opcodes;
 pub mod text;
-pub mod value;

@@ -8,11 +8,11 @@ use crate::limits::Limits;
 use crate::pickle::globals::{self, UserGlobals};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
-use crate::pickle::value::Arena;
 use crate::scan::{dangerous, walker};
 use crate::scan::{Finding, Report};
 use crate::torch::semantics::{FoundGlobal, Mode, TorchHooks};
 use crate::torch::storages::IdFormat;
+use crate::torch::value::Arena;
 
 /// Pickles one stream may hold before the scanner stops trusting it.
 const MAX_PICKLES: usize = 64;

@@ -4,9 +4,10 @@
 use crate::error::{Error, Location};
 use crate::limits::Limit;
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
 use crate::torch::tensor::{Dims, StorageId};
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::NodeId;
 
 pub struct Args<'a> {
     pub arena: &'a Arena,
@@ -163,7 +164,7 @@ impl<'a> Args<'a> {
             return Ok(dims);
         }
         match self.node(i)? {
-            Node::Size(sizes) => {
+            Node::Domain(Torch::Size(sizes)) => {
                 check_len(sizes.len())?;
                 let mut dims = Dims::zeros(sizes.len());
                 for (dim, v) in dims.iter_mut().zip(sizes.iter()) {
@@ -181,7 +182,7 @@ impl<'a> Args<'a> {
 
     pub fn storage(&self, i: usize) -> Result<StorageId, Error> {
         match self.node(i)? {
-            Node::Storage(s) => Ok(*s),
+            Node::Domain(Torch::Storage(s)) => Ok(*s),
             other => Err(self.fail(format!(
                 "argument {i} must be a storage, got {}",
                 other.kind_name()
@@ -192,7 +193,7 @@ impl<'a> Args<'a> {
     /// A tensor argument, by id (the bindings build it).
     pub fn tensor(&self, i: usize, what: &str) -> Result<NodeId, Error> {
         match self.node(i)? {
-            Node::Tensor(_) => self.id(i),
+            Node::Domain(Torch::Tensor(_)) => self.id(i),
             other => Err(self.fail(format!(
                 "{what} must be a tensor, got {}",
                 other.kind_name()
@@ -202,7 +203,7 @@ impl<'a> Args<'a> {
 
     pub fn dtype(&self, i: usize) -> Result<DType, Error> {
         match self.node(i)? {
-            Node::Global(Global::Builtin(Builtin::Dtype(d))) => Ok(*d),
+            Node::Domain(Torch::Global(Global::Builtin(Builtin::Dtype(d)))) => Ok(*d),
             other => Err(self.fail(format!(
                 "argument {i} must be a torch.dtype, got {}",
                 other.kind_name()

@@ -8,14 +8,15 @@ use std::collections::{HashMap, HashSet};
 use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::globals::UserGlobals;
-use crate::pickle::keys;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::semantics::{Mode, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::StorageId;
+use crate::torch::value::{Arena, Node};
+use crate::value::keys;
+use crate::value::NodeId;
 
 /// `pickle(0x1950A86A20F9469CFC6C)` as torch writes it with protocol 2: the prefix
 /// that identifies the legacy format.

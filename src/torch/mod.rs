@@ -20,3 +20,4 @@ pub mod semantics;
 pub mod storage_keys;
 pub mod storages;
 pub mod tensor;
+pub mod value;

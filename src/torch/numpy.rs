@@ -7,9 +7,10 @@
 
 use crate::error::{Error, Location};
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::args::Args;
 use crate::torch::tensor::Dims;
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::NodeId;
 
 /// A plain numpy dtype: kind (`b`, `i`, `u`, `f`, `c`), size in bytes, byte order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +83,7 @@ pub fn dtype(a: &Args) -> Result<Node, Error> {
             a.at,
         )
     })?;
-    Ok(Node::NpDtype(dtype))
+    Ok(Node::Domain(Torch::NpDtype(dtype)))
 }
 
 /// BUILD of a dtype: `(version, byteorder, subarray, names, fields, elsize, alignment, flags[, metadata])`.
@@ -122,14 +123,16 @@ pub fn reconstruct(a: &Args) -> Result<Node, Error> {
     a.arity(3, 3)?;
     if !matches!(
         a.node(0)?,
-        Node::Global(Global::Builtin(Builtin::NumpyNdarray))
+        Node::Domain(Torch::Global(Global::Builtin(Builtin::NumpyNdarray)))
     ) {
         return Err(refuse(
             "_reconstruct of a class other than numpy.ndarray",
             a.at,
         ));
     }
-    Ok(Node::NdArray(Box::new(NdArrayNode { state: None })))
+    Ok(Node::Domain(Torch::NdArray(Box::new(NdArrayNode {
+        state: None,
+    }))))
 }
 
 /// BUILD of an array: `(1, shape, dtype, is_fortran, raw_bytes)`.
@@ -146,7 +149,7 @@ pub fn build_array(
     }
     let shape = a.dims(1, "shape", max_ndim)?;
     let dtype = match a.node(2)? {
-        Node::NpDtype(d) => *d,
+        Node::Domain(Torch::NpDtype(d)) => *d,
         _ => {
             return Err(refuse(
                 "an array whose dtype is not a plain numpy dtype",
@@ -196,7 +199,7 @@ fn checked_state(
 pub fn frombuffer(a: &Args, max_ndim: u64) -> Result<Node, Error> {
     a.arity(4, 4)?;
     let dtype = match a.node(1)? {
-        Node::NpDtype(d) => *d,
+        Node::Domain(Torch::NpDtype(d)) => *d,
         _ => {
             return Err(refuse(
                 "an array whose dtype is not a plain numpy dtype",
@@ -211,14 +214,16 @@ pub fn frombuffer(a: &Args, max_ndim: u64) -> Result<Node, Error> {
         other => return Err(refuse(&format!("array order {other:?}"), a.at)),
     };
     let state = checked_state(a, 0, shape, dtype, fortran)?;
-    Ok(Node::NdArray(Box::new(NdArrayNode { state: Some(state) })))
+    Ok(Node::Domain(Torch::NdArray(Box::new(NdArrayNode {
+        state: Some(state),
+    }))))
 }
 
 /// `scalar(dtype, raw_bytes)`.
 pub fn scalar(a: &Args) -> Result<Node, Error> {
     a.arity(2, 2)?;
     let dtype = match a.node(0)? {
-        Node::NpDtype(d) => *d,
+        Node::Domain(Torch::NpDtype(d)) => *d,
         _ => {
             return Err(refuse(
                 "a scalar whose dtype is not a plain numpy dtype",
@@ -227,7 +232,9 @@ pub fn scalar(a: &Args) -> Result<Node, Error> {
         }
     };
     match a.node(1)? {
-        Node::Bytes(b) if b.len() == usize::from(dtype.size) => Ok(Node::NpScalar(dtype, a.id(1)?)),
+        Node::Bytes(b) if b.len() == usize::from(dtype.size) => {
+            Ok(Node::Domain(Torch::NpScalar(dtype, a.id(1)?)))
+        }
         _ => Err(refuse("scalar data that does not match its dtype", a.at)),
     }
 }

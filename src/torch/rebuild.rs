@@ -4,12 +4,13 @@
 use crate::error::{Error, Location};
 use crate::pickle::globals::{Builtin, Global, QScheme, RebuildFn};
 use crate::pickle::machine::Hooks;
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::semantics::TorchHooks;
 use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::NodeId;
 
 pub fn call(
     h: &mut TorchHooks,
@@ -72,7 +73,7 @@ pub fn call(
         RebuildFn::SparseTensor => {
             a.arity(2, 2)?;
             let layout = match a.node(0)? {
-                Node::Layout(l) => *l,
+                Node::Domain(Torch::Layout(l)) => *l,
                 other => {
                     return Err(a.fail(format!(
                         "layout must be a torch.layout, got {}",
@@ -119,14 +120,19 @@ pub fn call(
             let (func, cls, inner, state) = (a.id(0)?, a.id(1)?, a.id(2)?, a.id(3)?);
             let cls_ok = matches!(
                 a.node(1)?,
-                Node::Global(Global::Builtin(Builtin::Tensor) | Global::User(_))
+                Node::Domain(Torch::Global(
+                    Global::Builtin(Builtin::Tensor) | Global::User(_)
+                ))
             );
             if !cls_ok {
                 return Err(
                     a.fail("the tensor type must be torch.Tensor or an allowlisted subclass")
                 );
             }
-            let plain = matches!(a.node(1)?, Node::Global(Global::Builtin(Builtin::Tensor)));
+            let plain = matches!(
+                a.node(1)?,
+                Node::Domain(Torch::Global(Global::Builtin(Builtin::Tensor)))
+            );
             let no_state = match a.node(3)? {
                 Node::None => true,
                 Node::Dict(_, d) => {
@@ -139,7 +145,9 @@ pub fn call(
             // recurse as deep as the file likes.
             if matches!(
                 arena.get(func),
-                Node::Global(Global::Builtin(Builtin::Rebuild(RebuildFn::FromTypeV2)))
+                Node::Domain(Torch::Global(Global::Builtin(Builtin::Rebuild(
+                    RebuildFn::FromTypeV2
+                ))))
             ) {
                 return Err(Error::tensor(
                     format!("{name}: nested _rebuild_from_type_v2 calls"),
@@ -152,9 +160,16 @@ pub fn call(
             // here); the scan's dry run cannot know which.
             let made_by_call = matches!(
                 (arena.get(func), arena.get(base)),
-                (Node::Global(Global::User(_)), Node::Object(_))
+                (
+                    Node::Domain(Torch::Global(Global::User(_))),
+                    Node::Object(_)
+                )
             );
-            if !(matches!(arena.get(base), Node::Tensor(_) | Node::Opaque) || made_by_call) {
+            if !(matches!(
+                arena.get(base),
+                Node::Domain(Torch::Tensor(_)) | Node::Opaque
+            ) || made_by_call)
+            {
                 return Err(Error::tensor(
                     format!("{name}: the rebuild function did not make a tensor"),
                     at.clone(),
@@ -188,7 +203,7 @@ pub(crate) fn check_grad(a: &Args, dtype: DType, requires_grad: bool) -> Result<
 /// The dtype of a tensor node, where the file fixes it.
 pub(crate) fn tensor_dtype(arena: &Arena, mut id: NodeId) -> Option<DType> {
     loop {
-        let Node::Tensor(t) = arena.get(id) else {
+        let Node::Domain(Torch::Tensor(t)) = arena.get(id) else {
             return None;
         };
         match &arena.tensor(*t).kind {
@@ -288,7 +303,7 @@ fn metadata(a: &Args, i: usize, t: &mut TensorNode) -> Result<(), Error> {
 fn qparams(a: &Args, i: usize) -> Result<QParams, Error> {
     let p = Args::new(a.arena, a.id(i)?, a.at, a.func)?;
     let qscheme = match p.node(0)? {
-        Node::Global(Global::Builtin(Builtin::QScheme(q))) => *q,
+        Node::Domain(Torch::Global(Global::Builtin(Builtin::QScheme(q)))) => *q,
         _ => return Err(a.fail("quantizer parameters must start with a qscheme")),
     };
     match qscheme {

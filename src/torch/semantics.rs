@@ -9,9 +9,6 @@ use crate::error::{Error, Location, Refusal};
 use crate::limits::{Limit, Limits};
 use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
 use crate::pickle::machine::Hooks;
-use crate::pickle::value::{
-    Arena, Constructor, DictClass, DictId, DictNode, Mutation, Node, NodeId, ObjectNode, SetNode,
-};
 use crate::scan::dangerous;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
@@ -19,6 +16,10 @@ use crate::torch::numpy;
 use crate::torch::rebuild;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{Layout, TensorKind, TensorNode};
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::{
+    Constructor, DictClass, DictId, DictNode, Mutation, NodeId, ObjectNode, SetNode,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -170,11 +171,11 @@ impl<'u> TorchHooks<'u> {
                 // A copy of every entry, charged before it is made.
                 arena.charge_nodes(len as u64)?;
                 let a = Args::new(arena, args, at, &name)?;
-                Node::Size(Box::new(if a.is_empty() {
+                Node::Domain(Torch::Size(Box::new(if a.is_empty() {
                     Vec::new()
                 } else {
                     size_entries(&a)?
-                }))
+                })))
             }
             Builtin::Device => {
                 a.arity(1, 2)?;
@@ -199,15 +200,15 @@ impl<'u> TorchHooks<'u> {
                         "device index {index} does not fit torch's 8-bit device index"
                     )));
                 }
-                Node::Device(Box::new(device))
+                Node::Domain(Torch::Device(Box::new(device)))
             }
             Builtin::GetLayout => {
                 a.arity(1, 1)?;
                 let layout = a.str(0, "layout name")?;
-                Node::Layout(
+                Node::Domain(Torch::Layout(
                     Layout::from_name(layout)
                         .ok_or_else(|| a.fail(format!("unknown layout {layout:?}")))?,
-                )
+                ))
             }
             Builtin::CodecsEncode => {
                 a.arity(1, 2)?;
@@ -436,7 +437,7 @@ fn is_empty_iterable(arena: &Arena, node: &Node) -> bool {
         Node::Str(s) | Node::Bytes(s) | Node::ByteArray(s) | Node::Tuple(s) => s.is_empty(),
         Node::List(items) => items.is_empty(),
         Node::Set(s) => s.items.is_empty() && s.inherited == 0,
-        Node::Size(dims) => dims.is_empty(),
+        Node::Domain(Torch::Size(dims)) => dims.is_empty(),
         Node::Dict(_, d) => {
             let d = arena.dict(*d);
             d.items.is_empty() && d.inherited == 0
@@ -463,7 +464,7 @@ fn byte_values(a: &Args) -> Result<Vec<u8>, Error> {
 fn size_len(a: &Args) -> Result<usize, Error> {
     Ok(match a.node(0)? {
         other if is_empty_iterable(a.arena, other) => 0,
-        Node::Size(sizes) => sizes.len(),
+        Node::Domain(Torch::Size(sizes)) => sizes.len(),
         Node::Bytes(b) | Node::ByteArray(b) => b.len(),
         Node::Tuple(items) => items.len(),
         Node::List(items) => items.len(),
@@ -476,7 +477,7 @@ fn size_len(a: &Args) -> Result<usize, Error> {
 fn size_entries(a: &Args) -> Result<Vec<i64>, Error> {
     let items: &[NodeId] = match a.node(0)? {
         other if is_empty_iterable(a.arena, other) => return Ok(Vec::new()),
-        Node::Size(sizes) => return Ok(sizes.to_vec()),
+        Node::Domain(Torch::Size(sizes)) => return Ok(sizes.to_vec()),
         Node::Bytes(b) | Node::ByteArray(b) => {
             return Ok(a.arena.payload(*b).iter().map(|v| i64::from(*v)).collect())
         }
@@ -546,6 +547,8 @@ pub fn found_global(module: &str, name: &str, offset: u64) -> FoundGlobal {
 }
 
 impl Hooks for TorchHooks<'_> {
+    type Domain = Torch;
+
     fn reserve_for_pickle(&mut self, len: usize) {
         // The arena's guess of one tensor per 64 bytes: each has a storage, and a
         // key map grown one doubling at a time rehashes every key it holds.
@@ -563,7 +566,7 @@ impl Hooks for TorchHooks<'_> {
     ) -> Result<NodeId, Error> {
         let (module, name) = globals::map_py2(module, name);
         match globals::resolve(&module, &name, self.user) {
-            Resolution::Allowed(g) => arena.push(Node::Global(g)),
+            Resolution::Allowed(g) => arena.push(Node::Domain(Torch::Global(g))),
             Resolution::Blocked if self.mode == Mode::Scan => {
                 self.record(&module, &name, at);
                 arena.push(Node::Opaque)
@@ -627,11 +630,13 @@ impl Hooks for TorchHooks<'_> {
             return arena.push(Node::Opaque);
         }
         let result = match arena.get(func) {
-            Node::Global(Global::Builtin(b)) => {
+            Node::Domain(Torch::Global(Global::Builtin(b))) => {
                 let b = *b;
                 self.call_builtin(arena, b, args, at)
             }
-            Node::Global(Global::User(_)) => self.object(arena, Constructor::Call { func, args }),
+            Node::Domain(Torch::Global(Global::User(_))) => {
+                self.object(arena, Constructor::Call { func, args })
+            }
             Node::Opaque => arena.push(Node::Opaque),
             other => Err(Error::forbidden(
                 format!(
@@ -659,8 +664,8 @@ impl Hooks for TorchHooks<'_> {
         });
         let cls_node = arena.get(cls).clone();
         let result = match &cls_node {
-            Node::Global(Global::User(_)) => self.object(arena, Constructor::New { cls, args, kwargs }),
-            Node::Global(Global::Builtin(Builtin::Parameter)) if no_kwargs => match arena.tuple(args) {
+            Node::Domain(Torch::Global(Global::User(_))) => self.object(arena, Constructor::New { cls, args, kwargs }),
+            Node::Domain(Torch::Global(Global::Builtin(Builtin::Parameter))) if no_kwargs => match arena.tuple(args) {
                 Some(items) => {
                     let items = items.to_vec();
                     if items.len() > 2 {
@@ -672,7 +677,7 @@ impl Hooks for TorchHooks<'_> {
                 None => Err(Error::pickle("NEWOBJ arguments must be a tuple", at.clone())),
             },
             // `__new__` of a mutable builtin makes an empty one; `__init__` would fill it.
-            Node::Global(Global::Builtin(b @ (Builtin::OrderedDict | Builtin::Counter | Builtin::Set | Builtin::ByteArray)))
+            Node::Domain(Torch::Global(Global::Builtin(b @ (Builtin::OrderedDict | Builtin::Counter | Builtin::Set | Builtin::ByteArray))))
                 if no_kwargs =>
             {
                 let b = *b;
@@ -684,7 +689,7 @@ impl Hooks for TorchHooks<'_> {
                 }
             }
             // Immutable types and torch's C types build in `__new__` what a call builds.
-            Node::Global(Global::Builtin(
+            Node::Domain(Torch::Global(Global::Builtin(
                 b @ (Builtin::Complex
                 | Builtin::Bytes
                 | Builtin::Size
@@ -693,7 +698,7 @@ impl Hooks for TorchHooks<'_> {
                 | Builtin::LegacyTensorType { sparse: false, .. }
                 | Builtin::TypedStorageClass
                 | Builtin::UntypedStorageClass),
-            )) if no_kwargs => {
+            ))) if no_kwargs => {
                 let b = *b;
                 self.call_builtin(arena, b, args, at)
             }
@@ -702,7 +707,7 @@ impl Hooks for TorchHooks<'_> {
                 format!(
                     "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
                     match other {
-                        Node::Global(Global::Builtin(b)) => b.full_name().into_owned(),
+                        Node::Domain(Torch::Global(Global::Builtin(b))) => b.full_name().into_owned(),
                         other => other.kind_name().to_owned(),
                     }
                 ),
@@ -720,17 +725,17 @@ impl Hooks for TorchHooks<'_> {
         at: &Location,
     ) -> Result<(), Error> {
         let result = match arena.get(inst) {
-            Node::NdArray(a) if a.state.is_none() => {
+            Node::Domain(Torch::NdArray(a)) if a.state.is_none() => {
                 numpy::build_array(arena, state, self.limits.max_ndim, at).map(|built| {
-                    if let Some(Node::NdArray(a)) = arena.get_mut(inst) {
+                    if let Some(Node::Domain(Torch::NdArray(a))) = arena.get_mut(inst) {
                         a.state = Some(built);
                     }
                 })
             }
-            Node::NpDtype(d) => {
+            Node::Domain(Torch::NpDtype(d)) => {
                 let mut d = *d;
                 numpy::build_dtype(arena, &mut d, state, at).map(|()| {
-                    if let Some(Node::NpDtype(slot)) = arena.get_mut(inst) {
+                    if let Some(Node::Domain(Torch::NpDtype(slot))) = arena.get_mut(inst) {
                         *slot = d;
                     }
                 })
@@ -761,7 +766,7 @@ impl Hooks for TorchHooks<'_> {
         let id = self
             .storages
             .load(arena, pid, self.id_format, self.limits.max_storages, at)?;
-        arena.push(Node::Storage(id))
+        arena.push(Node::Domain(Torch::Storage(id)))
     }
 }
 
@@ -786,7 +791,7 @@ fn build_container(
         // `OrderedDict.__dict__.update(state)`: a dict, or nothing from an empty iterable.
         Node::Dict(DictClass::OrderedDict, d) => match arena.get(state) {
             Node::Dict(..) => push_dict_state(arena, d, state),
-            Node::Str(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Tuple(_) | Node::List(_) | Node::Set(_) | Node::Size(_)
+            Node::Str(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Tuple(_) | Node::List(_) | Node::Set(_) | Node::Domain(Torch::Size(_))
                 if falsy(state) == Some(true) =>
             {
                 Ok(())
@@ -813,25 +818,25 @@ fn build_container(
         Node::Complex(_)
         | Node::Bytes(_)
         | Node::ByteArray(_)
-        | Node::Size(_)
-        | Node::Device(_)
-        | Node::Storage(_)
+        | Node::Domain(Torch::Size(_))
+        | Node::Domain(Torch::Device(_))
+        | Node::Domain(Torch::Storage(_))
             if applies_nothing =>
         {
             Ok(())
         }
         Node::Set(ref s) if !s.frozen => Err(no_attributes(kind, at)),
-        Node::Complex(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Size(_) | Node::Device(_) => {
+        Node::Complex(_) | Node::Bytes(_) | Node::ByteArray(_) | Node::Domain(Torch::Size(_)) | Node::Domain(Torch::Device(_)) => {
             Err(no_attributes(kind, at))
         }
-        Node::Storage(_) => Err(Error::unsupported("BUILD setting attributes of a storage", at.clone())),
+        Node::Domain(Torch::Storage(_)) => Err(Error::unsupported("BUILD setting attributes of a storage", at.clone())),
         _ => match arena.get_mut(inst) {
             Some(Node::Object(obj)) => {
                 obj.mutations.push(Mutation::Build(state));
                 Ok(())
             }
             Some(Node::Opaque) => Ok(()),
-            Some(Node::Tensor(_)) => Err(Error::unsupported("BUILD on a tensor (a pre-1.0 pickle format)", at.clone())),
+            Some(Node::Domain(Torch::Tensor(_))) => Err(Error::unsupported("BUILD on a tensor (a pre-1.0 pickle format)", at.clone())),
             _ => Err(Error::forbidden(
                 format!(
                     "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class '{kind}'>"
@@ -872,12 +877,12 @@ fn is_falsy(arena: &Arena, id: NodeId) -> Option<bool> {
             d.items.is_empty() && d.inherited == 0
         }
         Node::Set(s) => s.items.is_empty() && s.inherited == 0,
-        Node::Size(dims) => dims.is_empty(),
+        Node::Domain(Torch::Size(dims)) => dims.is_empty(),
         Node::BigInt(_)
         | Node::DecimalInt(_)
-        | Node::Global(_)
-        | Node::Device(_)
-        | Node::Layout(_) => false,
+        | Node::Domain(Torch::Global(_))
+        | Node::Domain(Torch::Device(_))
+        | Node::Domain(Torch::Layout(_)) => false,
         _ => return None,
     })
 }

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
 use crate::pickle::globals::{Builtin, Global};
-use crate::pickle::value::{Arena, Node, NodeId};
 use crate::torch::dtype::DType;
 use crate::torch::semantics::valid_device;
 use crate::torch::storage_keys::{StorageKey, StorageKeys};
 use crate::torch::tensor::{StorageDecl, StorageId};
+use crate::torch::value::{Arena, Node, Torch};
+use crate::value::NodeId;
 
 /// Which persistent-id shape the pickle uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,8 +170,12 @@ impl Storages {
         }
         let item = |i: usize| items.get(i).map_or(&Node::Opaque, |id| arena.get(*id));
         let (dtype, typed) = match item(1) {
-            Node::Global(Global::Builtin(Builtin::StorageType { dtype, .. })) => (*dtype, true),
-            Node::Global(Global::Builtin(Builtin::UntypedStorageClass)) => (DType::UInt8, false),
+            Node::Domain(Torch::Global(Global::Builtin(Builtin::StorageType {
+                dtype, ..
+            }))) => (*dtype, true),
+            Node::Domain(Torch::Global(Global::Builtin(Builtin::UntypedStorageClass))) => {
+                (DType::UInt8, false)
+            }
             other => {
                 return Err(Error::tensor(
                     format!(

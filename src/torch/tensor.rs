@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Location};
 use crate::pickle::globals::QScheme;
-use crate::pickle::value::NodeId;
 use crate::torch::dtype::DType;
 use crate::torch::storage_keys::StorageKey;
+use crate::value::NodeId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StorageId(pub u32);

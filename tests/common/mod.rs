@@ -8,9 +8,10 @@ pub mod zipw;
 use tensorplay::error::ErrorKind;
 use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
-use tensorplay::pickle::value::{Arena, NodeId};
 use tensorplay::torch::semantics::{Mode, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
+use tensorplay::torch::value::Arena;
+use tensorplay::value::NodeId;
 use tensorplay::{Error, Limits};
 
 /// Run `data` as a checkpoint pickle with the default limits.

@@ -1,8 +1,9 @@
 //! A Python-repr-like rendering of arena values, iterative so deep values render.
 
 use tensorplay::pickle::globals::Global;
-use tensorplay::pickle::value::{Arena, DictClass, Node, NodeId};
 use tensorplay::torch::tensor::TensorKind;
+use tensorplay::torch::value::{Arena, Node, Torch};
+use tensorplay::value::{DictClass, NodeId};
 
 enum Step {
     Node(NodeId, usize),
@@ -79,13 +80,13 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
                 "}",
                 s.items.clone(),
             ),
-            Node::Global(Global::Builtin(b)) => out.push_str(&b.full_name()),
-            Node::Global(Global::User(i)) => out.push_str(&format!("user#{i}")),
-            Node::Size(d) => out.push_str(&format!("Size({d:?})")),
-            Node::Device(d) => out.push_str(&format!("device({d})")),
-            Node::Layout(l) => out.push_str(l.name()),
-            Node::Storage(s) => out.push_str(&format!("storage#{}", s.0)),
-            Node::Tensor(t) => match &arena.tensor(*t).kind {
+            Node::Domain(Torch::Global(Global::Builtin(b))) => out.push_str(&b.full_name()),
+            Node::Domain(Torch::Global(Global::User(i))) => out.push_str(&format!("user#{i}")),
+            Node::Domain(Torch::Size(d)) => out.push_str(&format!("Size({d:?})")),
+            Node::Domain(Torch::Device(d)) => out.push_str(&format!("device({d})")),
+            Node::Domain(Torch::Layout(l)) => out.push_str(l.name()),
+            Node::Domain(Torch::Storage(s)) => out.push_str(&format!("storage#{}", s.0)),
+            Node::Domain(Torch::Tensor(t)) => match &arena.tensor(*t).kind {
                 TensorKind::Dense(d) => out.push_str(&format!(
                     "tensor({} s{} +{} {:?} {:?}{})",
                     d.dtype.name(),
@@ -102,12 +103,12 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
                 other => out.push_str(&format!("tensor<{:?}>", std::mem::discriminant(other))),
             },
             Node::Object(_) => out.push_str("object"),
-            Node::NdArray(a) => match &a.state {
+            Node::Domain(Torch::NdArray(a)) => match &a.state {
                 Some(st) => out.push_str(&format!("ndarray({} {:?})", st.dtype.descr(), st.shape)),
                 None => out.push_str("ndarray(unbuilt)"),
             },
-            Node::NpDtype(d) => out.push_str(&format!("dtype({})", d.descr())),
-            Node::NpScalar(d, _) => out.push_str(&format!("scalar({})", d.descr())),
+            Node::Domain(Torch::NpDtype(d)) => out.push_str(&format!("dtype({})", d.descr())),
+            Node::Domain(Torch::NpScalar(d, _)) => out.push_str(&format!("scalar({})", d.descr())),
             Node::Opaque => out.push('?'),
         }
     }

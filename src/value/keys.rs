@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Location};
 use crate::limits::Limit;
-use crate::pickle::value::{Arena, Node, NodeId};
+use crate::value::{Arena, Domain, Node, NodeId};
 
 /// A key's size in values, or the kind that makes it unhashable.
 #[derive(Clone, Copy)]
@@ -16,13 +16,13 @@ enum Cost {
     Unhashable(&'static str),
 }
 
-struct KeyChecker<'a> {
-    arena: &'a Arena,
+struct KeyChecker<'a, D: Domain> {
+    arena: &'a Arena<D>,
     max: u64,
     costs: HashMap<NodeId, Cost>,
 }
 
-impl KeyChecker<'_> {
+impl<D: Domain> KeyChecker<'_, D> {
     fn children(&self, id: NodeId) -> &[NodeId] {
         match self.arena.get(id) {
             Node::Tuple(items) => self.arena.items(*items),
@@ -102,7 +102,7 @@ impl KeyChecker<'_> {
 }
 
 /// Check every dict key and set item in the arena.
-pub fn check_keys(arena: &Arena, max_key_values: u64) -> Result<(), Error> {
+pub fn check_keys<D: Domain>(arena: &Arena<D>, max_key_values: u64) -> Result<(), Error> {
     let mut checker = KeyChecker {
         arena,
         max: max_key_values,

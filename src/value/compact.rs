@@ -5,14 +5,13 @@
 //! reachable; the bindings keep the arena alive while they build Python objects,
 //! so it is compacted first and the scaffolding freed.
 
-use crate::pickle::value::{Arena, Constructor, Mutation, Node, NodeId};
-use crate::torch::tensor::{QParams, TensorKind};
+use crate::value::{Arena, Constructor, Domain, Mutation, Node, NodeId};
 
 const UNSEEN: u32 = u32::MAX;
 
 /// A new arena with the nodes `root` reaches, in breadth-first order, and the new
 /// id of `root` (always the first).
-pub fn compact(old: &Arena, root: NodeId) -> (Arena, NodeId) {
+pub fn compact<D: Domain>(old: &Arena<D>, root: NodeId) -> (Arena<D>, NodeId) {
     let mut new = old.empty_like();
     let mut new_id = vec![UNSEEN; old.len()];
     let mut order = vec![root];
@@ -39,10 +38,10 @@ pub fn compact(old: &Arena, root: NodeId) -> (Arena, NodeId) {
     (new, NodeId::from_index(0))
 }
 
-impl Arena {
+impl<D: Domain> Arena<D> {
     /// Call `f` on every node id stored in `node` (whose pooled contents are in
     /// this arena), letting it rewrite them.
-    fn for_each_ref_mut(&mut self, node: &mut Node, f: &mut impl FnMut(&mut NodeId)) {
+    fn for_each_ref_mut(&mut self, node: &mut Node<D>, f: &mut impl FnMut(&mut NodeId)) {
         match node {
             Node::Tuple(span) => self.items_mut(*span).iter_mut().for_each(&mut *f),
             Node::List(items) => items.iter_mut().for_each(&mut *f),
@@ -62,11 +61,6 @@ impl Arena {
                 s.items.iter_mut().for_each(&mut *f);
                 if let Some((base, _)) = &mut s.base {
                     f(base);
-                }
-            }
-            Node::Tensor(t) => {
-                if let Some(t) = self.tensor_mut(*t) {
-                    tensor_refs_mut(&mut t.kind, f);
                 }
             }
             Node::Object(o) => {
@@ -93,12 +87,7 @@ impl Arena {
                     }
                 }
             }
-            Node::NdArray(a) => {
-                if let Some(state) = &mut a.state {
-                    f(&mut state.data);
-                }
-            }
-            Node::NpScalar(_, data) => f(data),
+            Node::Domain(value) => value.for_each_ref_mut(&mut self.pool, f),
             Node::None
             | Node::Bool(_)
             | Node::Int(_)
@@ -109,54 +98,7 @@ impl Arena {
             | Node::Str(_)
             | Node::Bytes(_)
             | Node::ByteArray(_)
-            | Node::Global(_)
-            | Node::Size(_)
-            | Node::Device(_)
-            | Node::Layout(_)
-            | Node::Storage(_)
-            | Node::NpDtype(_)
             | Node::Opaque => {}
         }
-    }
-}
-
-fn tensor_refs_mut(kind: &mut TensorKind, f: &mut impl FnMut(&mut NodeId)) {
-    match kind {
-        TensorKind::Dense(_) | TensorKind::Empty { .. } | TensorKind::Meta { .. } => {}
-        TensorKind::Quantized { params, .. } => {
-            if let QParams::PerChannel {
-                scales,
-                zero_points,
-                ..
-            } = params
-            {
-                f(scales);
-                f(zero_points);
-            }
-        }
-        TensorKind::Sparse { parts, .. } => parts.iter_mut().for_each(&mut *f),
-        TensorKind::Nested {
-            buffer,
-            sizes,
-            strides,
-            offsets,
-        } => {
-            f(buffer);
-            f(sizes);
-            f(strides);
-            f(offsets);
-        }
-        TensorKind::Parameter { data, state } => {
-            f(data);
-            if let Some(s) = state {
-                f(s);
-            }
-        }
-        TensorKind::FromType { base, cls, state } => {
-            f(base);
-            f(cls);
-            f(state);
-        }
-        TensorKind::TorchCall { args, .. } => f(args),
     }
 }
