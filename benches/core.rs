@@ -17,10 +17,10 @@ use std::time::Instant;
 use tensorplay::archive::layout::Layout;
 use tensorplay::archive::source::Source;
 use tensorplay::archive::zip;
-use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::{self, ScanOptions};
-use tensorplay::torch::semantics::{Mode, TorchHooks};
+use tensorplay::torch::policy::UserGlobals;
+use tensorplay::torch::semantics::{Refusals, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
 use tensorplay::torch::value::Arena;
 use tensorplay::{Limits, LoadOptions};
@@ -164,7 +164,7 @@ struct Inputs {
 fn vm(inputs: &Inputs) -> usize {
     let limits = Limits::default();
     let user = UserGlobals::default();
-    let mut hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut hooks = TorchHooks::new(Refusals::Raise, &user, limits, IdFormat::Zip);
     let mut arena = Arena::new(&limits);
     let parsed = machine::run(
         &inputs.pickle,

@@ -10,10 +10,10 @@ use crate::archive::source::Source;
 use crate::archive::zip::{self, Entry};
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
-use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::torch::legacy;
-use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::policy::UserGlobals;
+use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{StorageDecl, StorageId};
@@ -265,7 +265,7 @@ fn open_zip(
             Limit::PickleBytes,
         )?;
         let mut hooks = TorchHooks::new(
-            Mode::Load,
+            Refusals::Raise,
             &options.user_globals,
             options.limits,
             IdFormat::Zip,

@@ -19,7 +19,7 @@ use crate::archive::source::Source;
 use crate::checkpoint::{Checkpoint, Format, LoadOptions};
 use crate::error::{Error, Location};
 use crate::pickle::machine::{self, Hooks};
-use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storages::IdFormat;
 use crate::torch::value::{Arena, Torch};
 use crate::value::keys;
@@ -98,7 +98,7 @@ impl Hooks for NoStorages<'_> {
 pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Checkpoint, Error> {
     let mut arena = Arena::new(&options.limits);
     let mut hooks = NoStorages(TorchHooks::new(
-        Mode::Load,
+        Refusals::Raise,
         &options.user_globals,
         options.limits,
         IdFormat::Zip,

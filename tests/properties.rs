@@ -4,10 +4,11 @@
 mod common;
 
 use proptest::prelude::*;
-use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::walker;
-use tensorplay::torch::semantics::{FoundGlobal, Mode, TorchHooks};
+use tensorplay::torch::policy::FoundGlobal;
+use tensorplay::torch::policy::UserGlobals;
+use tensorplay::torch::semantics::{Refusals, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
 use tensorplay::torch::value::Arena;
 use tensorplay::Limits;
@@ -161,7 +162,7 @@ fn check_walk_agrees_within(data: &[u8], limits: Limits) {
     let Some(walk) = walker::walk(data, &user, &limits) else {
         return;
     };
-    let mut hooks = TorchHooks::new(Mode::Scan, &user, limits, IdFormat::Zip);
+    let mut hooks = TorchHooks::new(Refusals::Record, &user, limits, IdFormat::Zip);
     let mut arena = Arena::new(&limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, &limits, StringEncoding::Utf8);
     let parsed = parsed.unwrap_or_else(|e| panic!("the walk answered, the VM failed: {e}"));

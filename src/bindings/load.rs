@@ -23,8 +23,8 @@ use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{self, Endianness, Format, LoadOptions};
 use crate::fill::{self, FillJob};
 use crate::limits::{Limit, Limits};
-use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::StringEncoding;
+use crate::torch::policy::UserGlobals;
 
 pub fn limits_from(overrides: Option<HashMap<String, u64>>) -> PyResult<Limits> {
     let mut limits = Limits::default();

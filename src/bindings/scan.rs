@@ -10,11 +10,11 @@ use crate::archive::source::MapMode;
 use crate::archive::zip::read_entries_by_reading;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{limits_from, open_source};
-use crate::pickle::globals::UserGlobals;
 use crate::scan::{
     scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
     unsafe_globals_by_reading, Report, ScanOptions,
 };
+use crate::torch::policy::UserGlobals;
 
 fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
     Ok(ScanOptions {

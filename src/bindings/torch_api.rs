@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::pickle::globals::Builtin;
 use crate::torch::dtype::DType;
+use crate::torch::policy::Builtin;
 use crate::torch::tensor::Layout;
 
 pub struct TorchApi<'py> {

@@ -7,9 +7,9 @@ use crate::archive::source::Source;
 use crate::archive::zip::{self, Entry, Index};
 use crate::checkpoint::{self, Checkpoint, LoadOptions, StorageData};
 use crate::limits::Limits;
-use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::StringEncoding;
 use crate::torch::legacy;
+use crate::torch::policy::UserGlobals;
 use crate::torch::value::{Node, Torch};
 
 use super::vm::{check_arena_ids, check_extent, dense_of};

@@ -2,10 +2,10 @@
 
 use crate::error::{ErrorKind, Refusal};
 use crate::limits::Limits;
-use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::scan::{self, ScanOptions};
-use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::policy::UserGlobals;
+use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{Dense, StorageDecl, TensorKind};
 use crate::torch::value::{Arena, Node, Torch};
@@ -16,7 +16,7 @@ use crate::value::NodeId;
 pub fn pickle_vm(data: &[u8]) {
     let limits = Limits::tight();
     let user = UserGlobals::default();
-    let mut hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut hooks = TorchHooks::new(Refusals::Raise, &user, limits, IdFormat::Zip);
     let mut arena = Arena::new(&limits);
     let result = machine::run(data, &mut hooks, &mut arena, &limits, StringEncoding::Utf8);
     assert!(
@@ -104,7 +104,7 @@ pub fn scanner_differential(data: &[u8]) {
     let limits = Limits::tight();
     let user = UserGlobals::default();
 
-    let mut load_hooks = TorchHooks::new(Mode::Load, &user, limits, IdFormat::Zip);
+    let mut load_hooks = TorchHooks::new(Refusals::Raise, &user, limits, IdFormat::Zip);
     let mut load_arena = Arena::new(&limits);
     let load = machine::run(
         data,
@@ -114,7 +114,7 @@ pub fn scanner_differential(data: &[u8]) {
         StringEncoding::Utf8,
     );
 
-    let mut scan_hooks = TorchHooks::new(Mode::Scan, &user, limits, IdFormat::Zip);
+    let mut scan_hooks = TorchHooks::new(Refusals::Record, &user, limits, IdFormat::Zip);
     let mut scan_arena = Arena::new(&limits);
     let scanned = machine::run(
         data,

@@ -12,7 +12,6 @@
 )]
 
 pub mod cursor;
-pub mod globals;
 pub mod machine;
 pub mod opcodes;
 pub mod text;

@@ -14,7 +14,6 @@
     )
 )]
 
-pub mod dangerous;
 pub mod stream;
 pub mod walker;
 
@@ -23,8 +22,8 @@ use crate::archive::zip::{self, Entry};
 use crate::checkpoint::{self, is_tar, LoadOptions};
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
-use crate::pickle::globals::UserGlobals;
 use crate::torch::legacy;
+use crate::torch::policy::UserGlobals;
 use crate::torch::storages::IdFormat;
 
 /// Archives nested deeper than this are reported, not opened.

@@ -5,12 +5,12 @@
 
 use crate::error::Error;
 use crate::limits::Limits;
-use crate::pickle::globals::{self, UserGlobals};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
-use crate::scan::{dangerous, walker};
+use crate::scan::walker;
 use crate::scan::{Finding, Report};
-use crate::torch::semantics::{FoundGlobal, Mode, TorchHooks};
+use crate::torch::policy::{self, FoundGlobal, UserGlobals};
+use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storages::IdFormat;
 use crate::torch::value::Arena;
 
@@ -39,7 +39,7 @@ fn run_one(
             return (Ok(walk.end), walk.found.into_iter().map(finding).collect());
         }
     }
-    let mut hooks = TorchHooks::new(Mode::Scan, user, *limits, format);
+    let mut hooks = TorchHooks::new(Refusals::Record, user, *limits, format);
     let mut arena = Arena::new(limits);
     let result =
         machine::run(data, &mut hooks, &mut arena, limits, StringEncoding::Utf8).map(|p| p.end);
@@ -213,15 +213,14 @@ fn record(
     user: &UserGlobals,
     report: &mut Report,
 ) {
-    let (module, name) = globals::map_py2(module, name);
+    let (module, name) = policy::map_py2(module, name);
     if matches!(
-        globals::resolve(&module, &name, user),
-        globals::Resolution::Allowed(_)
+        policy::resolve(&module, &name, user),
+        policy::Resolution::Allowed(_)
     ) {
         return;
     }
-    let dangerous = globals::blocked_reason(&module, &name).is_some()
-        || dangerous::is_dangerous(&module, &name);
+    let dangerous = policy::is_dangerous(&module, &name);
     report.add(Finding {
         name: format!("{module}.{name}"),
         dangerous,

@@ -10,10 +10,11 @@
 
 use crate::limits::Limits;
 use crate::pickle::cursor::Cursor;
-use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
 use crate::pickle::opcodes::*;
 use crate::pickle::text;
-use crate::torch::semantics::{found_global, FoundGlobal, UNRESOLVED_GLOBAL};
+use crate::torch::policy::{
+    self, Builtin, FoundGlobal, Global, Resolution, UserGlobals, COMPUTED_GLOBAL,
+};
 
 /// What the walk knows about a value, in four bytes: a string by the offset of
 /// the opcode that pushed it, anything else by kind. The memo holds one per value
@@ -192,15 +193,15 @@ impl<'d> Walker<'d, '_> {
     }
 
     fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow {
-        let (module, name) = globals::map_py2(module, name);
-        match globals::resolve(&module, &name, self.user) {
+        let (module, name) = policy::map_py2(module, name);
+        match policy::resolve(&module, &name, self.user) {
             Resolution::Allowed(Global::Builtin(Builtin::OrderedDict | Builtin::Counter)) => {
                 Shadow::DICT_CLASS
             }
             Resolution::Allowed(Global::Builtin(Builtin::Set)) => Shadow::SET_CLASS,
             Resolution::Allowed(_) => Shadow::OTHER,
-            Resolution::Blocked | Resolution::NotAllowed => {
-                self.found.push(found_global(&module, &name, at as u64));
+            Resolution::Blocked(_) | Resolution::NotAllowed => {
+                self.found.push(FoundGlobal::new(&module, &name, at as u64));
                 Shadow::OTHER
             }
         }
@@ -383,7 +384,7 @@ impl<'d> Walker<'d, '_> {
                     }
                     _ => {
                         self.found
-                            .push(found_global(UNRESOLVED_GLOBAL, "", at as u64));
+                            .push(FoundGlobal::new(COMPUTED_GLOBAL, "", at as u64));
                         Shadow::OTHER
                     }
                 };
@@ -396,7 +397,7 @@ impl<'d> Walker<'d, '_> {
                     _ => self.cursor.u32_le().ok()?,
                 };
                 let name = format!("<extension code {code}>");
-                self.found.push(found_global(&name, "", at as u64));
+                self.found.push(FoundGlobal::new(&name, "", at as u64));
                 self.push(Shadow::OTHER)?;
             }
             REDUCE => {

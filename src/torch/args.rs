@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Location};
 use crate::limits::Limit;
-use crate::pickle::globals::{Builtin, Global};
 use crate::torch::dtype::DType;
+use crate::torch::policy::{Builtin, Global};
 use crate::torch::tensor::{Dims, StorageId};
 use crate::torch::value::{Arena, Node, Torch};
 use crate::value::NodeId;

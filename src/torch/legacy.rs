@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Location};
 use crate::limits::Limits;
-use crate::pickle::globals::UserGlobals;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
-use crate::torch::semantics::{Mode, TorchHooks};
+use crate::torch::policy::UserGlobals;
+use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::StorageId;
@@ -67,7 +67,7 @@ pub fn is_legacy(data: &[u8]) -> bool {
         return false;
     }
     let user = UserGlobals::default();
-    let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
+    let mut hooks = TorchHooks::new(Refusals::Record, &user, Limits::tight(), IdFormat::Legacy);
     let mut arena = Arena::new(&Limits::tight());
     match machine::run(
         head,
@@ -130,7 +130,7 @@ fn aux_pickle(
     what: &str,
 ) -> Result<(Arena, Parsed), Error> {
     let mut hooks =
-        TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy).without_persistent_ids();
+        TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy).without_persistent_ids();
     let mut arena = Arena::new(limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, at, what))?;
@@ -205,7 +205,7 @@ pub fn parse(
 
     pickle_offsets[3] = pos;
     let main_at = pos;
-    let mut hooks = TorchHooks::new(Mode::Load, user, *limits, IdFormat::Legacy);
+    let mut hooks = TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy);
     let mut arena = Arena::new(limits);
     let main = machine::run(rest(data, pos), &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, main_at, "main"))?;
@@ -343,7 +343,7 @@ mod tests {
     /// What `is_legacy` was before the STOP pre-check: the VM alone.
     fn vm_says_legacy(data: &[u8]) -> bool {
         let user = UserGlobals::default();
-        let mut hooks = TorchHooks::new(Mode::Scan, &user, Limits::tight(), IdFormat::Legacy);
+        let mut hooks = TorchHooks::new(Refusals::Record, &user, Limits::tight(), IdFormat::Legacy);
         let mut arena = Arena::new(&Limits::tight());
         let head = &data[..data.len().min(64)];
         machine::run(

@@ -15,6 +15,7 @@ pub mod args;
 pub mod dtype;
 pub mod legacy;
 pub mod numpy;
+pub mod policy;
 pub mod rebuild;
 pub mod semantics;
 pub mod storage_keys;

@@ -6,8 +6,8 @@
 //! reconstruct is never called on file data. Object arrays carry pickles: refused.
 
 use crate::error::{Error, Location};
-use crate::pickle::globals::{Builtin, Global};
 use crate::torch::args::Args;
+use crate::torch::policy::{Builtin, Global};
 use crate::torch::tensor::Dims;
 use crate::torch::value::{Arena, Node, Torch};
 use crate::value::NodeId;

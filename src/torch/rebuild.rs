@@ -2,10 +2,10 @@
 //! tensor description, validated against its storage before anything is built.
 
 use crate::error::{Error, Location};
-use crate::pickle::globals::{Builtin, Global, QScheme, RebuildFn};
 use crate::pickle::machine::Hooks;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
+use crate::torch::policy::{Builtin, Global, QScheme, RebuildFn};
 use crate::torch::semantics::TorchHooks;
 use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};

@@ -1,18 +1,19 @@
 //! torch's weights-only rules as VM hooks: which globals resolve, what calling an
 //! allowlisted callable builds, what BUILD may touch, and what a persistent id is.
-//! In scan mode the same rules run, but a refusal is recorded instead of raised,
-//! so the scanner reports exactly the globals a load would refuse.
+//! With [`Refusals::Record`] the same rules run, but a refusal is recorded instead
+//! of raised, so a scan reports exactly the globals a load would refuse.
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Location, Refusal};
 use crate::limits::{Limit, Limits};
-use crate::pickle::globals::{self, Builtin, Global, Resolution, UserGlobals};
 use crate::pickle::machine::Hooks;
-use crate::scan::dangerous;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::numpy;
+use crate::torch::policy::{
+    self, Builtin, FoundGlobal, Global, Resolution, UserGlobals, COMPUTED_GLOBAL,
+};
 use crate::torch::rebuild;
 use crate::torch::storages::{IdFormat, Storages};
 use crate::torch::tensor::{Layout, TensorKind, TensorNode};
@@ -21,30 +22,17 @@ use crate::value::{
     Constructor, DictClass, DictId, DictNode, Mutation, NodeId, ObjectNode, SetNode,
 };
 
+/// What the hooks do when the rules refuse something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Build values; fail at the first refusal.
-    Load,
-    /// Build what can be built; record every refusal and go on.
-    Scan,
-}
-
-/// How the scan names a STACK_GLOBAL whose name was computed at run time.
-pub const UNRESOLVED_GLOBAL: &str = "<STACK_GLOBAL of a computed name>";
-
-/// A global the scan found outside the allowlist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FoundGlobal {
-    /// `module.name` after Python 2 name mapping, or a `<...>` description of a global
-    /// that has no name (an extension code, a computed STACK_GLOBAL).
-    pub name: String,
-    pub offset: u64,
-    /// On the scanner's denylist (code execution, files, network, nested pickles).
-    pub dangerous: bool,
+pub enum Refusals {
+    /// Fail at the first refusal: a load.
+    Raise,
+    /// Build what can be built; record every refused global and go on: a scan.
+    Record,
 }
 
 pub struct TorchHooks<'u> {
-    pub mode: Mode,
+    pub refusals: Refusals,
     pub user: &'u UserGlobals,
     pub limits: Limits,
     pub storages: Storages,
@@ -59,9 +47,14 @@ pub struct TorchHooks<'u> {
 }
 
 impl<'u> TorchHooks<'u> {
-    pub fn new(mode: Mode, user: &'u UserGlobals, limits: Limits, id_format: IdFormat) -> Self {
+    pub fn new(
+        refusals: Refusals,
+        user: &'u UserGlobals,
+        limits: Limits,
+        id_format: IdFormat,
+    ) -> Self {
         TorchHooks {
-            mode,
+            refusals,
             user,
             limits,
             storages: Storages::default(),
@@ -78,18 +71,20 @@ impl<'u> TorchHooks<'u> {
         self
     }
 
-    /// In scan mode a refused or failed construction becomes an opaque value; resource
+    /// When refusals are recorded, a refused or failed construction becomes an opaque value; resource
     /// limits still stop the scan.
     fn lenient(&self, arena: &mut Arena, result: Result<NodeId, Error>) -> Result<NodeId, Error> {
         match result {
-            Err(e) if self.mode == Mode::Scan && !e.is_limit() => arena.push(Node::Opaque),
+            Err(e) if self.refusals == Refusals::Record && !e.is_limit() => {
+                arena.push(Node::Opaque)
+            }
             other => other,
         }
     }
 
     fn record(&mut self, module: &str, name: &str, at: &Location) {
         self.found
-            .push(found_global(module, name, at.offset.unwrap_or(0)));
+            .push(FoundGlobal::new(module, name, at.offset.unwrap_or(0)));
     }
 
     fn call_builtin(
@@ -529,23 +524,6 @@ pub(crate) fn valid_device(device: &str) -> bool {
     kind_ok && index_ok
 }
 
-/// A global the allowlist does not cover, met at `offset`; `name` is empty for a
-/// global described by `module` alone (an extension code, a computed name).
-pub fn found_global(module: &str, name: &str, offset: u64) -> FoundGlobal {
-    let full = if name.is_empty() {
-        module.to_owned()
-    } else {
-        format!("{module}.{name}")
-    };
-    let dangerous =
-        globals::blocked_reason(module, name).is_some() || dangerous::is_dangerous(module, name);
-    FoundGlobal {
-        name: full,
-        offset,
-        dangerous,
-    }
-}
-
 impl Hooks for TorchHooks<'_> {
     type Domain = Torch;
 
@@ -564,20 +542,18 @@ impl Hooks for TorchHooks<'_> {
         name: &str,
         at: &Location,
     ) -> Result<NodeId, Error> {
-        let (module, name) = globals::map_py2(module, name);
-        match globals::resolve(&module, &name, self.user) {
+        let (module, name) = policy::map_py2(module, name);
+        match policy::resolve(&module, &name, self.user) {
             Resolution::Allowed(g) => arena.push(Node::Domain(Torch::Global(g))),
-            Resolution::Blocked if self.mode == Mode::Scan => {
+            Resolution::Blocked(_) | Resolution::NotAllowed
+                if self.refusals == Refusals::Record =>
+            {
                 self.record(&module, &name, at);
                 arena.push(Node::Opaque)
             }
-            Resolution::NotAllowed if self.mode == Mode::Scan => {
-                self.record(&module, &name, at);
-                arena.push(Node::Opaque)
-            }
-            Resolution::Blocked => Err(Error::refused(
+            Resolution::Blocked(blocked) => Err(Error::refused(
                 Refusal::BlockedGlobal {
-                    blocked: globals::blocked_reason(&module, &name).unwrap_or_default(),
+                    blocked: blocked.to_string(),
                     module: module.into_owned(),
                     name: name.into_owned(),
                 },
@@ -594,7 +570,7 @@ impl Hooks for TorchHooks<'_> {
     }
 
     fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error> {
-        if self.mode == Mode::Scan {
+        if self.refusals == Refusals::Record {
             self.record(&format!("<extension code {code}>"), "", at);
             return arena.push(Node::Opaque);
         }
@@ -602,8 +578,8 @@ impl Hooks for TorchHooks<'_> {
     }
 
     fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error> {
-        if self.mode == Mode::Scan {
-            self.record(UNRESOLVED_GLOBAL, "", at);
+        if self.refusals == Refusals::Record {
+            self.record(COMPUTED_GLOBAL, "", at);
             return arena.push(Node::Opaque);
         }
         Err(Error::pickle(
@@ -626,7 +602,7 @@ impl Hooks for TorchHooks<'_> {
                 .tuple(args)
                 .is_some_and(|items| items.iter().any(|i| matches!(arena.get(*i), Node::Opaque)))
         };
-        if self.mode == Mode::Scan && opaque_arg() {
+        if self.refusals == Refusals::Record && opaque_arg() {
             return arena.push(Node::Opaque);
         }
         let result = match arena.get(func) {
@@ -743,7 +719,7 @@ impl Hooks for TorchHooks<'_> {
             _ => build_container(arena, inst, state, at),
         };
         match result {
-            Err(e) if self.mode == Mode::Scan && !e.is_limit() => Ok(()),
+            Err(e) if self.refusals == Refusals::Record && !e.is_limit() => Ok(()),
             other => other,
         }
     }
@@ -754,7 +730,7 @@ impl Hooks for TorchHooks<'_> {
         pid: NodeId,
         at: &Location,
     ) -> Result<NodeId, Error> {
-        if self.mode == Mode::Scan {
+        if self.refusals == Refusals::Record {
             return arena.push(Node::Opaque);
         }
         if !self.persistent_ids {

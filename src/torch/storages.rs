@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
-use crate::pickle::globals::{Builtin, Global};
 use crate::torch::dtype::DType;
+use crate::torch::policy::{Builtin, Global};
 use crate::torch::semantics::valid_device;
 use crate::torch::storage_keys::{StorageKey, StorageKeys};
 use crate::torch::tensor::{StorageDecl, StorageId};

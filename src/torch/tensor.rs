@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Location};
-use crate::pickle::globals::QScheme;
 use crate::torch::dtype::DType;
+use crate::torch::policy::QScheme;
 use crate::torch::storage_keys::StorageKey;
 use crate::value::NodeId;
 
@@ -283,7 +283,7 @@ pub enum TensorKind {
     /// A rebuild function whose result only torch can produce (wrapper subclasses,
     /// device tensors); the torch backend calls the function with the built arguments.
     TorchCall {
-        func: crate::pickle::globals::RebuildFn,
+        func: crate::torch::policy::RebuildFn,
         args: NodeId,
     },
 }

@@ -6,9 +6,9 @@ pub mod render;
 pub mod zipw;
 
 use tensorplay::error::ErrorKind;
-use tensorplay::pickle::globals::UserGlobals;
 use tensorplay::pickle::machine::{self, StringEncoding};
-use tensorplay::torch::semantics::{Mode, TorchHooks};
+use tensorplay::torch::policy::UserGlobals;
+use tensorplay::torch::semantics::{Refusals, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
 use tensorplay::torch::value::Arena;
 use tensorplay::value::NodeId;
@@ -25,7 +25,7 @@ pub fn run_with(
     encoding: StringEncoding,
 ) -> Result<(Arena, NodeId), Error> {
     let user = UserGlobals::default();
-    let mut hooks = TorchHooks::new(Mode::Load, &user, *limits, IdFormat::Zip);
+    let mut hooks = TorchHooks::new(Refusals::Raise, &user, *limits, IdFormat::Zip);
     let mut arena = Arena::new(limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)?;
     Ok((arena, parsed.root))

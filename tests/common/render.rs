@@ -1,6 +1,6 @@
 //! A Python-repr-like rendering of arena values, iterative so deep values render.
 
-use tensorplay::pickle::globals::Global;
+use tensorplay::torch::policy::Global;
 use tensorplay::torch::tensor::TensorKind;
 use tensorplay::torch::value::{Arena, Node, Torch};
 use tensorplay::value::{DictClass, NodeId};

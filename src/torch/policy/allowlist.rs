@@ -1,9 +1,8 @@
-//! Resolving a GLOBAL's `module.name`: Python 2 name mapping, the blocklist, the
-//! built-in allowlist (torch 2.13's 144 names plus `builtins.bytes`) and the
-//! user's entries. Nothing here imports anything: a name resolves to a tag.
+//! The built-in allowlist: torch 2.13's 144 names, `builtins.bytes`, and the numpy
+//! names that rebuild a plain numeric array, dtype or scalar from its bytes. A
+//! name resolves to a tag; nothing here imports anything.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use crate::torch::dtype::DType;
 
@@ -226,126 +225,6 @@ fn rebuild_fn_full_name(f: RebuildFn) -> &'static str {
     }
 }
 
-/// A resolved global: a built-in, or the index of a user entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Global {
-    Builtin(Builtin),
-    User(u32),
-}
-
-/// Python 2 names, mapped as Python's `fix_imports` maps them, so the same object
-/// has one name whatever protocol wrote it.
-pub fn map_py2<'a>(module: &'a str, name: &'a str) -> (Cow<'a, str>, Cow<'a, str>) {
-    type Name = (&'static str, &'static str);
-    const NAMES: &[(Name, Name)] = &[
-        (("__builtin__", "xrange"), ("builtins", "range")),
-        (("__builtin__", "reduce"), ("functools", "reduce")),
-        (("__builtin__", "intern"), ("sys", "intern")),
-        (("__builtin__", "unichr"), ("builtins", "chr")),
-        (("__builtin__", "unicode"), ("builtins", "str")),
-        (("__builtin__", "long"), ("builtins", "int")),
-        (("__builtin__", "basestring"), ("builtins", "str")),
-        (("itertools", "izip"), ("builtins", "zip")),
-        (("itertools", "imap"), ("builtins", "map")),
-        (("itertools", "ifilter"), ("builtins", "filter")),
-        (("itertools", "ifilterfalse"), ("itertools", "filterfalse")),
-        (("itertools", "izip_longest"), ("itertools", "zip_longest")),
-        (
-            ("UserDict", "IterableUserDict"),
-            ("collections", "UserDict"),
-        ),
-        (("UserDict", "UserDict"), ("collections", "UserDict")),
-        (("UserList", "UserList"), ("collections", "UserList")),
-        (("UserString", "UserString"), ("collections", "UserString")),
-        (("whichdb", "whichdb"), ("dbm", "whichdb")),
-        (("_socket", "fromfd"), ("socket", "fromfd")),
-        (("socket", "_socketobject"), ("socket", "SocketType")),
-        (
-            ("_multiprocessing", "Connection"),
-            ("multiprocessing.connection", "Connection"),
-        ),
-        (
-            ("multiprocessing.process", "Process"),
-            ("multiprocessing.context", "Process"),
-        ),
-        (
-            ("multiprocessing.forking", "Popen"),
-            ("multiprocessing.popen_fork", "Popen"),
-        ),
-        (("exceptions", "StandardError"), ("builtins", "Exception")),
-        (("urllib", "urlopen"), ("urllib.request", "urlopen")),
-        (("urllib", "urlretrieve"), ("urllib.request", "urlretrieve")),
-        (("urllib2", "HTTPError"), ("urllib.error", "HTTPError")),
-        (("urllib2", "URLError"), ("urllib.error", "URLError")),
-    ];
-    const MODULES: &[(&str, &str)] = &[
-        ("__builtin__", "builtins"),
-        ("copy_reg", "copyreg"),
-        ("Queue", "queue"),
-        ("SocketServer", "socketserver"),
-        ("ConfigParser", "configparser"),
-        ("repr", "reprlib"),
-        ("_winreg", "winreg"),
-        ("thread", "_thread"),
-        ("dummy_thread", "_dummy_thread"),
-        ("xmlrpclib", "xmlrpc.client"),
-        ("httplib", "http.client"),
-        ("commands", "subprocess"),
-        ("urlparse", "urllib.parse"),
-        ("urllib2", "urllib.request"),
-        ("anydbm", "dbm"),
-        ("_abcoll", "collections.abc"),
-        ("cPickle", "pickle"),
-        ("UserDict", "collections"),
-        ("UserList", "collections"),
-        ("UserString", "collections"),
-        ("whichdb", "dbm"),
-        ("StringIO", "io"),
-        ("cStringIO", "io"),
-        ("exceptions", "builtins"),
-    ];
-    if let Some((_, (m, n))) = NAMES.iter().find(|((m, n), _)| *m == module && *n == name) {
-        return (Cow::Borrowed(m), Cow::Borrowed(n));
-    }
-    if let Some((_, m)) = MODULES.iter().find(|(m, _)| *m == module) {
-        return (Cow::Borrowed(m), Cow::Borrowed(name));
-    }
-    (Cow::Borrowed(module), Cow::Borrowed(name))
-}
-
-/// Modules that stay blocked whatever the user allowlists: they reach the OS, the
-/// interpreter or another unpickler.
-pub const BLOCKED_MODULES: &[&str] = &[
-    "os",
-    "sys",
-    "posix",
-    "nt",
-    "subprocess",
-    "importlib",
-    "runpy",
-    "pickle",
-    "_pickle",
-];
-
-/// Names of `builtins` that stay blocked: they evaluate, import or open.
-pub const BLOCKED_BUILTINS: &[&str] = &["eval", "exec", "compile", "__import__", "getattr", "open"];
-
-/// The blocked module (or `builtins.name`) that `module.name` falls under, if any.
-pub fn blocked_reason(module: &str, name: &str) -> Option<String> {
-    for blocked in BLOCKED_MODULES {
-        let submodule = module
-            .strip_prefix(blocked)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'));
-        if submodule {
-            return Some((*blocked).to_owned());
-        }
-    }
-    if module == "builtins" && BLOCKED_BUILTINS.contains(&name) {
-        return Some(format!("builtins.{name}"));
-    }
-    None
-}
-
 /// The built-in allowlist entry for `module.name` (already mapped by [`map_py2`]).
 pub fn builtin(module: &str, name: &str) -> Option<Builtin> {
     let b = match (module, name) {
@@ -416,57 +295,6 @@ pub fn builtin(module: &str, name: &str) -> Option<Builtin> {
     Some(b)
 }
 
-/// The user's allowlist entries, by `module.qualname`; the bindings keep the objects.
-/// A B-tree rather than a hash map: building a `RandomState` seeds it from the OS
-/// on first use, which a one-file scan would pay for a usually empty list.
-#[derive(Debug, Default, Clone)]
-pub struct UserGlobals {
-    by_name: BTreeMap<String, u32>,
-}
-
-impl UserGlobals {
-    pub fn new<I: IntoIterator<Item = String>>(names: I) -> Self {
-        let mut by_name = BTreeMap::new();
-        for (i, name) in names.into_iter().enumerate() {
-            by_name.entry(name).or_insert(i as u32);
-        }
-        UserGlobals { by_name }
-    }
-
-    pub fn lookup(&self, full_name: &str) -> Option<u32> {
-        self.by_name.get(full_name).copied()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-}
-
-/// What a GLOBAL resolves to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    Allowed(Global),
-    Blocked,
-    NotAllowed,
-}
-
-/// Resolve a mapped `module.name`: the blocklist first, then the built-ins (which win
-/// over user entries on a clash, as in torch), then the user's entries.
-pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
-    if blocked_reason(module, name).is_some() {
-        return Resolution::Blocked;
-    }
-    if let Some(b) = builtin(module, name) {
-        return Resolution::Allowed(Global::Builtin(b));
-    }
-    if !user.is_empty() {
-        if let Some(i) = user.lookup(&format!("{module}.{name}")) {
-            return Resolution::Allowed(Global::User(i));
-        }
-    }
-    Resolution::NotAllowed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,39 +317,5 @@ mod tests {
         assert_eq!(builtin("torch.tensor", "_rebuild_from_type_v2"), None);
         assert_eq!(builtin("torch.cuda", "QInt8Storage"), None);
         assert_eq!(builtin("torch.sparse", "BoolTensor"), None);
-    }
-
-    #[test]
-    fn python2_names_map_like_fix_imports() {
-        assert_eq!(
-            map_py2("__builtin__", "set"),
-            ("builtins".into(), "set".into())
-        );
-        assert_eq!(
-            map_py2("__builtin__", "intern"),
-            ("sys".into(), "intern".into())
-        );
-        assert_eq!(
-            map_py2("commands", "getoutput"),
-            ("subprocess".into(), "getoutput".into())
-        );
-        assert_eq!(
-            map_py2("exceptions", "ValueError"),
-            ("builtins".into(), "ValueError".into())
-        );
-    }
-
-    #[test]
-    fn blocked_modules_win_over_user_entries() {
-        let user = UserGlobals::new(["os.system".to_owned(), "mymod.Thing".to_owned()]);
-        assert_eq!(resolve("os", "system", &user), Resolution::Blocked);
-        assert_eq!(resolve("os.path", "join", &user), Resolution::Blocked);
-        assert_eq!(resolve("osx", "thing", &user), Resolution::NotAllowed);
-        assert_eq!(resolve("builtins", "eval", &user), Resolution::Blocked);
-        assert_eq!(resolve("builtins", "print", &user), Resolution::NotAllowed);
-        assert_eq!(
-            resolve("mymod", "Thing", &user),
-            Resolution::Allowed(Global::User(1))
-        );
     }
 }

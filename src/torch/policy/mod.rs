@@ -1,0 +1,131 @@
+//! Which globals a checkpoint may name: the built-in allowlist, the user's
+//! entries, the blocklist no entry can lift, and the denylist of dangerous names
+//! a scan marks. Loads and scans ask the same questions here, so they cannot
+//! disagree about a name.
+
+mod allowlist;
+mod denylist;
+mod py2_names;
+
+use std::collections::BTreeMap;
+
+pub use allowlist::{builtin, Builtin, QScheme, RebuildFn};
+pub use denylist::{blocked, is_dangerous, Blocked};
+pub use py2_names::map_py2;
+
+/// A resolved global: a built-in, or the index of a user entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Global {
+    Builtin(Builtin),
+    User(u32),
+}
+
+/// The user's allowlist entries, by `module.qualname`; the bindings keep the objects.
+/// A B-tree rather than a hash map: building a `RandomState` seeds it from the OS
+/// on first use, which a one-file scan would pay for a usually empty list.
+#[derive(Debug, Default, Clone)]
+pub struct UserGlobals {
+    by_name: BTreeMap<String, u32>,
+}
+
+impl UserGlobals {
+    pub fn new<I: IntoIterator<Item = String>>(names: I) -> Self {
+        let mut by_name = BTreeMap::new();
+        for (i, name) in names.into_iter().enumerate() {
+            by_name.entry(name).or_insert(i as u32);
+        }
+        UserGlobals { by_name }
+    }
+
+    pub fn lookup(&self, full_name: &str) -> Option<u32> {
+        self.by_name.get(full_name).copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// What a GLOBAL resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    Allowed(Global),
+    Blocked(Blocked),
+    NotAllowed,
+}
+
+/// Resolve a mapped `module.name`: the blocklist first, then the built-ins (which win
+/// over user entries on a clash, as in torch), then the user's entries.
+pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
+    if let Some(b) = blocked(module, name) {
+        return Resolution::Blocked(b);
+    }
+    if let Some(b) = builtin(module, name) {
+        return Resolution::Allowed(Global::Builtin(b));
+    }
+    if !user.is_empty() {
+        if let Some(i) = user.lookup(&format!("{module}.{name}")) {
+            return Resolution::Allowed(Global::User(i));
+        }
+    }
+    Resolution::NotAllowed
+}
+
+/// How a STACK_GLOBAL whose name was computed at run time is named.
+pub const COMPUTED_GLOBAL: &str = "<STACK_GLOBAL of a computed name>";
+
+/// A global outside the allowlist, where it was met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundGlobal {
+    /// `module.name` after Python 2 name mapping, or a `<...>` description of a global
+    /// that has no name (an extension code, a computed STACK_GLOBAL).
+    pub name: String,
+    pub offset: u64,
+    /// Blocked, or on the denylist (code execution, files, network, nested pickles).
+    pub dangerous: bool,
+}
+
+impl FoundGlobal {
+    /// `module.name` met at `offset`; `name` is empty for a global described by
+    /// `module` alone (an extension code, a computed name).
+    pub fn new(module: &str, name: &str, offset: u64) -> FoundGlobal {
+        let full = if name.is_empty() {
+            module.to_owned()
+        } else {
+            format!("{module}.{name}")
+        };
+        FoundGlobal {
+            name: full,
+            offset,
+            dangerous: is_dangerous(module, name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_modules_win_over_user_entries() {
+        let user = UserGlobals::new(["os.system".to_owned(), "mymod.Thing".to_owned()]);
+        assert!(matches!(
+            resolve("os", "system", &user),
+            Resolution::Blocked(_)
+        ));
+        assert!(matches!(
+            resolve("os.path", "join", &user),
+            Resolution::Blocked(_)
+        ));
+        assert_eq!(resolve("osx", "thing", &user), Resolution::NotAllowed);
+        assert!(matches!(
+            resolve("builtins", "eval", &user),
+            Resolution::Blocked(_)
+        ));
+        assert_eq!(resolve("builtins", "print", &user), Resolution::NotAllowed);
+        assert_eq!(
+            resolve("mymod", "Thing", &user),
+            Resolution::Allowed(Global::User(1))
+        );
+    }
+}
