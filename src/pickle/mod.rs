@@ -12,6 +12,7 @@
 )]
 
 pub mod cursor;
+pub mod decoder;
 pub mod machine;
 pub mod opcodes;
 pub mod text;

@@ -165,6 +165,27 @@ pub fn info(op: u8) -> Option<(&'static str, Arg)> {
     })
 }
 
+/// How many bytes an opcode's argument of shape `arg` takes at the start of
+/// `rest`, read as its shape says and nothing more; `None` when `rest` ends first.
+pub fn arg_len(arg: Arg, rest: &[u8]) -> Option<usize> {
+    let line = |bytes: &[u8]| bytes.iter().position(|b| *b == b'\n').map(|n| n + 1);
+    match arg {
+        Arg::None => Some(0),
+        Arg::Fixed(n) => (rest.len() >= usize::from(n)).then_some(usize::from(n)),
+        Arg::Line => line(rest),
+        Arg::TwoLines => line(rest).and_then(|first| first.checked_add(line(rest.get(first..)?)?)),
+        Arg::Counted(width) => {
+            let width = usize::from(width);
+            let mut le = [0u8; 8];
+            le.get_mut(..width)?.copy_from_slice(rest.get(..width)?);
+            let len = usize::try_from(u64::from_le_bytes(le))
+                .ok()?
+                .checked_add(width)?;
+            (rest.len() >= len).then_some(len)
+        }
+    }
+}
+
 /// The opcode's name, or `unknown` for a byte that is no opcode.
 pub fn opcode_name(op: u8) -> &'static str {
     info(op).map_or("unknown", |(name, _)| name)

@@ -149,9 +149,6 @@ fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, repo
                     record(module, name, start, location, user, report);
                 }
             }
-            Arg::None => {}
-            Arg::Fixed(n) => pos += usize::from(n),
-            Arg::Line => pos += line(rest).map_or(rest.len(), |n| n + 1),
             Arg::TwoLines => {
                 let Some(first) = line(rest) else { break };
                 let after = rest.get(first + 1..).unwrap_or_default();
@@ -166,34 +163,31 @@ fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, repo
                 }
             }
             Arg::Counted(width) => {
-                let Some(len_bytes) = rest.get(..usize::from(width)) else {
+                let width = usize::from(width);
+                if rest.len() < width {
                     break;
+                }
+                // A body that runs past the end: go on from the next byte.
+                let Some(len) = opcodes::arg_len(arg, rest) else {
+                    continue;
                 };
-                let mut buf = [0u8; 8];
-                if let Some(dst) = buf.get_mut(..len_bytes.len()) {
-                    dst.copy_from_slice(len_bytes);
-                }
-                let len = u64::from_le_bytes(buf);
-                let body = usize::try_from(len)
-                    .ok()
-                    .and_then(|l| rest.get(usize::from(width)..usize::from(width).checked_add(l)?));
-                match body {
-                    Some(body)
-                        if matches!(
-                            op,
-                            opcodes::SHORT_BINUNICODE | opcodes::BINUNICODE | opcodes::BINUNICODE8
-                        ) =>
-                    {
-                        recent.push(String::from_utf8_lossy(body).into_owned());
-                        if recent.len() > 2 {
-                            recent.remove(0);
-                        }
-                        pos += usize::from(width) + body.len();
+                let is_text = matches!(
+                    op,
+                    opcodes::SHORT_BINUNICODE | opcodes::BINUNICODE | opcodes::BINUNICODE8
+                );
+                if let (true, Some(body)) = (is_text, rest.get(width..len)) {
+                    recent.push(String::from_utf8_lossy(body).into_owned());
+                    if recent.len() > 2 {
+                        recent.remove(0);
                     }
-                    Some(body) => pos += usize::from(width) + body.len(),
-                    None => {}
                 }
+                pos += len;
             }
+            // A line without its newline, an argument cut short: nothing more to read.
+            arg => match opcodes::arg_len(arg, rest) {
+                Some(len) => pos += len,
+                None => break,
+            },
         }
     }
 }

@@ -1,17 +1,17 @@
-//! The fast path of `get_unsafe_globals_in_checkpoint`: a walk over a pickle's
-//! opcodes with a shadow stack that knows only what STACK_GLOBAL and the
-//! container opcodes need (which values are literal strings, which are lists,
-//! dicts and sets). It builds nothing, so it runs at the speed of the opcode
-//! stream.
+//! The fast path of `get_unsafe_globals_in_checkpoint`: the VM's decoder, run
+//! with stack slots that know only what STACK_GLOBAL and the container opcodes
+//! need (which values are literal strings, which are lists, dicts and sets). It
+//! builds nothing, so it runs at the speed of the opcode stream.
 //!
 //! It answers only when its answer is the VM's: on any opcode, value or limit it
-//! does not model exactly it gives up, and the caller runs the VM in scan mode.
-//! The property tests hold the two to the same list on generated pickles.
+//! does not model exactly it gives up, and the caller runs the VM recording
+//! refusals. The property tests hold the two to the same list on generated pickles.
 
+use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::cursor::Cursor;
-use crate::pickle::opcodes::*;
-use crate::pickle::text;
+use crate::pickle::decoder::{Decoder, Interpret, Op};
+use crate::pickle::opcodes::{BINUNICODE, BINUNICODE8, SHORT_BINUNICODE, TUPLE};
 use crate::torch::policy::{
     self, Builtin, FoundGlobal, Global, Resolution, UserGlobals, COMPUTED_GLOBAL,
 };
@@ -73,14 +73,10 @@ pub struct Walk {
     pub end: usize,
 }
 
-struct Walker<'d, 'u> {
-    data: &'d [u8],
-    cursor: Cursor<'d>,
+struct Walker<'u> {
     user: &'u UserGlobals,
     limits: &'u Limits,
-    stack: Vec<Shadow>,
-    marks: Vec<usize>,
-    memo: Vec<Shadow>,
+    checked_from: usize,
     /// Values created, payload bytes, and items added to containers: the VM's
     /// limits are far above these in any file the walk answers for.
     values: u64,
@@ -89,64 +85,58 @@ struct Walker<'d, 'u> {
     found: Vec<FoundGlobal>,
 }
 
-/// The most memo entries reserved before the pickle asks for them.
-const MAX_PRESIZED: usize = 1 << 16;
-
 /// Walk the pickle at the start of `data`; `None` when only the VM can tell.
 pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
     if data.len() as u64 > limits.max_pickle_bytes {
         return None;
     }
-    // Sized for a typical state dict up front: growing them one doubling at a
-    // time was a third of a small walk's allocator calls.
-    let memo_guess = (data.len() / 12).min(MAX_PRESIZED);
-    let mut w = Walker {
-        data,
-        cursor: Cursor::new(data),
+    let mut walker = Walker {
         user,
         limits,
-        stack: Vec::with_capacity(64),
-        marks: Vec::with_capacity(16),
-        memo: Vec::with_capacity(memo_guess),
+        checked_from: limits_out_of_reach_below(limits),
         values: 0,
         payload: 0,
         items: 0,
         found: Vec::new(),
     };
-    let checked_from = limits_out_of_reach_below(limits);
-    loop {
-        let at = w.cursor.position();
-        let op = w.cursor.u8().ok()?;
-        if op == STOP {
-            w.pop()?;
-            return Some(Walk {
-                found: w.found,
-                end: w.cursor.position(),
-            });
-        }
-        w.step(op, at)?;
-        if w.cursor.position() >= checked_from && !w.far_from_limits() {
-            return None;
-        }
-    }
+    let mut decoder = Decoder::new(data, limits);
+    decoder.run(&mut walker).ok()?;
+    Some(Walk {
+        found: walker.found,
+        end: decoder.position(),
+    })
 }
 
-/// The offset below which no walk can be near a limit, so the full check after
-/// each opcode (a fifth of a small walk's instructions) is needed only past it.
-/// An opcode takes at least a byte and adds at most one value, stack slot, mark or
-/// memo entry and two container items (one popped off the stack, one counted by
-/// the container); payload bytes come out of the pickle itself.
+/// The offset below which no walk can be near a limit the decoder does not
+/// check itself, so the full check after each opcode (a fifth of a small walk's
+/// instructions) is needed only past it. An opcode takes at least a byte and
+/// adds at most one value and two container items (one popped off the stack,
+/// one counted by the container); payload bytes come out of the pickle itself.
 fn limits_out_of_reach_below(l: &Limits) -> usize {
     let below = (l.max_nodes / 4)
         .min(l.max_payload_bytes / 2)
-        .min(l.max_container_len / 2)
-        .min(l.max_stack_depth)
-        .min(l.max_mark_depth)
-        .min(l.max_memo_entries);
+        .min(l.max_container_len / 2);
     usize::try_from(below).unwrap_or(usize::MAX)
 }
 
-impl<'d> Walker<'d, '_> {
+/// Where the walk stops and leaves the pickle to the VM. Never seen by a caller:
+/// [`walk`] answers `None`.
+#[cold]
+fn give_up() -> Error {
+    Error::pickle("the walk leaves this pickle to the VM", Location::default())
+}
+
+/// Go on only if `modelled`: the walk knows the VM would do the same.
+#[inline(always)]
+fn require(modelled: bool) -> Result<(), Error> {
+    if modelled {
+        Ok(())
+    } else {
+        Err(give_up())
+    }
+}
+
+impl Walker<'_> {
     fn far_from_limits(&self) -> bool {
         // Hooks may add a value or two per call; a quarter of the budget is a
         // margin no well-formed file gets near.
@@ -154,42 +144,21 @@ impl<'d> Walker<'d, '_> {
         self.values.saturating_mul(4) < l.max_nodes
             && self.payload.saturating_mul(2) < l.max_payload_bytes
             && self.items < l.max_container_len
-            && (self.stack.len() as u64) < l.max_stack_depth
-            && (self.marks.len() as u64) < l.max_mark_depth
-            && (self.memo.len() as u64) < l.max_memo_entries
     }
 
-    fn floor(&self) -> usize {
-        self.marks.last().copied().unwrap_or(0)
-    }
-
-    fn push(&mut self, v: Shadow) -> Option<()> {
+    #[inline(always)]
+    fn push(&mut self, d: &mut Decoder<'_, Shadow>, v: Shadow) -> Result<(), Error> {
         self.values += 1;
-        self.stack.push(v);
-        Some(())
+        d.push(v)
     }
 
-    fn pop(&mut self) -> Option<Shadow> {
-        if self.stack.len() <= self.floor() {
-            return None;
-        }
-        self.stack.pop()
-    }
-
-    fn top(&self) -> Option<Shadow> {
-        if self.stack.len() <= self.floor() {
-            return None;
-        }
-        self.stack.last().copied()
-    }
-
-    /// Pop down to the innermost MARK; how many items were above it.
-    fn pop_mark(&mut self) -> Option<usize> {
-        let mark = self.marks.pop()?;
-        let n = self.stack.len().checked_sub(mark)?;
-        self.stack.truncate(mark);
+    /// Take the items above a popped MARK off the stack; how many there were.
+    #[inline(always)]
+    fn take_items(&mut self, d: &mut Decoder<'_, Shadow>, start: usize) -> usize {
+        let n = d.items(start).len();
+        d.truncate(start);
         self.items = self.items.saturating_add(n as u64);
-        Some(n)
+        n
     }
 
     fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow {
@@ -207,256 +176,152 @@ impl<'d> Walker<'d, '_> {
         }
     }
 
-    /// A string's text, read again from the opcode that pushed it (which the
-    /// walk checked then).
-    fn text(&self, s: Shadow) -> Option<&'d str> {
-        let mut opcode = Cursor::new(self.data.get(s.string_opcode()?..)?);
-        let width = unicode_width(opcode.u8().ok()?)?;
-        let n = opcode.count(width).ok()?;
-        std::str::from_utf8(opcode.take_counted(n).ok()?).ok()
-    }
-
-    fn line(&mut self) -> Option<&'d str> {
-        std::str::from_utf8(self.cursor.line().ok()?).ok()
-    }
-
     /// A container opcode may only target the kind the VM accepts for sure.
-    fn mutate(&mut self, kind: Shadow, added: usize) -> Option<()> {
-        (self.top()? == kind).then_some(())?;
+    #[inline(always)]
+    fn mutate(&mut self, d: &Decoder<'_, Shadow>, kind: Shadow, added: usize) -> Result<(), Error> {
+        require(d.top()? == kind)?;
         self.items = self.items.saturating_add(added as u64);
-        Some(())
+        Ok(())
     }
 
-    fn step(&mut self, op: u8, at: usize) -> Option<()> {
+    #[inline(always)]
+    fn step<'d>(&mut self, d: &mut Decoder<'d, Shadow>, op: Op<'d, Shadow>) -> Result<(), Error> {
+        let at = d.op_offset();
         match op {
-            PROTO => {
-                self.cursor.u8().ok()?;
+            Op::None | Op::Bool(_) | Op::Int(_) | Op::Float(_) => self.push(d, Shadow::OTHER)?,
+            Op::DecimalInt(text) => {
+                self.payload = self.payload.saturating_add(text.len() as u64);
+                self.push(d, Shadow::OTHER)?;
             }
-            FRAME => {
-                let len = self.cursor.u64_le().ok()?;
-                (len <= self.cursor.remaining() as u64).then_some(())?;
+            Op::LongBytes(bytes) | Op::Bytes(bytes) | Op::ByteArray(bytes) => {
+                self.payload = self.payload.saturating_add(bytes.len() as u64);
+                self.push(d, Shadow::OTHER)?;
             }
-            MARK => self.marks.push(self.stack.len()),
-            POP => {
-                if self.stack.len() > self.floor() {
-                    self.stack.pop();
-                } else {
-                    self.pop_mark()?;
-                }
+            Op::Unicode(text) => {
+                self.payload = self.payload.saturating_add(text.len() as u64);
+                self.push(d, Shadow::string(at).ok_or_else(give_up)?)?;
             }
-            POP_MARK => {
-                self.pop_mark()?;
+            Op::EmptyTuple => self.push(d, Shadow::EMPTY_TUPLE)?,
+            Op::Tuple { start } => {
+                let n = self.take_items(d, start);
+                let empty = n == 0 && d.op() == TUPLE;
+                self.push(
+                    d,
+                    if empty {
+                        Shadow::EMPTY_TUPLE
+                    } else {
+                        Shadow::OTHER
+                    },
+                )?;
             }
-            DUP => {
-                let top = self.top()?;
-                self.stack.push(top);
+            Op::EmptyList => self.push(d, Shadow::LIST)?,
+            Op::List { start } => {
+                self.take_items(d, start);
+                self.push(d, Shadow::LIST)?;
             }
-            NONE | NEWTRUE | NEWFALSE => self.push(Shadow::OTHER)?,
-            BININT => {
-                self.cursor.take(4).ok()?;
-                self.push(Shadow::OTHER)?;
+            Op::EmptyDict => self.push(d, Shadow::DICT)?,
+            Op::Dict { start } => {
+                require(self.take_items(d, start) % 2 == 0)?;
+                self.push(d, Shadow::DICT)?;
             }
-            BININT1 => {
-                self.cursor.take(1).ok()?;
-                self.push(Shadow::OTHER)?;
+            Op::EmptySet => self.push(d, Shadow::SET)?,
+            Op::FrozenSet { start } => {
+                self.take_items(d, start);
+                self.push(d, Shadow::OTHER)?;
             }
-            BININT2 => {
-                self.cursor.take(2).ok()?;
-                self.push(Shadow::OTHER)?;
+            Op::Append { .. } => self.mutate(d, Shadow::LIST, 1)?,
+            Op::SetItem { .. } => self.mutate(d, Shadow::DICT, 1)?,
+            Op::Appends { start } => {
+                let n = self.take_items(d, start);
+                self.mutate(d, Shadow::LIST, n)?;
             }
-            BINFLOAT => {
-                self.cursor.take(8).ok()?;
-                self.push(Shadow::OTHER)?;
+            Op::SetItems { start } => {
+                let n = self.take_items(d, start);
+                require(n % 2 == 0)?;
+                self.mutate(d, Shadow::DICT, n / 2)?;
             }
-            LONG1 | LONG4 => {
-                let n = if op == LONG1 {
-                    u64::from(self.cursor.u8().ok()?)
-                } else {
-                    u64::try_from(self.cursor.i32_le().ok()?).ok()?
-                };
-                self.cursor.take_counted(n).ok()?;
-                self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::OTHER)?;
+            Op::AddItems { start } => {
+                let n = self.take_items(d, start);
+                self.mutate(d, Shadow::SET, n)?;
             }
-            BINUNICODE | SHORT_BINUNICODE | BINUNICODE8 => {
-                let n = self.cursor.count(unicode_width(op)?).ok()?;
-                let bytes = self.cursor.take_counted(n).ok()?;
-                text::is_utf8_surrogatepass(bytes).then_some(())?;
-                self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::string(at)?)?;
-            }
-            BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
-                let width = match op {
-                    SHORT_BINBYTES => 1,
-                    BINBYTES => 4,
-                    _ => 8,
-                };
-                let n = self.cursor.count(width).ok()?;
-                self.cursor.take_counted(n).ok()?;
-                self.payload = self.payload.saturating_add(n);
-                self.push(Shadow::OTHER)?;
-            }
-            EMPTY_TUPLE => self.push(Shadow::EMPTY_TUPLE)?,
-            TUPLE1 | TUPLE2 | TUPLE3 => {
-                let n = usize::from(op - TUPLE1 + 1);
-                (self.stack.len() >= self.floor() + n).then_some(())?;
-                self.stack.truncate(self.stack.len() - n);
-                self.push(Shadow::OTHER)?;
-            }
-            TUPLE => {
-                let n = self.pop_mark()?;
-                self.push(if n == 0 {
-                    Shadow::EMPTY_TUPLE
-                } else {
-                    Shadow::OTHER
-                })?;
-            }
-            EMPTY_LIST => self.push(Shadow::LIST)?,
-            LIST => {
-                self.pop_mark()?;
-                self.push(Shadow::LIST)?;
-            }
-            EMPTY_DICT => self.push(Shadow::DICT)?,
-            DICT => {
-                (self.pop_mark()? % 2 == 0).then_some(())?;
-                self.push(Shadow::DICT)?;
-            }
-            EMPTY_SET => self.push(Shadow::SET)?,
-            FROZENSET => {
-                self.pop_mark()?;
-                self.push(Shadow::OTHER)?;
-            }
-            APPEND => {
-                self.pop()?;
-                self.mutate(Shadow::LIST, 1)?;
-            }
-            APPENDS => {
-                let n = self.pop_mark()?;
-                self.mutate(Shadow::LIST, n)?;
-            }
-            SETITEM => {
-                self.pop()?;
-                self.pop()?;
-                self.mutate(Shadow::DICT, 1)?;
-            }
-            SETITEMS => {
-                let n = self.pop_mark()?;
-                (n % 2 == 0).then_some(())?;
-                self.mutate(Shadow::DICT, n / 2)?;
-            }
-            ADDITEMS => {
-                let n = self.pop_mark()?;
-                self.mutate(Shadow::SET, n)?;
-            }
-            BINPUT => {
-                let index = usize::from(self.cursor.u8().ok()?);
-                self.memo_put(index)?;
-            }
-            LONG_BINPUT => {
-                let index = usize::try_from(self.cursor.u32_le().ok()?).ok()?;
-                self.memo_put(index)?;
-            }
-            MEMOIZE => self.memo_put(self.memo.len())?,
-            BINGET => {
-                let index = usize::from(self.cursor.u8().ok()?);
-                let v = *self.memo.get(index)?;
-                self.stack.push(v);
-            }
-            LONG_BINGET => {
-                let index = usize::try_from(self.cursor.u32_le().ok()?).ok()?;
-                let v = *self.memo.get(index)?;
-                self.stack.push(v);
-            }
-            GLOBAL => {
-                let module = self.line()?;
-                let name = self.line()?;
+            Op::Global { module, name } => {
                 let g = self.global(module, name, at);
-                self.push(g)?;
+                self.push(d, g)?;
             }
-            STACK_GLOBAL => {
-                let name = self.pop()?;
-                let module = self.pop()?;
+            Op::StackGlobal { module, name } => {
                 let g = match (module.string_opcode(), name.string_opcode()) {
                     (Some(_), Some(_)) => {
-                        let m = self.text(module)?;
-                        let n = self.text(name)?;
+                        let m = text(d.data(), module).ok_or_else(give_up)?;
+                        let n = text(d.data(), name).ok_or_else(give_up)?;
                         self.global(m, n, at)
                     }
                     _ => {
-                        self.found
-                            .push(FoundGlobal::new(COMPUTED_GLOBAL, "", at as u64));
+                        (self.found).push(FoundGlobal::new(COMPUTED_GLOBAL, "", at as u64));
                         Shadow::OTHER
                     }
                 };
-                self.push(g)?;
+                self.push(d, g)?;
             }
-            EXT1 | EXT2 | EXT4 => {
-                let code = match op {
-                    EXT1 => u32::from(self.cursor.u8().ok()?),
-                    EXT2 => u32::from(self.cursor.u16_le().ok()?),
-                    _ => self.cursor.u32_le().ok()?,
-                };
+            Op::Extension(code) => {
                 let name = format!("<extension code {code}>");
                 self.found.push(FoundGlobal::new(&name, "", at as u64));
-                self.push(Shadow::OTHER)?;
+                self.push(d, Shadow::OTHER)?;
             }
-            REDUCE => {
-                let args = self.pop()?;
-                let func = self.pop()?;
+            Op::Reduce { func, args } => {
                 let made = match (func, args) {
                     (Shadow::DICT_CLASS, Shadow::EMPTY_TUPLE) => Shadow::DICT,
                     (Shadow::SET_CLASS, Shadow::EMPTY_TUPLE) => Shadow::SET,
                     // A copy of another container is charged against the limits
                     // by its size, which the walk does not know.
-                    (Shadow::DICT_CLASS | Shadow::SET_CLASS, _) => return None,
+                    (Shadow::DICT_CLASS | Shadow::SET_CLASS, _) => return Err(give_up()),
                     _ => Shadow::OTHER,
                 };
-                self.push(made)?;
+                self.push(d, made)?;
             }
-            NEWOBJ => {
-                self.pop()?;
-                self.pop()?;
-                self.push(Shadow::OTHER)?;
+            Op::NewObj { .. } | Op::NewObjEx { .. } | Op::BinPersId(_) => {
+                self.push(d, Shadow::OTHER)?
             }
-            NEWOBJ_EX => {
-                self.pop()?;
-                self.pop()?;
-                self.pop()?;
-                self.push(Shadow::OTHER)?;
+            Op::Build { .. } => {
+                d.top()?;
             }
-            BUILD => {
-                self.pop()?;
-                self.top()?;
-            }
-            BINPERSID => {
-                self.pop()?;
-                self.push(Shadow::OTHER)?;
-            }
-            INST => {
-                let module = self.line()?;
-                let name = self.line()?;
-                self.pop_mark()?;
+            Op::Inst {
+                module,
+                name,
+                start,
+            } => {
+                self.take_items(d, start);
                 self.global(module, name, at);
-                self.push(Shadow::OTHER)?;
+                self.push(d, Shadow::OTHER)?;
             }
-            OBJ => {
-                (self.pop_mark()? >= 1).then_some(())?;
-                self.push(Shadow::OTHER)?;
+            Op::Obj { start } => {
+                require(self.take_items(d, start) >= 1)?;
+                self.push(d, Shadow::OTHER)?;
             }
-            // Protocol 0 and 1 text opcodes, out-of-band buffers and anything
-            // unknown: the VM decides.
-            _ => return None,
+            // Python 2 strings and protocol 0 text (a STACK_GLOBAL may name
+            // them), text persistent ids, buffers: the VM decides.
+            Op::Py2String(_)
+            | Op::Py2StringEscaped(_)
+            | Op::UnicodeEscaped(_)
+            | Op::PersId(_)
+            | Op::ReadonlyBuffer => return Err(give_up()),
         }
-        Some(())
+        Ok(())
     }
+}
 
-    fn memo_put(&mut self, index: usize) -> Option<()> {
-        let top = self.top()?;
-        match index.cmp(&self.memo.len()) {
-            std::cmp::Ordering::Less => *self.memo.get_mut(index)? = top,
-            std::cmp::Ordering::Equal => self.memo.push(top),
-            std::cmp::Ordering::Greater => return None,
-        }
-        Some(())
+impl<'d> Interpret<'d, Shadow> for Walker<'_> {
+    #[inline(always)]
+    fn op(&mut self, d: &mut Decoder<'d, Shadow>, op: Op<'d, Shadow>) -> Result<(), Error> {
+        self.step(d, op)?;
+        require(d.position() < self.checked_from || self.far_from_limits())
     }
+}
+
+/// A string's text, read again from the opcode at its offset (which the decoder
+/// checked then); `None` for a value that is no string.
+fn text(data: &[u8], s: Shadow) -> Option<&str> {
+    let mut opcode = Cursor::new(data.get(s.string_opcode()?..)?);
+    let width = unicode_width(opcode.u8().ok()?)?;
+    let n = opcode.count(width).ok()?;
+    std::str::from_utf8(opcode.take_counted(n).ok()?).ok()
 }

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
-use crate::pickle::opcodes::{self, Arg};
+use crate::pickle::opcodes;
 use crate::torch::policy::UserGlobals;
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
@@ -94,25 +94,7 @@ fn stops_within(head: &[u8]) -> bool {
             return true;
         }
         let rest = head.get(pos + 1..).unwrap_or_default();
-        let line = |bytes: &[u8]| bytes.iter().position(|b| *b == b'\n').map(|n| n + 1);
-        let arg_len = match arg {
-            Arg::None => Some(0),
-            Arg::Fixed(n) => Some(usize::from(n)),
-            Arg::Line => line(rest),
-            Arg::TwoLines => {
-                line(rest).and_then(|first| first.checked_add(line(rest.get(first..)?)?))
-            }
-            Arg::Counted(width) => {
-                let width = usize::from(width);
-                rest.get(..width).and_then(|bytes| {
-                    let mut le = [0u8; 8];
-                    le.get_mut(..width)?.copy_from_slice(bytes);
-                    usize::try_from(u64::from_le_bytes(le))
-                        .ok()?
-                        .checked_add(width)
-                })
-            }
-        };
+        let arg_len = opcodes::arg_len(arg, rest);
         let Some(next) = arg_len.and_then(|n| pos.checked_add(n.checked_add(1)?)) else {
             return false;
         };
