@@ -14,12 +14,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tensorplay::archive::layout::Layout;
 use tensorplay::archive::source::Source;
 use tensorplay::archive::zip;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::{self, ScanOptions};
 use tensorplay::torch::policy::UserGlobals;
+use tensorplay::torch::records::{self, Layout};
 use tensorplay::torch::semantics::{Refusals, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
 use tensorplay::torch::value::Arena;
@@ -180,7 +180,7 @@ fn archive_index(inputs: &Inputs) -> usize {
     let data = inputs.archive.bytes();
     let index = zip::read_index(data, Limits::default().max_zip_entries).expect("index");
     let layout = Layout::new(index, data).expect("layout");
-    usize::from(layout.entry("data.pkl").is_some())
+    usize::from(layout.entry(records::DATA_PKL).is_some())
 }
 
 fn open(inputs: &Inputs) -> usize {

@@ -5,14 +5,15 @@
 use std::sync::Arc;
 
 use crate::archive::inflate::{check_ratio, inflate_exact};
-use crate::archive::layout::{method_name, stored_bytes, ByteOrder, Layout};
+use crate::archive::method::Method;
 use crate::archive::source::Source;
-use crate::archive::zip::{self, Entry};
+use crate::archive::zip;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::torch::legacy;
 use crate::torch::policy::UserGlobals;
+use crate::torch::records::{self, ByteOrder, Layout};
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
@@ -67,35 +68,6 @@ pub struct Checkpoint {
     /// The pickle's entry name, for error messages.
     pub pickle_entry: String,
     pub format: Format,
-}
-
-/// The bytes of a (possibly compressed) entry, inflated when needed.
-fn entry_bytes<'d>(
-    entry: &Entry,
-    data: &'d [u8],
-    cap: u64,
-    limit: Limit,
-) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
-    let name = entry.name_lossy();
-    match entry.method {
-        0 => {
-            check_limit(limit, entry.compressed_size, cap, || Location::entry(&name))?;
-            stored_bytes(entry, data).map(std::borrow::Cow::Borrowed)
-        }
-        8 => {
-            check_ratio(entry.compressed_size, entry.uncompressed_size, &name)?;
-            check_limit(limit, entry.uncompressed_size, cap, || {
-                Location::entry(&name)
-            })?;
-            let mut out = vec![0u8; entry.uncompressed_size as usize];
-            inflate_exact(stored_bytes(entry, data)?, &mut out, &name)?;
-            Ok(std::borrow::Cow::Owned(out))
-        }
-        m => Err(Error::unsupported(
-            format!("compression method {m} ({})", method_name(m)),
-            Location::entry(&name),
-        )),
-    }
 }
 
 /// The container a checkpoint came in.
@@ -246,24 +218,20 @@ fn open_zip(
     if layout.is_torchscript() {
         return Err(Error::unsupported(
             "a TorchScript archive: weights-only loading cannot run TorchScript; use torch.jit.load on trusted files",
-            Location::entry(&format!("{}/constants.pkl", layout.root)),
+            Location::entry(&format!("{}/{}", layout.root, records::CONSTANTS_PKL)),
         ));
     }
-    let pkl_entry = layout.entry("data.pkl").ok_or_else(|| {
+    let pkl_entry = layout.entry(records::DATA_PKL).ok_or_else(|| {
         Error::archive(
-            "the archive has no data.pkl record",
-            Location::entry(&format!("{}/data.pkl", layout.root)),
+            format!("the archive has no {} record", records::DATA_PKL),
+            Location::entry(&format!("{}/{}", layout.root, records::DATA_PKL)),
         )
     })?;
     let pickle_entry = pkl_entry.name_lossy();
     let mut arena = Arena::new(&options.limits);
     let (parsed, storages) = {
-        let pkl = entry_bytes(
-            pkl_entry,
-            data,
-            options.limits.max_pickle_bytes,
-            Limit::PickleBytes,
-        )?;
+        records::check_method(pkl_entry)?;
+        let pkl = pkl_entry.read(data, Limit::PickleBytes, options.limits.max_pickle_bytes)?;
         let mut hooks = TorchHooks::new(
             Refusals::Raise,
             &options.user_globals,
@@ -301,10 +269,10 @@ fn open_zip(
     let storages = bind_storages(storages, file_order, |_, decl| {
         let entry = match &decl.key {
             StorageKey::Number(n) => layout.storage_entry(*n),
-            StorageKey::Text(key) => layout.entry(&format!("data/{key}")),
+            StorageKey::Text(key) => layout.entry(&records::storage_record(key)),
         };
         let entry = entry.ok_or_else(|| {
-            let record = format!("data/{}", decl.key);
+            let record = records::storage_record(&decl.key);
             Error::archive(
                 format!("storage '{}' has no record {record}", decl.key),
                 Location::entry(&format!("{}/{record}", layout.root)),
@@ -323,17 +291,21 @@ fn open_zip(
                 Location::entry(&entry_name()),
             ));
         }
+        records::check_method(entry)?;
         let data = match entry.method {
-            0 if entry.compressed_size == entry.uncompressed_size => StorageData::Stored {
-                offset: entry.data_offset,
-            },
-            0 => {
+            Method::Stored if entry.compressed_size == entry.uncompressed_size => {
+                StorageData::Stored {
+                    offset: entry.data_offset,
+                }
+            }
+            Method::Stored => {
                 return Err(Error::archive(
                     "stored entry with differing sizes",
                     Location::entry(&entry_name()),
                 ))
             }
-            8 => {
+            // DEFLATE: `check_method` lets nothing else through.
+            _ => {
                 check_ratio(entry.compressed_size, decl.nbytes, &entry_name())?;
                 inflated = inflated.saturating_add(decl.nbytes);
                 check_limit(
@@ -346,12 +318,6 @@ fn open_zip(
                     offset: entry.data_offset,
                     compressed: entry.compressed_size,
                 }
-            }
-            m => {
-                return Err(Error::unsupported(
-                    format!("compression method {m} ({})", method_name(m)),
-                    Location::entry(&entry_name()),
-                ))
             }
         };
         Ok((data, entry_name))

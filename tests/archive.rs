@@ -11,6 +11,7 @@ use tensorplay::archive::source::Source;
 use tensorplay::archive::zip::{find_record, read_entries, read_index, FileBytes, Pieces};
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
 use tensorplay::error::ErrorKind;
+use tensorplay::torch::records::{self, Record};
 use tensorplay::torch::value::{Node, Torch};
 use tensorplay::{Error, Limits};
 
@@ -321,7 +322,7 @@ fn finding_one_record_gives_the_entry_the_whole_directory_gives() {
             .entries
             .iter()
             .find(|e| e.name.ends_with(b"/data.pkl"));
-        let found = find_record(&bytes[..], u64::MAX, "data.pkl").unwrap();
+        let found = find_record(&bytes[..], u64::MAX, &Record(records::DATA_PKL)).unwrap();
         assert_eq!(Some(&found), whole, "{}", path.display());
     }
 }
@@ -333,7 +334,7 @@ fn finding_one_record_refuses_a_twin_before_or_after_it_and_a_missing_one() {
         find_record(
             &zipw::write(&entries, Options::default())[..],
             u64::MAX,
-            "data.pkl",
+            &Record(records::DATA_PKL),
         )
     };
     let found = find(&["a/data.pkl", "a/version"]).unwrap();

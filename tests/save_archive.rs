@@ -1,6 +1,5 @@
 //! The archive writer reproduces files written by real torch byte for byte.
 
-use tensorplay::archive::layout::stored_bytes;
 use tensorplay::archive::zip::read_index;
 use tensorplay::save::zip_writer::{plan, Segment};
 use tensorplay::save::{checkpoint_records, crc32, StorageRecord};
@@ -17,7 +16,7 @@ fn rebuild(name: &str, root: &str, crc: bool) {
             .iter()
             .find(|e| e.name_lossy() == format!("{root}/{r}"))
             .unwrap();
-        stored_bytes(e, &original).unwrap().to_vec()
+        e.raw(&original[..]).unwrap().to_vec()
     };
     let pickle = record("data.pkl");
     let payloads: Vec<Vec<u8>> = (0..)
@@ -26,7 +25,7 @@ fn rebuild(name: &str, root: &str, crc: bool) {
                 .entries
                 .iter()
                 .find(|e| e.name_lossy() == format!("{root}/data/{k}"))
-                .map(|e| stored_bytes(e, &original).unwrap().to_vec())
+                .map(|e| e.raw(&original[..]).unwrap().to_vec())
         })
         .collect();
     let storages: Vec<StorageRecord> = payloads

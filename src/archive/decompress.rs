@@ -7,44 +7,46 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::archive::inflate::{check_ratio, inflate_exact};
-use crate::archive::layout::method_name;
+use crate::archive::method::Method;
 use crate::error::{Error, Location};
-
-pub const STORED: u16 = 0;
-pub const DEFLATE: u16 = 8;
-pub const BZIP2: u16 = 12;
-pub const LZMA: u16 = 14;
 
 /// General-purpose flag bit 1 of an LZMA entry: the stream ends with an end marker
 /// (Python's zipfile and 7-Zip write one), so its excess can be detected.
 pub const FLAG_LZMA_END_MARKER: u16 = 0x0002;
 
 /// Whether [`decompress_exact`] can decode entries of this method.
-pub fn is_supported(method: u16) -> bool {
-    matches!(method, STORED | DEFLATE | BZIP2 | LZMA)
+pub fn is_supported(method: Method) -> bool {
+    !matches!(method, Method::Other(_))
 }
 
 /// Checks that need only the sizes, before anything is allocated: the method is
 /// known, and a DEFLATE entry does not claim more than DEFLATE can produce.
-pub fn check_entry(method: u16, compressed: u64, expected: u64, entry: &str) -> Result<(), Error> {
+pub fn check_entry(
+    method: Method,
+    compressed: u64,
+    expected: u64,
+    entry: &str,
+) -> Result<(), Error> {
     match method {
-        STORED if compressed != expected => Err(Error::archive(
+        Method::Stored if compressed != expected => Err(Error::archive(
             format!("a stored entry of {compressed} bytes cannot hold {expected} bytes"),
             Location::entry(entry),
         )),
-        DEFLATE => check_ratio(compressed, expected, entry),
-        m if is_supported(m) => Ok(()),
-        m => Err(Error::unsupported(
-            format!("compression method {m} ({})", method_name(m)),
-            Location::entry(entry),
-        )),
+        Method::Deflate => check_ratio(compressed, expected, entry),
+        Method::Stored | Method::Bzip2 | Method::Lzma => Ok(()),
+        Method::Other(_) => Err(unsupported(method, entry)),
     }
+}
+
+/// The refusal of a method nothing here decodes.
+pub fn unsupported(method: Method, entry: &str) -> Error {
+    Error::unsupported(method.to_string(), Location::entry(entry))
 }
 
 /// Decode `compressed` (the raw payload of a zip entry using `method`, with the
 /// entry's general-purpose `flags`) into `out`, which must come out exactly full.
 pub fn decompress_exact(
-    method: u16,
+    method: Method,
     flags: u16,
     compressed: &[u8],
     out: &mut [u8],
@@ -52,21 +54,18 @@ pub fn decompress_exact(
 ) -> Result<(), Error> {
     check_entry(method, compressed.len() as u64, out.len() as u64, entry)?;
     match method {
-        STORED => {
+        Method::Stored => {
             out.copy_from_slice(compressed);
             Ok(())
         }
-        DEFLATE => inflate_exact(compressed, out, entry),
+        Method::Deflate => inflate_exact(compressed, out, entry),
         // Third-party decoders: a panic on crafted input becomes an error.
-        BZIP2 => guarded(entry, || bunzip_exact(compressed, out, entry)),
-        LZMA => guarded(entry, || {
+        Method::Bzip2 => guarded(entry, || bunzip_exact(compressed, out, entry)),
+        Method::Lzma => guarded(entry, || {
             let marker = flags & FLAG_LZMA_END_MARKER != 0;
             unlzma_exact(compressed, marker, out, entry)
         }),
-        m => Err(Error::unsupported(
-            format!("compression method {m} ({})", method_name(m)),
-            Location::entry(entry),
-        )),
+        Method::Other(_) => Err(unsupported(method, entry)),
     }
 }
 
@@ -197,7 +196,7 @@ fn unlzma_exact(compressed: &[u8], marker: bool, out: &mut [u8], entry: &str) ->
 
 /// One entry to decode: its method and flags, raw payload and the buffer it must fill.
 pub struct Job<'a> {
-    pub method: u16,
+    pub method: Method,
     pub flags: u16,
     pub compressed: &'a [u8],
     pub out: &'a mut [u8],
@@ -291,15 +290,15 @@ mod tests {
     fn every_method_decodes_exactly() {
         let text = b"hello hello hello";
         for (method, payload) in [
-            (STORED, text.to_vec()),
-            (DEFLATE, HELLO_DEFLATE.to_vec()),
-            (BZIP2, bzip2_of(text)),
-            (LZMA, lzma_zip_of(text)),
+            (Method::Stored, text.to_vec()),
+            (Method::Deflate, HELLO_DEFLATE.to_vec()),
+            (Method::Bzip2, bzip2_of(text)),
+            (Method::Lzma, lzma_zip_of(text)),
         ] {
             let mut out = vec![0u8; text.len()];
             decompress_exact(method, FLAG_LZMA_END_MARKER, &payload, &mut out, "e").unwrap();
             assert_eq!(&out, text, "method {method}");
-            if method != STORED {
+            if method != Method::Stored {
                 let mut short = vec![0u8; 5];
                 assert!(
                     decompress_exact(method, FLAG_LZMA_END_MARKER, &payload, &mut short, "e")
@@ -328,13 +327,13 @@ mod tests {
         let bomb = bzip2_of(&zeros);
         assert!(bomb.len() < 1024);
         let mut out = vec![0u8; 64];
-        let err = decompress_exact(BZIP2, 0, &bomb, &mut out, "bomb").unwrap_err();
+        let err = decompress_exact(Method::Bzip2, 0, &bomb, &mut out, "bomb").unwrap_err();
         assert!(err.to_string().contains("more than the 64 bytes"), "{err}");
         // LZMA, with and without an end marker: never more than `out` is written.
         let lzma = lzma_zip_of(&zeros);
         for flags in [0, FLAG_LZMA_END_MARKER] {
             let mut out = vec![1u8; 64];
-            let result = decompress_exact(LZMA, flags, &lzma, &mut out, "bomb");
+            let result = decompress_exact(Method::Lzma, flags, &lzma, &mut out, "bomb");
             if flags == 0 {
                 // No end marker: the size is the archive's word, and is exact.
                 result.unwrap();
@@ -363,7 +362,7 @@ mod tests {
                 .zip(outs.iter_mut())
                 .enumerate()
                 .map(|(i, (p, out))| Job {
-                    method: [DEFLATE, BZIP2, LZMA][i % 3],
+                    method: [Method::Deflate, Method::Bzip2, Method::Lzma][i % 3],
                     flags: FLAG_LZMA_END_MARKER,
                     compressed: p,
                     out,
@@ -375,21 +374,21 @@ mod tests {
             let (mut a, mut b, mut c) = ([0u8; 17], [0u8; 17], [0u8; 17]);
             let jobs = vec![
                 Job {
-                    method: DEFLATE,
+                    method: Method::Deflate,
                     flags: 0,
                     compressed: HELLO_DEFLATE,
                     out: &mut a,
                     entry: "ok".into(),
                 },
                 Job {
-                    method: DEFLATE,
+                    method: Method::Deflate,
                     flags: 0,
                     compressed: b"xx",
                     out: &mut b,
                     entry: "first".into(),
                 },
                 Job {
-                    method: BZIP2,
+                    method: Method::Bzip2,
                     flags: 0,
                     compressed: b"yy",
                     out: &mut c,
@@ -404,20 +403,20 @@ mod tests {
     #[test]
     fn garbage_and_unknown_methods_are_errors() {
         let mut out = vec![0u8; 16];
-        for method in [DEFLATE, BZIP2, LZMA] {
+        for method in [Method::Deflate, Method::Bzip2, Method::Lzma] {
             for flags in [0, FLAG_LZMA_END_MARKER] {
                 let garbage = b"\xff\x00\x05\x00garbage garbage";
                 assert!(decompress_exact(method, flags, garbage, &mut out, "e").is_err());
                 assert!(decompress_exact(method, flags, b"", &mut out, "e").is_err());
             }
         }
-        let err = decompress_exact(93, 0, b"x", &mut out, "e").unwrap_err();
+        let err = decompress_exact(Method::from_code(93), 0, b"x", &mut out, "e").unwrap_err();
         assert!(matches!(
             err.kind(),
             crate::error::ErrorKind::Unsupported { .. }
         ));
         assert!(err.to_string().contains("zstd"));
-        assert!(check_entry(STORED, 3, 4, "e").is_err());
-        assert!(check_entry(DEFLATE, 1, 1 << 20, "e").is_err());
+        assert!(check_entry(Method::Stored, 3, 4, "e").is_err());
+        assert!(check_entry(Method::Deflate, 1, 1 << 20, "e").is_err());
     }
 }

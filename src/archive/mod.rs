@@ -14,6 +14,6 @@
 pub mod decompress;
 pub mod entry_name;
 pub mod inflate;
-pub mod layout;
+pub mod method;
 pub mod source;
 pub mod zip;

@@ -8,7 +8,11 @@
 //! ranges, exact payload offsets) need every header field, and the general-purpose
 //! readers keep some of them private.
 
+use std::borrow::Cow;
+
+use crate::archive::decompress;
 use crate::archive::entry_name::EntryName;
+use crate::archive::method::Method;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
 
@@ -50,7 +54,7 @@ fn unsupported_flags(flags: u16) -> Option<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub name: EntryName,
-    pub method: u16,
+    pub method: Method,
     pub flags: u16,
     pub crc32: u32,
     pub compressed_size: u64,
@@ -70,6 +74,50 @@ impl Entry {
 
     pub fn data_end(&self) -> u64 {
         self.data_offset.saturating_add(self.compressed_size)
+    }
+
+    /// The payload's raw (possibly compressed) bytes.
+    pub fn raw<'d, D: FileBytes + ?Sized>(&self, data: &'d D) -> Result<&'d [u8], Error> {
+        let range = usize::try_from(self.data_offset)
+            .ok()
+            .zip(usize::try_from(self.data_end()).ok())
+            .and_then(|(start, end)| data.get(start..end));
+        range.ok_or_else(|| {
+            Error::archive(
+                "entry data lies outside the file",
+                Location::entry(&self.name_lossy()),
+            )
+        })
+    }
+
+    /// The payload, decoded: borrowed from `data` when stored, else decompressed
+    /// into a buffer of exactly the size the entry declares, which may be at most
+    /// `cap` bytes (past it, a `limit` error, before anything is allocated).
+    pub fn read<'d, D: FileBytes + ?Sized>(
+        &self,
+        data: &'d D,
+        limit: Limit,
+        cap: u64,
+    ) -> Result<Cow<'d, [u8]>, Error> {
+        let name = self.name_lossy();
+        let raw = self.raw(data)?;
+        decompress::check_entry(
+            self.method,
+            self.compressed_size,
+            self.uncompressed_size,
+            &name,
+        )?;
+        if self.method == Method::Stored {
+            return Ok(Cow::Borrowed(raw));
+        }
+        check_limit(limit, self.uncompressed_size, cap, || {
+            Location::entry(&name)
+        })?;
+        let len = usize::try_from(self.uncompressed_size)
+            .map_err(|_| Error::limit(limit, cap, Location::entry(&name)))?;
+        let mut out = vec![0u8; len];
+        decompress::decompress_exact(self.method, self.flags, raw, &mut out, &name)?;
+        Ok(Cow::Owned(out))
     }
 }
 
@@ -443,27 +491,38 @@ pub fn read_entries_after_prefix(data: &[u8], max_entries: u64) -> Result<Index,
     read_entries_with(data, max_entries, Payloads::FromLocalHeaders, true)
 }
 
-/// The one record of a torch checkpoint whose path is `<root>/<record>`, found
-/// as torch's reader finds it: through the central directory, then that
-/// record's own local header only. A big checkpoint has a local header every few
-/// megabytes; reading only one keeps a scan to a few pages of the file.
-/// Refused like a load refuses them: a second record whose name differs only in
-/// case, an encrypted record, a local header that contradicts the directory.
-pub fn find_record<D: FileBytes + ?Sized>(
+/// The entry a search of a directory is for. An archive's layout may place it
+/// relative to its first entry (torch's records live in the first entry's folder).
+pub trait Wanted {
+    /// The entry's name in an archive whose first entry is `first`.
+    fn name_in(&self, first: &[u8]) -> String;
+    /// Whether `name` names the entry called `wanted` (by [`Wanted::name_in`]).
+    fn is(&self, wanted: &[u8], name: &[u8]) -> bool;
+    /// What the entry is called, for refusals (`data.pkl`).
+    fn what(&self) -> &str;
+}
+
+/// The one entry `wanted` names, found as torch's reader finds a record: through
+/// the central directory, then that entry's own local header only. A big
+/// checkpoint has a local header every few megabytes; reading only one keeps a
+/// scan to a few pages of the file. Refused like a load refuses them: a second
+/// entry `wanted` takes (names that differ only in case), an encrypted entry, a
+/// local header that contradicts the directory.
+pub fn find_record<D: FileBytes + ?Sized, W: Wanted + ?Sized>(
     data: &D,
     max_entries: u64,
-    record: &str,
+    wanted: &W,
 ) -> Result<Entry, Error> {
-    let (entry, directory_offset) = find_unlocated(data, max_entries, record)?;
+    let (entry, directory_offset) = find_unlocated(data, max_entries, wanted)?;
     locate(data, &entry, directory_offset)
 }
 
-/// `<root>/<record>` as the central directory describes it, its payload not yet
-/// located, and the directory's offset (which no payload may reach).
-pub fn find_unlocated<D: FileBytes + ?Sized>(
+/// The entry `wanted` names, as the central directory describes it, its payload
+/// not yet located, and the directory's offset (which no payload may reach).
+pub fn find_unlocated<D: FileBytes + ?Sized, W: Wanted + ?Sized>(
     data: &D,
     max_entries: u64,
-    record: &str,
+    wanted: &W,
 ) -> Result<(Entry, u64), Error> {
     // Every record is read (a malformed one fails the archive as it fails a
     // load), but none is copied: a directory of 50,000 names is searched in place.
@@ -472,16 +531,13 @@ pub fn find_unlocated<D: FileBytes + ?Sized>(
     let first = records
         .next()
         .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))??;
-    let root = first.name.split(|b| *b == b'/').next().unwrap_or_default();
-    let wanted = [root, b"/", record.as_bytes()].concat();
+    let wanted_name = wanted.name_in(first.name);
     let (mut found, mut twin) = (None, None);
     for r in std::iter::once(Ok(first)).chain(records) {
         let r = r?;
-        if !r.name.eq_ignore_ascii_case(&wanted) {
+        if !wanted.is(wanted_name.as_bytes(), r.name) {
             continue;
         }
-        // torch's lookup ignores ASCII case too: any spelling is the record,
-        // and a second one makes it ambiguous.
         if found.is_none() {
             found = Some(r);
         } else if twin.is_none() {
@@ -490,8 +546,8 @@ pub fn find_unlocated<D: FileBytes + ?Sized>(
     }
     let entry = found.map(|r| r.unlocated()).ok_or_else(|| {
         Error::archive(
-            format!("the archive has no {record} record"),
-            Location::entry(&String::from_utf8_lossy(&wanted)),
+            format!("the archive has no {} record", wanted.what()),
+            Location::entry(&wanted_name),
         )
     })?;
     if let Some(twin) = twin {
@@ -547,7 +603,7 @@ fn entry_location(e: &Entry) -> Location {
 /// A directory bigger than this is read through a map rather than into memory.
 const MAX_READ_DIRECTORY: u64 = 64 << 20;
 
-/// `<root>/<record>` of an archive of `len` bytes, read in pieces with `read_at`
+/// The entry `wanted` names in an archive of `len` bytes, read in pieces with `read_at`
 /// instead of mapping the whole file: the end (for the directory records), the
 /// central directory, the record's local header and payload (one read), and the
 /// signature (held by that read when the record comes first, as torch writes
@@ -555,15 +611,15 @@ const MAX_READ_DIRECTORY: u64 = 64 << 20;
 /// page tables than the reads do. `None` whenever the pieces cannot settle it (not a zip, a huge
 /// directory, any error): the caller then reads the file through a map, which
 /// gives the same answer or the precise error.
-pub fn read_record(
+pub fn read_record<W: Wanted + ?Sized>(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
-    record: &str,
+    wanted: &W,
     max_payload: u64,
 ) -> Option<(Entry, Pieces)> {
     let mut pieces = read_end_and_directory(len, read_at)?;
-    let (entry, directory_offset) = find_unlocated(&pieces, max_entries, record).ok()?;
+    let (entry, directory_offset) = find_unlocated(&pieces, max_entries, wanted).ok()?;
     if entry.compressed_size > max_payload {
         return None;
     }
@@ -794,7 +850,7 @@ impl<'d> Record<'d> {
     fn of(entry: &'d Entry) -> Self {
         Record {
             name: &entry.name,
-            method: entry.method,
+            method: entry.method.code(),
             flags: entry.flags,
             crc32: entry.crc32,
             compressed_size: entry.compressed_size,
@@ -806,7 +862,7 @@ impl<'d> Record<'d> {
     fn unlocated(&self) -> Entry {
         Entry {
             name: self.name.into(),
-            method: self.method,
+            method: Method::from_code(self.method),
             flags: self.flags,
             crc32: self.crc32,
             compressed_size: self.compressed_size,
@@ -1089,7 +1145,7 @@ pub fn walk_local_headers(data: &[u8], max_entries: u64) -> Vec<Entry> {
         };
         entries.push(Entry {
             name: name.into(),
-            method,
+            method: Method::from_code(method),
             flags,
             crc32: h32(14),
             compressed_size: size,

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::archive::decompress::{self, Job};
+use crate::archive::method::Method;
 use crate::archive::source::{MapMode, Source};
 use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
@@ -80,7 +81,7 @@ pub fn zip_entries<'py>(
     for e in &index.entries {
         let d = PyDict::new(py);
         d.set_item("name", PyBytes::new(py, &e.name))?;
-        d.set_item("method", e.method)?;
+        d.set_item("method", e.method.code())?;
         d.set_item("flags", e.flags)?;
         d.set_item("crc32", e.crc32)?;
         d.set_item("compressed_size", e.compressed_size)?;
@@ -123,7 +124,7 @@ pub fn inflate_entries<'py>(
     let mut total = 0u64;
     for request in &entries {
         let (_, compressed, expected, method, _, name) = request;
-        decompress::check_entry(*method, *compressed, *expected, name)
+        decompress::check_entry(Method::from_code(*method), *compressed, *expected, name)
             .map_err(|e| to_pyerr(py, e))?;
         payload(data.bytes(), request).map_err(|e| to_pyerr(py, e))?;
         total = total.saturating_add(*expected);
@@ -157,7 +158,7 @@ pub fn inflate_entries<'py>(
                 unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
             };
             jobs.push(Job {
-                method: request.3,
+                method: Method::from_code(request.3),
                 flags: request.4,
                 compressed: payload(data.bytes(), request)?,
                 out,

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use crate::archive::layout::Layout;
 use crate::archive::source::Source;
 use crate::archive::zip::{self, Entry, Index};
 use crate::checkpoint::{self, Checkpoint, LoadOptions, StorageData};
@@ -10,6 +9,7 @@ use crate::limits::Limits;
 use crate::pickle::machine::StringEncoding;
 use crate::torch::legacy;
 use crate::torch::policy::UserGlobals;
+use crate::torch::records::{self, Layout, Record};
 use crate::torch::value::{Node, Torch};
 
 use super::vm::{check_arena_ids, check_extent, dense_of};
@@ -56,14 +56,16 @@ pub fn zip_archive(data: &[u8]) {
     }
     // One record found alone is the one the whole directory describes, from the
     // whole file or from pieces of it.
-    let found = zip::find_record(data, max, "data.pkl");
+    let found = zip::find_record(data, max, &Record(records::DATA_PKL));
     if let (Ok(entry), Ok(index)) = (&found, zip::read_entries(data, max)) {
         assert!(
             index.entries.contains(entry),
             "find_record gave an entry read_entries does not have"
         );
     }
-    if let Some((entry, pieces)) = zip::read_record(len, &read_at, max, "data.pkl", u64::MAX) {
+    if let Some((entry, pieces)) =
+        zip::read_record(len, &read_at, max, &Record(records::DATA_PKL), u64::MAX)
+    {
         assert_eq!(
             found.as_ref().ok(),
             Some(&entry),

@@ -14,6 +14,7 @@
 pub mod serialization_id;
 pub mod zip_writer;
 
+use crate::torch::records as names;
 use zip_writer::{Payload, Record};
 
 /// A storage to write: caller buffer `index` of `len` bytes, or reserved space.
@@ -41,12 +42,15 @@ pub fn checkpoint_records(
         "little"
     };
     let mut records = vec![
-        Record::inline("data.pkl", pickle),
-        Record::inline(".format_version", b"1".to_vec()),
-        Record::inline(".storage_alignment", alignment.to_string().into_bytes()),
+        Record::inline(names::DATA_PKL, pickle),
+        Record::inline(names::FORMAT_VERSION, b"1".to_vec()),
+        Record::inline(names::STORAGE_ALIGNMENT, alignment.to_string().into_bytes()),
     ];
     if !byteorder_last {
-        records.push(Record::inline("byteorder", byteorder.as_bytes().to_vec()));
+        records.push(Record::inline(
+            names::BYTEORDER,
+            byteorder.as_bytes().to_vec(),
+        ));
     }
     for (key, s) in storages.iter().enumerate() {
         let payload = if s.reserved {
@@ -59,14 +63,17 @@ pub fn checkpoint_records(
             }
         };
         records.push(Record {
-            name: format!("data/{key}"),
+            name: names::storage_record(key),
             payload,
             inline: Vec::new(),
         });
     }
-    records.push(Record::inline("version", b"3\n".to_vec()));
+    records.push(Record::inline(names::VERSION, b"3\n".to_vec()));
     if byteorder_last {
-        records.push(Record::inline("byteorder", byteorder.as_bytes().to_vec()));
+        records.push(Record::inline(
+            names::BYTEORDER,
+            byteorder.as_bytes().to_vec(),
+        ));
     }
     records
 }

@@ -5,6 +5,7 @@
 //! written straight from the tensors' memory, by Rust or by a Python file object.
 
 use crate::save::serialization_id::serialization_id;
+use crate::torch::records;
 
 /// What a record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +179,7 @@ pub fn plan(root: &str, records: &[Record], alignment: u64, crc: bool) -> (Vec<S
     }
     let names: Vec<&str> = names_so_far.iter().map(String::as_str).collect();
     let id = Record::inline(
-        ".data/serialization_id",
+        records::SERIALIZATION_ID,
         serialization_id(&names, &descriptor_crcs).into_bytes(),
     );
     push_record(&id, &mut segments, &mut cursor, &mut head, &mut written);

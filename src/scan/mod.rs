@@ -17,13 +17,15 @@
 pub mod stream;
 pub mod walker;
 
-use crate::archive::inflate::{inflate_exact, inflated_len};
+use crate::archive::inflate::inflated_len;
+use crate::archive::method::Method;
 use crate::archive::zip::{self, Entry};
 use crate::checkpoint::{self, is_tar, LoadOptions};
-use crate::error::{check_limit, Error, Location};
+use crate::error::{Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::torch::legacy;
 use crate::torch::policy::UserGlobals;
+use crate::torch::records::{self, Record};
 use crate::torch::storages::IdFormat;
 
 /// Archives nested deeper than this are reported, not opened.
@@ -454,52 +456,6 @@ fn entry_location(parent: &str, entry: &Entry) -> String {
     }
 }
 
-/// Storage records and small metadata of a torch checkpoint are never unpickled.
-/// Inlined: it is asked once per entry, for tens of thousands of entries.
-#[inline(always)]
-fn is_torch_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
-    let Some(record) = root.and_then(|r| record_name(r, name)) else {
-        return false;
-    };
-    // The exact prefix first: most records are storages, named as torch names them.
-    record.starts_with(b"data/")
-        || record
-            .get(..5)
-            .is_some_and(|p| p.eq_ignore_ascii_case(b"data/"))
-        || TORCH_METADATA
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(record))
-}
-
-/// Whether `name` ends with `suffix`, ignoring ASCII case as torch's record
-/// lookup does: `archive/DATA.PKL` is the pickle torch reads.
-fn ends_with_ignoring_case(name: &[u8], suffix: &[u8]) -> bool {
-    name.len() >= suffix.len()
-        && name
-            .get(name.len() - suffix.len()..)
-            .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
-}
-
-/// Whether `name` is `<root>/data.pkl`, in any case.
-fn is_data_pkl(root: &[u8], name: &[u8]) -> bool {
-    record_name(root, name).is_some_and(|r| r.eq_ignore_ascii_case(b"data.pkl"))
-}
-
-/// The small records torch writes beside data.pkl and the storages.
-const TORCH_METADATA: [&[u8]; 6] = [
-    b"version",
-    b".data/version",
-    b"byteorder",
-    b".format_version",
-    b".storage_alignment",
-    b".data/serialization_id",
-];
-
-/// `name` less its `<root>/`, when it lies under the root folder.
-fn record_name<'n>(root: &[u8], name: &'n [u8]) -> Option<&'n [u8]> {
-    name.strip_prefix(root)?.strip_prefix(b"/")
-}
-
 fn scan_zip(
     data: &[u8],
     location: &str,
@@ -616,7 +572,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
             let unread = inflated_by_load
                 .as_ref()
                 .is_some_and(|read| read.binary_search(&entry.data_offset).is_err());
-            if entry.method != 0 && !options.pickles_only && !unread {
+            if entry.method != Method::Stored && !options.pickles_only && !unread {
                 let here = entry_location(location, entry);
                 if !report.charge(entry.uncompressed_size, true, &here) {
                     return;
@@ -627,7 +583,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
         }
         let here = entry_location(location, entry);
         let charged = match entry.method {
-            0 => report.charge(entry.compressed_size, false, &here),
+            Method::Stored => report.charge(entry.compressed_size, false, &here),
             _ => report.charge(entry.uncompressed_size, true, &here),
         };
         if !charged {
@@ -661,7 +617,7 @@ fn scan_zip_entries<D: zip::FileBytes + ?Sized>(
         ];
         let scan_it = by_name
             .iter()
-            .any(|ext| ends_with_ignoring_case(&entry.name, ext.as_bytes()))
+            .any(|ext| records::ends_with_ignoring_case(&entry.name, ext.as_bytes()))
             || !matches!(sniff(&bytes), "pickle" | "empty");
         if scan_it || bytes.first() == Some(&0x80) {
             scan_into(&bytes, &here, depth + 1, options, report, false);
@@ -680,14 +636,16 @@ struct ZipLayout {
 impl ZipLayout {
     fn of(index: &zip::Index) -> ZipLayout {
         let root = (index.entries.first())
-            .and_then(|e| folder_of(&e.name))
-            .filter(|&r| (index.entries.iter()).any(|e| is_data_pkl(r, &e.name)));
+            .and_then(|e| records::root_of(&e.name))
+            .filter(|&r| {
+                (index.entries.iter()).any(|e| records::is_record(r, &e.name, records::DATA_PKL))
+            });
         // Only TensorDict leaves need to know their neighbours.
         let names: Option<std::collections::HashSet<String>> =
             (index.entries.iter().any(|e| e.name.ends_with(b".memmap")))
                 .then(|| index.entries.iter().map(Entry::name_lossy).collect());
         let never_unpickled = |name: &[u8]| {
-            is_torch_payload(root, name)
+            records::is_payload(root, name)
                 || name.ends_with(b"/")
                 || names.as_ref().is_some_and(|names| {
                     name.ends_with(b".memmap")
@@ -704,18 +662,13 @@ impl ZipLayout {
 
     /// The checkpoint's main pickle, `<root>/data.pkl`.
     fn is_main_pickle(&self, name: &[u8]) -> bool {
-        (self.root.as_deref()).is_some_and(|r| is_data_pkl(r, name))
+        (self.root.as_deref()).is_some_and(|r| records::is_record(r, name, records::DATA_PKL))
     }
 
     /// The entries of `index` (the one this layout is of) that a reader may unpickle.
     fn pickles<'i>(&'i self, index: &'i zip::Index) -> impl Iterator<Item = &'i Entry> {
         (index.entries.iter().zip(&self.unpickled)).filter_map(|(e, &u)| u.then_some(e))
     }
-}
-
-/// The top folder of an entry name, if it lies in one.
-fn folder_of(name: &[u8]) -> Option<&[u8]> {
-    name.get(..name.iter().position(|&b| b == b'/')?)
 }
 
 /// The directory records a pickles-only scan of a torch checkpoint need not
@@ -732,15 +685,15 @@ struct TorchPayloads {
 
 impl TorchPayloads {
     fn skip(&mut self, name: &[u8]) -> bool {
-        let root = (self.root).get_or_insert_with(|| folder_of(name).map(<[u8]>::to_vec));
+        let root = (self.root).get_or_insert_with(|| records::root_of(name).map(<[u8]>::to_vec));
         let Some(root) = root.as_deref() else {
             return false;
         };
         if !self.holds_main_pickle {
-            self.holds_main_pickle = is_data_pkl(root, name);
+            self.holds_main_pickle = records::is_record(root, name, records::DATA_PKL);
             return false;
         }
-        is_torch_payload(Some(root), name)
+        records::is_payload(Some(root), name)
     }
 }
 
@@ -763,7 +716,7 @@ fn check_compressed_payload<D: zip::FileBytes + ?Sized>(
     location: &str,
     report: &mut Report,
 ) {
-    if entry.method != 8 {
+    if entry.method != Method::Deflate {
         return;
     }
     let start = usize::try_from(entry.data_offset).ok();
@@ -783,41 +736,15 @@ fn check_compressed_payload<D: zip::FileBytes + ?Sized>(
     }
 }
 
-/// An entry's bytes, inflated if needed (never past its declared size or the cap).
+/// An entry's bytes, decompressed if needed (never past its declared size or
+/// the cap on one pickle).
 fn entry_data<'d, D: zip::FileBytes + ?Sized>(
     entry: &Entry,
     data: &'d D,
     limits: &Limits,
 ) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
-    let stored = || {
-        let start = usize::try_from(entry.data_offset).ok()?;
-        data.get(start..start.checked_add(usize::try_from(entry.compressed_size).ok()?)?)
-    };
-    let raw = stored().ok_or_else(|| {
-        Error::archive(
-            "entry data lies outside the file",
-            Location::entry(&entry.name_lossy()),
-        )
-    })?;
-    match entry.method {
-        0 => Ok(std::borrow::Cow::Borrowed(raw)),
-        8 => {
-            let cap = limits.max_pickle_bytes.min(limits.max_inflated_bytes);
-            check_limit(Limit::InflatedBytes, entry.uncompressed_size, cap, || {
-                Location::entry(&entry.name_lossy())
-            })?;
-            let mut out = vec![0u8; entry.uncompressed_size as usize];
-            inflate_exact(raw, &mut out, &entry.name_lossy())?;
-            Ok(std::borrow::Cow::Owned(out))
-        }
-        m => Err(Error::unsupported(
-            format!(
-                "cannot inspect an entry compressed with method {m} ({})",
-                crate::archive::layout::method_name(m)
-            ),
-            Location::entry(&entry.name_lossy()),
-        )),
-    }
+    let cap = limits.max_pickle_bytes.min(limits.max_inflated_bytes);
+    entry.read(data, Limit::InflatedBytes, cap)
 }
 
 /// `.npy`: only object arrays hold a pickle, after the header.
@@ -919,7 +846,11 @@ fn scan_tar(data: &[u8], location: &str, depth: u32, options: &ScanOptions, repo
 pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>, Error> {
     match sniff(data) {
         "zip" => {
-            let entry = zip::find_record(data, options.limits.max_zip_entries, "data.pkl")?;
+            let entry = zip::find_record(
+                data,
+                options.limits.max_zip_entries,
+                &Record(records::DATA_PKL),
+            )?;
             globals_of_main_pickle(&entry, data, options)
         }
         "empty" => Err(Error::archive("the file is empty", Location::default())),
@@ -946,7 +877,7 @@ pub fn unsafe_globals_by_reading(
         len,
         read_at,
         limits.max_zip_entries,
-        "data.pkl",
+        &Record(records::DATA_PKL),
         max_payload,
     )?;
     globals_of_main_pickle(&entry, &pieces, options).ok()

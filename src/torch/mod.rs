@@ -17,6 +17,7 @@ pub mod legacy;
 pub mod numpy;
 pub mod policy;
 pub mod rebuild;
+pub mod records;
 pub mod semantics;
 pub mod storage_keys;
 pub mod storages;

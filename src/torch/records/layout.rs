@@ -1,28 +1,18 @@
-//! The torch checkpoint layout inside a zip: one root folder holding `data.pkl`,
-//! `version`, `byteorder`, `data/<key>` and friends. Records are looked up under
-//! the root ignoring ASCII case, as torch looks them up; names that lookup would
+//! The checks torch makes of a checkpoint's layout on every load: one root
+//! folder holding `data.pkl`, `version`, `byteorder`, `data/<key>` and friends,
+//! records looked up under the root ignoring ASCII case; names that lookup would
 //! make ambiguous are refused.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::archive::inflate::inflate_exact;
 use crate::archive::zip::{Entry, Index};
 use crate::error::{Error, Location};
-
-/// Compression methods we know by name, for error messages.
-pub fn method_name(method: u16) -> &'static str {
-    match method {
-        0 => "stored",
-        8 => "deflate",
-        9 => "deflate64",
-        12 => "bzip2",
-        14 => "lzma",
-        93 => "zstd",
-        95 => "xz",
-        _ => "unknown",
-    }
-}
+use crate::limits::Limit;
+use crate::torch::records::{
+    check_method, folded, record_of, storage_record, BYTEORDER, CONSTANTS_PKL, DATA_VERSION,
+    SERIALIZATION_ID, STORAGE_ALIGNMENT, STORAGE_FOLDER, VERSION,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ByteOrder {
@@ -126,22 +116,22 @@ impl Layout {
             byteorder: None,
             pickles,
         };
-        let version_record = if layout.entry(".data/version").is_some() {
-            ".data/version"
+        let version_record = if layout.entry(DATA_VERSION).is_some() {
+            DATA_VERSION
         } else {
-            "version"
+            VERSION
         };
         let version_entry = layout.entry(version_record).ok_or_else(|| {
             Error::archive(
                 "the archive has no 'version' record",
-                Location::entry(&format!("{}/version", layout.root)),
+                Location::entry(&format!("{}/{VERSION}", layout.root)),
             )
         })?;
         layout.version = parse_version(
             &layout.small_record(version_entry, data)?,
             &layout.entry_name(version_entry),
         )?;
-        if let Some(e) = layout.entry("byteorder") {
+        if let Some(e) = layout.entry(BYTEORDER) {
             layout.byteorder = Some(match &*layout.small_record(e, data)? {
                 b"little" => ByteOrder::Little,
                 b"big" => ByteOrder::Big,
@@ -159,7 +149,7 @@ impl Layout {
         // torch parses the alignment with Python's int() on every load, and hands
         // the serialization id to Python as a str when the load ends: a record
         // either cannot read fails torch's load.
-        if let Some(e) = layout.entry(".storage_alignment") {
+        if let Some(e) = layout.entry(STORAGE_ALIGNMENT) {
             let text = layout.small_record(e, data)?;
             if !is_python_int(&text) {
                 return Err(Error::archive(
@@ -171,7 +161,7 @@ impl Layout {
                 ));
             }
         }
-        if let Some(e) = layout.entry(".data/serialization_id") {
+        if let Some(e) = layout.entry(SERIALIZATION_ID) {
             if std::str::from_utf8(&layout.small_record(e, data)?).is_err() {
                 return Err(Error::archive(
                     "the serialization id is not UTF-8",
@@ -199,7 +189,7 @@ impl Layout {
         let index = if n < self.numbered.len() {
             self.numbered.get(n).copied().flatten()
         } else {
-            self.by_record.get(&format!("data/{n}")).copied()
+            self.by_record.get(&storage_record(n)).copied()
         };
         index.and_then(|i| self.entries.get(i))
     }
@@ -210,48 +200,29 @@ impl Layout {
 
     /// torch asks this of its list of record names, where case counts.
     pub fn is_torchscript(&self) -> bool {
-        self.entry("constants.pkl")
-            .is_some_and(|e| e.name.ends_with(b"/constants.pkl"))
+        self.entry(CONSTANTS_PKL).is_some_and(|e| {
+            record_of(self.root.as_bytes(), &e.name) == Some(CONSTANTS_PKL.as_bytes())
+        })
     }
 
     /// The bytes of a small metadata record (`version`, `byteorder`), inflated if needed.
     fn small_record<'d>(&self, entry: &Entry, data: &'d [u8]) -> Result<Cow<'d, [u8]>, Error> {
         const MAX: u64 = 4096;
-        let name = entry.name_lossy();
         if entry.uncompressed_size > MAX || entry.compressed_size > MAX {
             return Err(Error::archive(
                 "metadata record is too large",
-                Location::entry(&name),
+                Location::entry(&entry.name_lossy()),
             ));
         }
-        match entry.method {
-            0 => stored_bytes(entry, data).map(Cow::Borrowed),
-            8 => {
-                let mut out = vec![0u8; entry.uncompressed_size as usize];
-                inflate_exact(stored_bytes(entry, data)?, &mut out, &name)?;
-                Ok(Cow::Owned(out))
-            }
-            m => Err(Error::unsupported(
-                format!("compression method {m} ({})", method_name(m)),
-                Location::entry(&name),
-            )),
-        }
-    }
-}
-
-/// `record` in ASCII lower case, as torch's record lookup compares names.
-fn folded(record: &str) -> Cow<'_, str> {
-    if record.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(record.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(record)
+        check_method(entry)?;
+        entry.read(data, Limit::InflatedBytes, MAX)
     }
 }
 
 /// `n` of a `data/<n>` record written as torch writes numbers (no sign, no
 /// leading zero), when `n < bound`.
 fn storage_number(record: &str, bound: usize) -> Option<usize> {
-    let digits = record.strip_prefix("data/")?;
+    let digits = record.strip_prefix(STORAGE_FOLDER)?;
     let canonical = !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())
         && (digits == "0" || !digits.starts_with('0'));
@@ -259,20 +230,6 @@ fn storage_number(record: &str, bound: usize) -> Option<usize> {
         return None;
     }
     digits.parse::<usize>().ok().filter(|n| *n < bound)
-}
-
-/// The payload of a stored entry.
-pub fn stored_bytes<'d>(entry: &Entry, data: &'d [u8]) -> Result<&'d [u8], Error> {
-    let range = usize::try_from(entry.data_offset)
-        .ok()
-        .zip(usize::try_from(entry.data_end()).ok())
-        .and_then(|(start, end)| data.get(start..end));
-    range.ok_or_else(|| {
-        Error::archive(
-            "entry data lies outside the file",
-            Location::entry(&entry.name_lossy()),
-        )
-    })
 }
 
 /// What Python's `int(bytes)` accepts in base 10: blanks, a sign, then digits

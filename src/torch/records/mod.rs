@@ -1,0 +1,145 @@
+//! torch's records inside a checkpoint zip: their names, how torch finds them
+//! (in the first entry's folder, ignoring ASCII case), which compression it reads,
+//! and the checks it makes of the layout on every load ([`Layout`]). Loads, scans
+//! and saves all take these from here.
+
+mod layout;
+
+use std::borrow::Cow;
+
+use crate::archive::method::Method;
+use crate::archive::zip::{Entry, Wanted};
+use crate::error::{Error, Location};
+
+pub use layout::{ByteOrder, Layout};
+
+pub const DATA_PKL: &str = "data.pkl";
+pub const VERSION: &str = "version";
+/// Where torch 2.x may keep the version instead (`.data/version`).
+pub const DATA_VERSION: &str = ".data/version";
+pub const BYTEORDER: &str = "byteorder";
+pub const FORMAT_VERSION: &str = ".format_version";
+pub const STORAGE_ALIGNMENT: &str = ".storage_alignment";
+pub const SERIALIZATION_ID: &str = ".data/serialization_id";
+/// TorchScript's constants: their presence makes an archive TorchScript.
+pub const CONSTANTS_PKL: &str = "constants.pkl";
+/// The folder of the storage records, `data/<key>`.
+pub const STORAGE_FOLDER: &str = "data/";
+
+/// The small records torch writes beside data.pkl and the storages.
+const METADATA: [&str; 6] = [
+    VERSION,
+    DATA_VERSION,
+    BYTEORDER,
+    FORMAT_VERSION,
+    STORAGE_ALIGNMENT,
+    SERIALIZATION_ID,
+];
+
+/// The record of storage `key`.
+pub fn storage_record(key: impl std::fmt::Display) -> String {
+    format!("{STORAGE_FOLDER}{key}")
+}
+
+/// `record` in ASCII lower case, as torch's record lookup compares names.
+pub fn folded(record: &str) -> Cow<'_, str> {
+    if record.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(record.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(record)
+    }
+}
+
+/// The top folder of an entry name, if it lies in one: a checkpoint's root is
+/// its first entry's.
+pub fn root_of(name: &[u8]) -> Option<&[u8]> {
+    name.get(..name.iter().position(|&b| b == b'/')?)
+}
+
+/// `name` less its `<root>/`, when it lies under the root folder.
+pub fn record_of<'n>(root: &[u8], name: &'n [u8]) -> Option<&'n [u8]> {
+    name.strip_prefix(root)?.strip_prefix(b"/")
+}
+
+/// Whether `name` is `<root>/<record>`, in any case: torch's lookup ignores ASCII
+/// case, so `archive/DATA.PKL` is the pickle it runs.
+pub fn is_record(root: &[u8], name: &[u8], record: &str) -> bool {
+    record_of(root, name).is_some_and(|r| r.eq_ignore_ascii_case(record.as_bytes()))
+}
+
+/// Whether `name` ends with `suffix`, ignoring ASCII case as torch's record
+/// lookup does.
+pub fn ends_with_ignoring_case(name: &[u8], suffix: &[u8]) -> bool {
+    name.len() >= suffix.len()
+        && name
+            .get(name.len() - suffix.len()..)
+            .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
+}
+
+/// Storage records and small metadata of a checkpoint: never unpickled.
+/// Inlined: it is asked once per entry, for tens of thousands of entries.
+#[inline(always)]
+pub fn is_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
+    let Some(record) = root.and_then(|r| record_of(r, name)) else {
+        return false;
+    };
+    let folder = STORAGE_FOLDER.as_bytes();
+    // The exact prefix first: most records are storages, named as torch names them.
+    record.starts_with(folder)
+        || record
+            .get(..folder.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(folder))
+        || METADATA
+            .iter()
+            .any(|m| m.as_bytes().eq_ignore_ascii_case(record))
+}
+
+/// A record of the checkpoint, as [`crate::archive::zip::find_record`] looks for it.
+pub struct Record(pub &'static str);
+
+impl Wanted for Record {
+    fn name_in(&self, first: &[u8]) -> String {
+        let root = root_of(first).unwrap_or(first);
+        format!("{}/{}", String::from_utf8_lossy(root), self.0)
+    }
+
+    /// torch's lookup ignores ASCII case: any spelling is the record.
+    fn is(&self, wanted: &[u8], name: &[u8]) -> bool {
+        name.eq_ignore_ascii_case(wanted)
+    }
+
+    fn what(&self) -> &str {
+        self.0
+    }
+}
+
+/// torch reads records through miniz, which knows stored and DEFLATE entries only.
+pub fn check_method(entry: &Entry) -> Result<(), Error> {
+    match entry.method {
+        Method::Stored | Method::Deflate => Ok(()),
+        other => Err(Error::unsupported(
+            other.to_string(),
+            Location::entry(&entry.name_lossy()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_found_in_any_case_under_the_root() {
+        assert!(is_record(b"archive", b"archive/DATA.pkl", DATA_PKL));
+        assert!(!is_record(b"archive", b"other/data.pkl", DATA_PKL));
+        assert!(!is_record(b"archive", b"archive/data.pkl2", DATA_PKL));
+        assert!(is_payload(Some(b"a"), b"a/Data/0"));
+        assert!(is_payload(Some(b"a"), b"a/.DATA/VERSION"));
+        assert!(!is_payload(Some(b"a"), b"a/data.pkl"));
+        assert_eq!(
+            Record(DATA_PKL).name_in(b"archive/version"),
+            "archive/data.pkl"
+        );
+        assert_eq!(storage_record(7), "data/7");
+    }
+}
