@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::archive::inflate::{check_ratio, inflate_exact};
 use crate::archive::method::Method;
 use crate::archive::source::Source;
+use crate::archive::tar::is_tar;
 use crate::archive::zip;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
@@ -188,11 +189,6 @@ fn read_format(
         "Invalid magic number; corrupt file? (neither a zip checkpoint nor torch's legacy format)",
         Location::at(0),
     ))
-}
-
-/// A POSIX tar archive has `ustar` at offset 257.
-pub fn is_tar(data: &[u8]) -> bool {
-    data.get(257..262) == Some(b"ustar")
 }
 
 fn open_zip(

@@ -30,7 +30,7 @@ const OS_SYSTEM: &[u8] = b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.";
 #[test]
 fn a_plain_payload_is_unsafe_and_dangerous() {
     let r = scan(OS_SYSTEM);
-    assert_eq!(r.format, "pickle");
+    assert_eq!(r.format.name(), "pickle");
     assert_eq!(r.verdict(), Verdict::Unsafe);
     assert!(r.findings[0].dangerous);
     assert_eq!(names(&r), ["os.system"]);
@@ -108,7 +108,7 @@ fn every_pickle_in_an_archive_is_scanned_and_duplicates_too() {
         Options::default(),
     );
     for r in [scan(&zip), scan_pickles_only(&zip)] {
-        assert_eq!(r.format, "torch-zip", "{:?}", r.problems);
+        assert_eq!(r.format.name(), "torch-zip", "{:?}", r.problems);
         assert_eq!(names(&r), ["os.system"]);
         assert!(r.problems.iter().any(|p| p.contains("duplicate")));
     }
@@ -155,7 +155,7 @@ fn a_pickles_only_scan_reads_no_payload_header() {
     assert_eq!(scan(&zip).verdict(), Verdict::Unreadable);
     let r = scan_pickles_only(&zip);
     assert_eq!(r.verdict(), Verdict::Clean, "{:?}", r.problems);
-    assert_eq!((r.format.as_str(), r.pickles), ("torch-zip", 1));
+    assert_eq!((r.format.name(), r.pickles), ("torch-zip", 1));
 }
 
 /// Offset of the local header (starting with `signature`) that names `name`.
@@ -173,7 +173,7 @@ fn nested_archives_are_opened() {
         Options::default(),
     );
     let r = scan(&outer);
-    assert_eq!(r.format, "zip");
+    assert_eq!(r.format.name(), "zip");
     assert_eq!(names(&r), ["os.system"]);
     assert!(r.findings[0]
         .location
@@ -196,7 +196,7 @@ fn tar_with(name: &str, body: &[u8]) -> Vec<u8> {
 #[test]
 fn tar_members_are_scanned() {
     let r = scan(&tar_with("model.pkl", OS_SYSTEM));
-    assert_eq!(r.format, "tar");
+    assert_eq!(r.format.name(), "tar");
     assert_eq!(names(&r), ["os.system"]);
 }
 
@@ -208,7 +208,7 @@ fn object_npy_arrays_carry_pickles() {
     npy.extend_from_slice(header);
     npy.extend_from_slice(OS_SYSTEM);
     let r = scan(&npy);
-    assert_eq!(r.format, "npy");
+    assert_eq!(r.format.name(), "npy");
     assert_eq!(names(&r), ["os.system"]);
 }
 
@@ -220,7 +220,7 @@ fn legacy_files_are_scanned_pickle_by_pickle() {
     ))
     .unwrap();
     let r = scan(&legacy);
-    assert_eq!(r.format, "torch-legacy");
+    assert_eq!(r.format.name(), "torch-legacy");
     assert_eq!(r.verdict(), Verdict::Clean);
     assert_eq!(r.pickles, 5);
 }
@@ -247,7 +247,7 @@ fn unsafe_globals_reads_every_protocol_and_refuses_to_call_a_broken_file_clean()
 
 #[test]
 fn other_files_are_not_pickles() {
-    assert_eq!(scan(b"{\"a\": 1}").format, "not-a-pickle");
+    assert_eq!(scan(b"{\"a\": 1}").format.name(), "not-a-pickle");
     assert_eq!(scan(b"{\"a\": 1}").verdict(), Verdict::Clean);
     assert_eq!(scan(b"").verdict(), Verdict::Clean);
     // A truncated pickle is not clean.
@@ -669,7 +669,7 @@ fn a_pickles_only_scan_from_reads_skips_only_storages_that_change_nothing() {
 
 fn summary(r: &Report) -> (String, Vec<tensorplay::scan::Finding>, Vec<String>, u32) {
     (
-        r.format.clone(),
+        r.format.name().to_owned(),
         r.findings.clone(),
         r.problems.clone(),
         r.pickles,

@@ -16,4 +16,5 @@ pub mod entry_name;
 pub mod inflate;
 pub mod method;
 pub mod source;
+pub mod tar;
 pub mod zip;

@@ -80,7 +80,7 @@ fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, Py
         .map(|f| (&f.name, f.dangerous, &f.location, f.offset).into_pyobject(py))
         .collect::<PyResult<Vec<_>>>()?;
     (
-        &report.format,
+        report.format.name(),
         report.verdict().name(),
         PyTuple::new(py, findings)?,
         PyTuple::new(py, &report.problems)?,

@@ -210,7 +210,7 @@ pub fn scanner_differential(data: &[u8]) {
     if let Some(by_reading) = scan::scan_pickles_by_reading(len, &read_at, &options) {
         let summary = |r: &scan::Report| {
             (
-                r.format.clone(),
+                r.format,
                 r.findings.clone(),
                 r.problems.clone(),
                 r.pickles,

@@ -67,15 +67,6 @@ pub fn is_record(root: &[u8], name: &[u8], record: &str) -> bool {
     record_of(root, name).is_some_and(|r| r.eq_ignore_ascii_case(record.as_bytes()))
 }
 
-/// Whether `name` ends with `suffix`, ignoring ASCII case as torch's record
-/// lookup does.
-pub fn ends_with_ignoring_case(name: &[u8], suffix: &[u8]) -> bool {
-    name.len() >= suffix.len()
-        && name
-            .get(name.len() - suffix.len()..)
-            .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
-}
-
 /// Storage records and small metadata of a checkpoint: never unpickled.
 /// Inlined: it is asked once per entry, for tens of thousands of entries.
 #[inline(always)]

@@ -1,0 +1,115 @@
+//! What a scan found: plain data, for the CLI, JSON and Python to present.
+
+/// A global outside the allowlist, where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// `module.name`, or a `<...>` description of a global without a name.
+    pub name: String,
+    pub dangerous: bool,
+    /// The file, archive entry or pickle it was found in.
+    pub location: String,
+    /// Byte offset inside that location.
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Clean,
+    Unsafe,
+    Unreadable,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Clean => "clean",
+            Verdict::Unsafe => "unsafe",
+            Verdict::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// What a file turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Empty,
+    TorchZip,
+    TorchScriptZip,
+    Npz,
+    Zip,
+    Npy,
+    Tar,
+    TorchLegacy,
+    Safetensors,
+    Pickle,
+    /// Bytes that no reader could unpickle from their first opcode on.
+    NotAPickle,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Empty => "empty",
+            Format::TorchZip => "torch-zip",
+            Format::TorchScriptZip => "torchscript-zip",
+            Format::Npz => "npz",
+            Format::Zip => "zip",
+            Format::Npy => "npy",
+            Format::Tar => "tar",
+            Format::TorchLegacy => "torch-legacy",
+            Format::Safetensors => "safetensors",
+            Format::Pickle => "pickle",
+            Format::NotAPickle => "not-a-pickle",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub format: Format,
+    pub findings: Vec<Finding>,
+    /// Why (part of) the file could not be read.
+    pub problems: Vec<String>,
+    /// How many pickles were read.
+    pub pickles: u32,
+}
+
+impl Report {
+    pub fn add(&mut self, finding: Finding) {
+        self.findings.push(finding);
+    }
+
+    /// Record why something at `location` could not be read.
+    pub fn problem(&mut self, location: &str, reason: impl std::fmt::Display) {
+        if location.is_empty() {
+            self.problems.push(reason.to_string());
+        } else {
+            self.problems.push(format!("{location}: {reason}"));
+        }
+    }
+
+    /// Unsafe outranks unreadable: a malformed file with a dangerous global before
+    /// the break is unsafe.
+    pub fn verdict(&self) -> Verdict {
+        if !self.findings.is_empty() {
+            Verdict::Unsafe
+        } else if !self.problems.is_empty() {
+            Verdict::Unreadable
+        } else {
+            Verdict::Clean
+        }
+    }
+
+    /// The distinct global names, in order of first appearance.
+    pub fn names(&self) -> Vec<String> {
+        first_appearances(self.findings.iter().map(|f| f.name.clone()))
+    }
+}
+
+/// Each name once, in order of first appearance. A B-tree set, not a hash set:
+/// see `UserGlobals` for the cost a `RandomState` adds to a one-file scan.
+pub fn first_appearances(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    names.filter(|n| seen.insert(n.clone())).collect()
+}

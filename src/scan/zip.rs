@@ -1,0 +1,365 @@
+//! Zip archives in a scan: torch checkpoints (judged by a load's dry run and by
+//! their pickles), npz files, and zips of anything, read the strict way and, where
+//! that fails, the ways other readers would still read them.
+
+use crate::archive::inflate::inflated_len;
+use crate::archive::method::Method;
+use crate::archive::zip::{self, Entry, FileBytes};
+use crate::scan::kind::{named_like_a_model, Kind};
+use crate::scan::{entry_data, nested, Format, Scan, Work};
+use crate::torch::records;
+
+/// How a zip's index was read, and where the zip is.
+pub struct ZipReading<'l> {
+    /// As a load reads it, not by the fallbacks of other readers.
+    pub strict: bool,
+    pub location: &'l str,
+    pub depth: u32,
+    /// The zip is the file itself.
+    pub top: bool,
+}
+
+impl ZipReading<'_> {
+    /// The scanned file, a zip whose index was read as a load reads it.
+    pub fn whole_file() -> ZipReading<'static> {
+        ZipReading {
+            strict: true,
+            location: "",
+            depth: 0,
+            top: true,
+        }
+    }
+}
+
+impl Scan<'_> {
+    pub(super) fn zip(&mut self, data: &[u8], location: &str, depth: u32, top: bool) {
+        let max = self.options.limits.max_zip_entries;
+        let mut strict = true;
+        let read = if self.options.pickles_only {
+            zip::read_directory_only
+        } else {
+            zip::read_entries
+        };
+        let index = match read(data, max) {
+            Ok(index) => index,
+            // Other readers still extract something: a zip after a prefix (Python's
+            // zipfile shifts the offsets), or, with no directory, the local headers.
+            Err(e) => match zip::read_entries_after_prefix(data, max) {
+                Ok(index) => {
+                    strict = false;
+                    self.problem(
+                        location,
+                        "the archive follows other bytes; offsets are shifted by them",
+                    );
+                    index
+                }
+                Err(_) => {
+                    strict = false;
+                    self.problem(
+                        location,
+                        format!("{e}; reading the local headers one by one instead"),
+                    );
+                    let entries = zip::walk_local_headers(data, max);
+                    zip::Index {
+                        entries,
+                        directory_offset: data.len() as u64,
+                    }
+                }
+            },
+        };
+        let layout = ZipLayout::of(&index);
+        let reading = ZipReading {
+            strict,
+            location,
+            depth,
+            top,
+        };
+        self.zip_entries(data, index, &layout, &reading);
+    }
+
+    /// Scan the entries of a zip. With `pickles_only`, a strict index may leave
+    /// payloads unlocated: an entry is located when it is read.
+    pub(super) fn zip_entries<D: FileBytes + ?Sized>(
+        &mut self,
+        data: &D,
+        index: zip::Index,
+        layout: &ZipLayout,
+        reading: &ZipReading,
+    ) {
+        let ZipReading {
+            strict,
+            location,
+            depth,
+            top,
+        } = *reading;
+        let pickles_only = self.options.pickles_only;
+        let unlocated = strict && pickles_only;
+        let valid = if unlocated {
+            // A repeated name leaves readers to pick one of its entries: only the
+            // pickles' choice matters to a gate that reads no tensor.
+            zip::validate_directory(&index, layout.pickles(&index))
+        } else {
+            zip::validate(&index)
+        };
+        if let Err(e) = valid {
+            self.problem(location, e);
+        }
+        if top {
+            self.report.format = layout.format(&index);
+        }
+        // A checkpoint a load accepts has only allowlisted globals in its data.pkl,
+        // and the compressed payloads the load reads are what it inflates: those
+        // of the storages its pickle names, and the metadata records it checked.
+        let inflated_by_load = if top && !pickles_only && layout.root.is_some() {
+            data.whole().and_then(|whole| {
+                self.validated_load(whole, strict.then(|| index.clone()), location)
+            })
+        } else {
+            None
+        };
+        let loadable = inflated_by_load.is_some();
+        debug_assert_eq!(layout.unpickled.len(), index.entries.len());
+        for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
+            if loadable && layout.is_main_pickle(&entry.name) {
+                self.report.pickles += 1;
+                continue;
+            }
+            if !unpickled {
+                let unread = inflated_by_load
+                    .as_ref()
+                    .is_some_and(|read| read.binary_search(&entry.data_offset).is_err());
+                if entry.method != Method::Stored && !pickles_only && !unread {
+                    let here = nested(location, &entry.name_lossy());
+                    if !self.charge(entry.uncompressed_size, Work::Inflate, &here) {
+                        return;
+                    }
+                    self.compressed_payload(data, entry, &here);
+                }
+                continue;
+            }
+            let here = nested(location, &entry.name_lossy());
+            let charged = match entry.method {
+                Method::Stored => self.charge(entry.compressed_size, Work::Read, &here),
+                _ => self.charge(entry.uncompressed_size, Work::Inflate, &here),
+            };
+            if !charged {
+                return;
+            }
+            let located;
+            let entry = if unlocated {
+                located = match zip::locate_entry(data, entry) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.problem(&here, e);
+                        continue;
+                    }
+                };
+                if let Some(what) = located.disagreement {
+                    self.problem(location, zip::disagreement_error(&located, what));
+                }
+                &located
+            } else {
+                entry
+            };
+            let bytes = match entry_data(entry, data, &self.options.limits) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.problem(&here, e);
+                    continue;
+                }
+            };
+            let scan_it = named_like_a_model(&entry.name)
+                || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty);
+            if scan_it || bytes.first() == Some(&0x80) {
+                self.bytes(&bytes, &here, depth + 1, false);
+            }
+        }
+    }
+
+    /// A compressed storage record must inflate to exactly what it declares (a load
+    /// would find out only when copying it); counted without keeping the output.
+    fn compressed_payload<D: FileBytes + ?Sized>(
+        &mut self,
+        data: &D,
+        entry: &Entry,
+        location: &str,
+    ) {
+        if entry.method != Method::Deflate {
+            return;
+        }
+        let raw = entry.raw(data).ok();
+        match raw.map(|raw| inflated_len(raw, entry.uncompressed_size)) {
+            Some(Ok(n)) if n == entry.uncompressed_size => {}
+            Some(Ok(n)) => self.problem(
+                location,
+                format!(
+                    "inflates to {n} bytes, declares {}",
+                    entry.uncompressed_size
+                ),
+            ),
+            Some(Err(e)) => self.problem(location, e),
+            None => self.problem(location, "entry data lies outside the file"),
+        }
+    }
+
+    /// A zip glued after another file (a pickle, an .npy): Python's zipfile opens it.
+    pub(super) fn trailing_zip(&mut self, data: &[u8], location: &str, depth: u32) {
+        let tail_start = data.len().saturating_sub(22 + 0xffff + 64);
+        if !data.get(tail_start..).is_some_and(has_end_record_signature) {
+            return;
+        }
+        let max = self.options.limits.max_zip_entries;
+        if let Ok(index) = zip::read_entries_after_prefix(data, max) {
+            if !index.entries.is_empty() {
+                self.problem(location, "a zip archive is appended to the file");
+                self.zip(data, location, depth + 1, false);
+            }
+        }
+    }
+}
+
+/// What a zip's names say about which of its entries are never unpickled.
+pub struct ZipLayout {
+    /// The root folder of a torch checkpoint: every entry under it, with a data.pkl.
+    root: Option<Vec<u8>>,
+    /// Per entry of the index, in order: whether a reader may unpickle it.
+    unpickled: Vec<bool>,
+}
+
+impl ZipLayout {
+    pub fn of(index: &zip::Index) -> ZipLayout {
+        let root = (index.entries.first())
+            .and_then(|e| records::root_of(&e.name))
+            .filter(|&r| {
+                (index.entries.iter()).any(|e| records::is_record(r, &e.name, records::DATA_PKL))
+            });
+        // Only TensorDict leaves need to know their neighbours.
+        let names: Option<std::collections::HashSet<String>> =
+            (index.entries.iter().any(|e| e.name.ends_with(b".memmap")))
+                .then(|| index.entries.iter().map(Entry::name_lossy).collect());
+        let never_unpickled = |name: &[u8]| {
+            records::is_payload(root, name)
+                || name.ends_with(b"/")
+                || names.as_ref().is_some_and(|names| {
+                    name.ends_with(b".memmap")
+                        && is_tensordict_leaf(names, &String::from_utf8_lossy(name))
+                })
+        };
+        ZipLayout {
+            unpickled: (index.entries.iter())
+                .map(|e| !never_unpickled(&e.name))
+                .collect(),
+            root: root.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// What the zip is: a torch checkpoint (TorchScript's when it holds
+    /// constants), an npz, or any zip.
+    fn format(&self, index: &zip::Index) -> Format {
+        let constants = records::CONSTANTS_PKL.as_bytes();
+        let torchscript = (index.entries.iter())
+            .any(|e| (e.name.strip_suffix(constants)).is_some_and(|folder| folder.ends_with(b"/")));
+        match (&self.root, torchscript) {
+            (Some(_), true) => Format::TorchScriptZip,
+            (Some(_), false) => Format::TorchZip,
+            (None, _) if index.entries.iter().all(|e| e.name.ends_with(b".npy")) => Format::Npz,
+            _ => Format::Zip,
+        }
+    }
+
+    /// The checkpoint's main pickle, `<root>/data.pkl`.
+    fn is_main_pickle(&self, name: &[u8]) -> bool {
+        (self.root.as_deref()).is_some_and(|r| records::is_record(r, name, records::DATA_PKL))
+    }
+
+    /// The entries of `index` (the one this layout is of) that a reader may unpickle.
+    pub fn pickles<'i>(&'i self, index: &'i zip::Index) -> impl Iterator<Item = &'i Entry> {
+        (index.entries.iter().zip(&self.unpickled)).filter_map(|(e, &u)| u.then_some(e))
+    }
+}
+
+/// The directory records a pickles-only scan of a torch checkpoint need not
+/// build: those [`ZipLayout`] sets aside as torch payload (most of a checkpoint's
+/// entries), from the record after `<root>/data.pkl` on. torch writes data.pkl
+/// first; any payload before it is built and set aside by the layout as usual,
+/// so the layout of the entries kept is the layout of them all.
+#[derive(Default)]
+pub struct TorchPayloads {
+    /// The first record's folder, once a record has been seen.
+    root: Option<Option<Vec<u8>>>,
+    holds_main_pickle: bool,
+}
+
+impl TorchPayloads {
+    pub fn skip(&mut self, name: &[u8]) -> bool {
+        let root = (self.root).get_or_insert_with(|| records::root_of(name).map(<[u8]>::to_vec));
+        let Some(root) = root.as_deref() else {
+            return false;
+        };
+        if !self.holds_main_pickle {
+            self.holds_main_pickle = records::is_record(root, name, records::DATA_PKL);
+            return false;
+        }
+        records::is_payload(Some(root), name)
+    }
+}
+
+/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
+/// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
+/// is never mistaken for a broken pickle.
+fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
+    let meta = match name.rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/meta.json"),
+        None => "meta.json".to_owned(),
+    };
+    names.contains(&meta)
+}
+
+/// Does `data` hold `PK\x05\x06` anywhere? Every pickle the scanner reads is
+/// searched, so it looks for a `P` 32 bytes at a time, in a loop the compiler
+/// turns into vector compares (a byte-by-byte window search was a tenth of a
+/// pickles-only scan of a checkpoint, a word-at-a-time one still a fifteenth).
+fn has_end_record_signature(data: &[u8]) -> bool {
+    const SIGNATURE: &[u8] = b"PK\x05\x06";
+    const CHUNK: usize = 32;
+    let at = |i: usize| {
+        data.get(i..)
+            .is_some_and(|rest| rest.starts_with(SIGNATURE))
+    };
+    let from = |start: usize, chunk: &[u8]| {
+        (chunk.iter().enumerate()).any(|(i, &b)| b == b'P' && at(start + i))
+    };
+    let mut chunks = data.chunks_exact(CHUNK);
+    let mut start = 0usize;
+    for chunk in &mut chunks {
+        // `fold`, not `any`: no early exit, so no branch per byte.
+        let has_p = chunk.iter().fold(false, |seen, &b| seen | (b == b'P'));
+        if has_p && from(start, chunk) {
+            return true;
+        }
+        start += CHUNK;
+    }
+    from(start, chunks.remainder())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_end_record_signature;
+
+    #[test]
+    fn the_end_record_search_finds_what_a_window_search_finds() {
+        let signature = b"PK\x05\x06";
+        for len in 0..100 {
+            for at in 0..len {
+                // `P`s and partial signatures everywhere, the whole one at `at` or nowhere.
+                let mut data: Vec<u8> = (0..len).map(|i| b"PPK\x05x"[i % 5]).collect();
+                assert!(!has_end_record_signature(&data), "{data:?}");
+                if at + 4 <= len {
+                    data[at..at + 4].copy_from_slice(signature);
+                }
+                let expected = data.windows(4).any(|w| w == signature);
+                assert_eq!(has_end_record_signature(&data), expected, "{data:?}");
+            }
+        }
+    }
+}
