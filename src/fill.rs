@@ -89,10 +89,3 @@ fn copy_piece(checkpoint: &Checkpoint, piece: Piece<'_>) -> Result<(), Error> {
         checkpoint.read_stored_chunk(piece.storage, piece.start, piece.dst)
     }
 }
-
-/// How many threads copying should use.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8)
-}

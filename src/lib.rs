@@ -1,17 +1,31 @@
 //! tensorplay's core: load PyTorch checkpoints without running code from them.
 //!
 //! The data path: [`archive`] finds the records of a checkpoint in the mapped file,
-//! the [`pickle`] VM interprets `data.pkl` into an arena of values, [`torch`] gives
-//! the allowlisted globals torch's weights-only meaning, and [`checkpoint`] binds
-//! every storage to its bytes after validating it. Only `bindings` (behind the
-//! `python` feature) touches Python.
+//! the [`pickle`] VM interprets `data.pkl` into an arena of [`value`]s, [`torch`]
+//! gives the allowlisted globals torch's weights-only meaning, and [`checkpoint`]
+//! binds every storage to its bytes after validating it; [`scan`] reads the same
+//! bytes without building anything, and [`save`] writes them. Dependencies point
+//! down that path, never back up (checked by `.ci/check_layers.py`). Only
+//! `bindings` (behind the `python` feature) touches Python.
 
+// Input can never panic the core: no unwrap, expect, panic or unchecked index
+// outside tests (the fuzzing harnesses, which assert on purpose, opt out).
 #![deny(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
 
 pub mod archive;
 pub mod checkpoint;
 pub mod error;
 pub mod fill;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;

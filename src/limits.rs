@@ -161,6 +161,13 @@ impl Limits {
     }
 }
 
+/// How many threads bulk work (copying storages, checksums) uses by default.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

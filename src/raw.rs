@@ -3,16 +3,6 @@
 //! weights-only rules of a checkpoint's `data.pkl`, but with no archive there is no
 //! record a storage could live in, so every persistent id is refused.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::panic
-    )
-)]
-
 use std::sync::Arc;
 
 use crate::archive::source::Source;

@@ -16,7 +16,7 @@ PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
 "$PY" -m pip install --quiet ".[test]"
 
-cargo test --no-default-features --quiet
+cargo test --no-default-features --features fuzzing --quiet
 
 set +e
 # Run from tests/ so the installed package, not the source tree, is imported.

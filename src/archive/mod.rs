@@ -1,16 +1,6 @@
 //! Finding a checkpoint's records in its bytes: the zip reader, the torch layout
 //! over it, DEFLATE, and the memory map.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::panic
-    )
-)]
-
 pub mod decompress;
 pub mod entry_name;
 pub mod inflate;

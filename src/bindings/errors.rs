@@ -55,25 +55,24 @@ pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
             "A checkpoint tensorplay refuses to load: bad, unsafe or beyond the limits. Subclasses pickle.UnpicklingError.",
             &unpickling,
         )?;
-        let sub = |i: usize| -> PyResult<Py<PyType>> {
-            let (name, doc) = SPECS[i];
+        let sub = |(name, doc): (&str, &str)| -> PyResult<Py<PyType>> {
             new_class(py, name, doc, base.bind(py))
         };
         // torch raises RuntimeError for a broken archive or an unsupported file,
         // so code that catches that keeps working.
-        let runtime_too = |i: usize| -> PyResult<Py<PyType>> {
-            let (name, doc) = SPECS[i];
+        let runtime_too = |(name, doc): (&str, &str)| -> PyResult<Py<PyType>> {
             let attributes = pyo3::types::PyDict::new(py);
             attributes.set_item("__module__", "tensorplay._core")?;
             attributes.set_item("__doc__", format!("{doc} Also a RuntimeError, as torch's error for it is."))?;
             let bases = (base.bind(py), py.get_type::<pyo3::exceptions::PyRuntimeError>());
             Ok(py.get_type::<PyType>().call1((name, bases, attributes))?.cast_into::<PyType>()?.unbind())
         };
+        let [unsafe_, malformed, limit, unsupported] = SPECS;
         Ok(Classes {
-            unsafe_: sub(0)?,
-            malformed: runtime_too(1)?,
-            limit: sub(2)?,
-            unsupported: runtime_too(3)?,
+            unsafe_: sub(unsafe_)?,
+            malformed: runtime_too(malformed)?,
+            limit: sub(limit)?,
+            unsupported: runtime_too(unsupported)?,
             base,
         })
     })

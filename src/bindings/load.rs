@@ -213,7 +213,7 @@ pub fn load<'py>(
         )?,
         Backend::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
-    let threads = threads.unwrap_or_else(fill::default_threads);
+    let threads = threads.unwrap_or_else(crate::limits::default_threads);
     py.detach(|| {
         let jobs = jobs
             .into_iter()

@@ -180,7 +180,9 @@ pub fn torch_roots<'a, 'py>(
             if premade.len() <= tensor_id.index() {
                 premade.resize(tensor_id.index() + 1, None);
             }
-            premade[tensor_id.index()] = Some(tensor.clone());
+            if let Some(slot) = premade.get_mut(tensor_id.index()) {
+                *slot = Some(tensor.clone());
+            }
             objects.push(Some(StorageObject::TorchTensor(tensor)));
             continue;
         }

@@ -3,6 +3,15 @@
 //! stable toolchain. Each function takes raw bytes, runs one layer of the core on
 //! them and asserts the invariants that layer promises. Errors are expected
 //! outcomes; a panic here means a violated invariant (or a panic in the core).
+//! Only built with the `fuzzing` feature.
+
+// Harnesses assert their invariants: panicking is their job.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 
 mod archive;
 mod round_trip;

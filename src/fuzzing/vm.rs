@@ -208,14 +208,8 @@ pub fn scanner_differential(data: &[u8]) {
         data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
     };
     if let Some(by_reading) = scan::scan_pickles_by_reading(len, &read_at, &options) {
-        let summary = |r: &scan::Report| {
-            (
-                r.format,
-                r.findings.clone(),
-                r.problems.clone(),
-                r.pickles,
-            )
-        };
+        let summary =
+            |r: &scan::Report| (r.format, r.findings.clone(), r.problems.clone(), r.pickles);
         assert_eq!(
             summary(&by_reading),
             summary(&pickles_only),

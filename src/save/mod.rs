@@ -1,16 +1,6 @@
 //! Writing checkpoints as `torch.save` does: the aligned zip archive, its
 //! records in torch's order, and the serialization id.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::panic
-    )
-)]
-
 pub mod serialization_id;
 pub mod zip_writer;
 
@@ -86,7 +76,7 @@ pub fn crc32(bytes: &[u8]) -> u32 {
     }
     let parts: Vec<(u32, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = bytes
-            .chunks(CHUNK.max(bytes.len().div_ceil(crate::fill::default_threads())))
+            .chunks(CHUNK.max(bytes.len().div_ceil(crate::limits::default_threads())))
             .map(|part| scope.spawn(move || (crc32fast::hash(part), part.len())))
             .collect();
         handles

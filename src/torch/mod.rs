@@ -1,16 +1,6 @@
 //! torch's meaning for the values a checkpoint's pickle builds: storages named by
 //! persistent ids, the `_rebuild_*` functions, dtypes, and the weights-only rules.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::panic
-    )
-)]
-
 pub mod args;
 pub mod dtype;
 pub mod legacy;

@@ -3,16 +3,6 @@
 //! arena is flat, however deep the structure. It depends on nothing but the error
 //! and limit types; a [`Domain`] (torch's, in `crate::torch`) adds its own kinds.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::panic
-    )
-)]
-
 mod arena;
 pub mod compact;
 pub mod keys;
