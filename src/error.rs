@@ -91,6 +91,9 @@ pub enum Refusal {
     /// Anything else the weights-only rules forbid (REDUCE on a non-callable, BUILD on a
     /// type that cannot be built, a persistent id that is not a storage, ...).
     Forbidden(String),
+    /// A file the loader will not open for its own safety, whatever it holds: a
+    /// symbolic link, a device, a name that would leave its folder.
+    UnsafeFile(String),
 }
 
 impl Refusal {
@@ -138,7 +141,7 @@ impl fmt::Display for Refusal {
                 "Unsupported extension code {code}: EXT opcodes name globals through copyreg's \
                  registry, which tensorplay never consults"
             ),
-            Refusal::Forbidden(msg) => f.write_str(msg),
+            Refusal::Forbidden(msg) | Refusal::UnsafeFile(msg) => f.write_str(msg),
         }
     }
 }
@@ -166,6 +169,25 @@ pub enum ErrorKind {
     Tensor { reason: String },
     /// A valid file using something this build cannot load (a compression method, a version...).
     Unsupported { reason: String },
+}
+
+impl ErrorKind {
+    /// A stable name of the kind, for programs (`malformed_archive`, `limit`...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorKind::Io { .. } => "io",
+            ErrorKind::Archive { .. } => "malformed_archive",
+            ErrorKind::Pickle { .. } => "malformed_pickle",
+            ErrorKind::Unsafe(Refusal::UnsupportedGlobal { .. }) => "unsafe_global",
+            ErrorKind::Unsafe(Refusal::BlockedGlobal { .. }) => "blocked_global",
+            ErrorKind::Unsafe(Refusal::ExtensionCode { .. }) => "extension_code",
+            ErrorKind::Unsafe(Refusal::Forbidden(_)) => "forbidden",
+            ErrorKind::Unsafe(Refusal::UnsafeFile(_)) => "unsafe_file",
+            ErrorKind::Limit { .. } => "limit",
+            ErrorKind::Tensor { .. } => "tensor_bounds",
+            ErrorKind::Unsupported { .. } => "unsupported",
+        }
+    }
 }
 
 /// An error of the core. Boxed, so a `Result` of a small value stays small on

@@ -21,11 +21,12 @@ pub enum Limit {
     ZipEntries,
     InflatedBytes,
     KeyValues,
+    Depth,
 }
 
 impl Limit {
     /// Every limit, in the order the documentation lists them.
-    pub const ALL: [Limit; 12] = [
+    pub const ALL: [Limit; 13] = [
         Limit::PickleBytes,
         Limit::Nodes,
         Limit::PayloadBytes,
@@ -38,6 +39,7 @@ impl Limit {
         Limit::ZipEntries,
         Limit::InflatedBytes,
         Limit::KeyValues,
+        Limit::Depth,
     ];
 
     /// The name users pass in `limits={...}` and errors report.
@@ -55,6 +57,7 @@ impl Limit {
             Limit::ZipEntries => "max_zip_entries",
             Limit::InflatedBytes => "max_inflated_bytes",
             Limit::KeyValues => "max_key_values",
+            Limit::Depth => "max_depth",
         }
     }
 
@@ -93,6 +96,9 @@ pub struct Limits {
     /// hashes and compares them recursively, so a shared-tuple bomb as a key would
     /// hang (exponential) or overflow the C stack (deep).
     pub max_key_values: u64,
+    /// Levels of nesting a loader follows in a tree of files (a TensorDict folder's
+    /// nested tensordicts).
+    pub max_depth: u64,
 }
 
 impl Default for Limits {
@@ -110,6 +116,7 @@ impl Default for Limits {
             max_zip_entries: 1 << 23,
             max_inflated_bytes: 1 << 36,
             max_key_values: 10_000,
+            max_depth: 100,
         }
     }
 }
@@ -129,6 +136,7 @@ impl Limits {
             Limit::ZipEntries => &mut self.max_zip_entries,
             Limit::InflatedBytes => &mut self.max_inflated_bytes,
             Limit::KeyValues => &mut self.max_key_values,
+            Limit::Depth => &mut self.max_depth,
         }
     }
 
@@ -157,6 +165,7 @@ impl Limits {
             max_zip_entries: 1 << 10,
             max_inflated_bytes: 1 << 24,
             max_key_values: 1 << 10,
+            max_depth: 32,
         }
     }
 }

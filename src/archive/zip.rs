@@ -90,26 +90,28 @@ impl Entry {
         })
     }
 
-    /// The payload, decoded: borrowed from `data` when stored, else decompressed
-    /// into a buffer of exactly the size the entry declares, which may be at most
-    /// `cap` bytes (past it, a `limit` error, before anything is allocated).
+    /// The payload, decoded: borrowed from `data` when stored (its compressed size
+    /// of bytes, whatever the other size says: the strict readers refuse such an
+    /// entry before they read it), else decompressed into a buffer of exactly the
+    /// size the entry declares, which may be at most `cap` bytes (past it, a
+    /// `limit` error, before anything is allocated).
     pub fn read<'d, D: FileBytes + ?Sized>(
         &self,
         data: &'d D,
         limit: Limit,
         cap: u64,
     ) -> Result<Cow<'d, [u8]>, Error> {
-        let name = self.name_lossy();
         let raw = self.raw(data)?;
+        if self.method == Method::Stored {
+            return Ok(Cow::Borrowed(raw));
+        }
+        let name = self.name_lossy();
         decompress::check_entry(
             self.method,
             self.compressed_size,
             self.uncompressed_size,
             &name,
         )?;
-        if self.method == Method::Stored {
-            return Ok(Cow::Borrowed(raw));
-        }
         check_limit(limit, self.uncompressed_size, cap, || {
             Location::entry(&name)
         })?;

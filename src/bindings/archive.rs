@@ -6,8 +6,6 @@
 
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
-
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -17,8 +15,9 @@ use crate::archive::method::Method;
 use crate::archive::source::{MapMode, Source};
 use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::{limits_from, open_source};
+use crate::bindings::load::open_source;
 use crate::bindings::numpy_api::NumpyApi;
+use crate::bindings::options::LimitOverrides;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
 
@@ -66,13 +65,13 @@ fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Source>
 /// dicts: `name` (bytes), `method`, `flags`, `crc32`, `compressed_size`, `size`,
 /// `data_offset`, plus the file's `length`.
 #[pyfunction]
-#[pyo3(signature = (source, *, limits=None))]
+#[pyo3(signature = (source, *, limits=LimitOverrides::default()))]
 pub fn zip_entries<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
-    limits: Option<HashMap<String, u64>>,
+    limits: LimitOverrides,
 ) -> PyResult<Bound<'py, PyList>> {
-    let limits = limits_from(limits)?;
+    let limits = limits.0;
     let data = archive_source(py, source)?;
     let index = py
         .detach(|| zip::read_index(data.bytes(), limits.max_zip_entries))
@@ -111,15 +110,15 @@ fn payload<'d>(data: &'d [u8], request: &Request) -> Result<&'d [u8], Error> {
 /// GIL released. Each comes back as a writable uint8 numpy array of exactly its
 /// expected size; an entry that decodes to any other size is an error naming it.
 #[pyfunction]
-#[pyo3(signature = (source, entries, threads=1, *, limits=None))]
+#[pyo3(signature = (source, entries, threads=1, *, limits=LimitOverrides::default()))]
 pub fn inflate_entries<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
     entries: Vec<Request>,
     threads: usize,
-    limits: Option<HashMap<String, u64>>,
+    limits: LimitOverrides,
 ) -> PyResult<Bound<'py, PyList>> {
-    let limits = limits_from(limits)?;
+    let limits = limits.0;
     let data = archive_source(py, source)?;
     let mut total = 0u64;
     for request in &entries {

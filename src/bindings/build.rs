@@ -2,10 +2,8 @@
 //! arena is walked with an explicit stack (so no depth overflows anything), every
 //! node is built once and cached (so shared objects and storages stay shared), and
 //! the only callables are torch's, numpy's and the user's allowlisted ones.
-
-#![allow(unsafe_code)]
-
-use std::cell::RefCell;
+//! Python's own values are built here; tensors, storages and torch's other kinds
+//! by the backend's [`Tensors`].
 
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -13,38 +11,20 @@ use pyo3::types::{
 };
 
 use crate::bindings::errors::wrap_build_error;
-use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::storages::{DimsTuples, StorageObject, TorchStorage};
-use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{Checkpoint, Format, StorageData};
-use crate::torch::dtype::DType;
-use crate::torch::policy::{Builtin, Global};
-use crate::torch::tensor::{Dense, Dims, QParams, StorageId, TensorKind, TensorNode};
-use crate::torch::value::{Arena, Node, TensorId, Torch};
+use crate::bindings::tensors::Tensors;
+use crate::checkpoint::Checkpoint;
+use crate::torch::policy::Global;
+use crate::torch::value::{Arena, Node, Torch};
 use crate::value::{Constructor, DictClass, Mutation, NodeId};
-
-pub enum Backend<'py> {
-    Torch(TorchApi<'py>),
-    Numpy(NumpyApi<'py>),
-}
 
 pub struct Builder<'a, 'py> {
     pub py: Python<'py>,
     pub checkpoint: &'a Checkpoint,
-    pub backend: Backend<'py>,
-    pub storages: Vec<Option<StorageObject<'py>>>,
-    pub user_objects: Vec<Bound<'py, PyAny>>,
+    tensors: Box<dyn Tensors<'a, 'py> + 'a>,
+    user_objects: Vec<Bound<'py, PyAny>>,
     pub helpers: Bound<'py, PyModule>,
-    /// Under a FakeTensorMode: called on every dense tensor to set its fake device.
-    pub fake: Option<Bound<'py, PyAny>>,
-    /// Describe tensors (dtype, shape, where their bytes are) instead of building them.
-    pub inspect: bool,
-    /// By tensor index: tensors already made together with their storage, each
-    /// taken by the first node that builds it.
-    pub premade: RefCell<Vec<Option<Bound<'py, PyAny>>>>,
     cache: Vec<Option<Bound<'py, PyAny>>>,
     in_progress: Vec<bool>,
-    pub dims_tuples: RefCell<DimsTuples<'a, 'py>>,
 }
 
 enum Frame {
@@ -57,33 +37,22 @@ enum Frame {
     Fill(NodeId),
 }
 
-fn tuple_of<'py>(py: Python<'py>, dims: &[u64]) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, dims.iter().copied())
-}
-
 impl<'a, 'py> Builder<'a, 'py> {
     pub fn new(
-        py: Python<'py>,
         checkpoint: &'a Checkpoint,
-        backend: Backend<'py>,
-        storages: Vec<Option<StorageObject<'py>>>,
+        tensors: Box<dyn Tensors<'a, 'py> + 'a>,
         user_objects: Vec<Bound<'py, PyAny>>,
         helpers: Bound<'py, PyModule>,
     ) -> Self {
         let n = checkpoint.arena.len();
         Builder {
-            py,
+            py: helpers.py(),
             checkpoint,
-            backend,
-            storages,
+            tensors,
             user_objects,
             helpers,
-            fake: None,
-            inspect: false,
-            premade: RefCell::default(),
             cache: vec![None; n],
             in_progress: vec![false; n],
-            dims_tuples: RefCell::default(),
         }
     }
 
@@ -91,7 +60,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         self.checkpoint.arena.get(id)
     }
 
-    fn arena(&self) -> &'a Arena {
+    pub(crate) fn arena(&self) -> &'a Arena {
         &self.checkpoint.arena
     }
 
@@ -105,7 +74,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         }
     }
 
-    fn fail(&self, id: NodeId, reason: &str) -> PyErr {
+    pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
         let class = match crate::bindings::errors::classes(self.py) {
             Ok(c) => c.malformed.bind(self.py).clone(),
             Err(e) => return e,
@@ -126,7 +95,7 @@ impl<'a, 'py> Builder<'a, 'py> {
         let mut pending = vec![key];
         while let Some(id) = pending.pop() {
             match self.node(id) {
-                Node::Domain(Torch::Tensor(_)) if matches!(self.backend, Backend::Numpy(_)) => {
+                Node::Domain(Torch::Tensor(_)) if self.tensors.arrays_unhashable() => {
                     return self.unsupported(format!(
                         "the numpy backend cannot use an array in a dict key or set item ({what}); load with backend='torch'"
                     ));
@@ -138,16 +107,12 @@ impl<'a, 'py> Builder<'a, 'py> {
         wrap_build_error(self.py, cause, what)
     }
 
-    fn unsupported(&self, reason: String) -> PyErr {
+    pub(crate) fn unsupported(&self, reason: String) -> PyErr {
         let class = match crate::bindings::errors::classes(self.py) {
             Ok(c) => c.unsupported.bind(self.py).clone(),
             Err(e) => return e,
         };
         PyErr::from_type(class, reason)
-    }
-
-    fn dims_tuple(&self, dims: &'a [u64]) -> PyResult<Bound<'py, PyTuple>> {
-        self.dims_tuples.borrow_mut().get(self.py, dims)
     }
 
     fn store(&mut self, id: NodeId, obj: Bound<'py, PyAny>) {
@@ -282,15 +247,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                     .flatten()
                     .collect(),
             },
-            // numpy keeps only the tensor of a tensor-with-attributes; building
-            // `torch.Tensor` itself would need torch.
-            Node::Domain(Torch::Tensor(t)) => {
-                match (&self.backend, &self.arena().tensor(*t).kind) {
-                    _ if self.inspect => Vec::new(),
-                    (Backend::Numpy(_), TensorKind::FromType { base, .. }) => vec![*base],
-                    _ => tensor_children(self.arena().tensor(*t)),
-                }
-            }
+            Node::Domain(Torch::Tensor(t)) => self.tensors.children(self.arena().tensor(*t)),
             _ => Vec::new(),
         }
     }
@@ -432,24 +389,12 @@ impl<'a, 'py> Builder<'a, 'py> {
                 .get(*i as usize)
                 .cloned()
                 .ok_or_else(|| self.fail(id, "unknown user global"))?,
-            Node::Domain(Torch::Global(Global::Builtin(b))) => self.builtin(*b)?,
-            Node::Domain(Torch::Size(dims)) => match &self.backend {
-                Backend::Torch(t) => t.size.call1((PyTuple::new(py, dims.iter().copied())?,))?,
-                Backend::Numpy(_) => PyTuple::new(py, dims.iter().copied())?.into_any(),
-            },
-            Node::Domain(Torch::Device(s)) => match &self.backend {
-                Backend::Torch(t) => t
-                    .device
-                    .call1((s.as_ref(),))
-                    .map_err(|e| wrap_build_error(py, e, "invalid device"))?,
-                Backend::Numpy(_) => PyString::new(py, s).into_any(),
-            },
-            Node::Domain(Torch::Layout(l)) => match &self.backend {
-                Backend::Torch(t) => t.layout(*l)?,
-                Backend::Numpy(_) => PyString::new(py, l.name()).into_any(),
-            },
-            Node::Domain(Torch::Storage(s)) => self.bare_storage(*s)?,
-            Node::Domain(Torch::Tensor(t)) => self.tensor(*t)?,
+            Node::Domain(Torch::Global(Global::Builtin(b))) => self.tensors.builtin(self, *b)?,
+            Node::Domain(Torch::Size(dims)) => self.tensors.size(self, dims)?,
+            Node::Domain(Torch::Device(s)) => self.tensors.device(self, s)?,
+            Node::Domain(Torch::Layout(l)) => self.tensors.layout(self, *l)?,
+            Node::Domain(Torch::Storage(s)) => self.tensors.storage(self, *s)?,
+            Node::Domain(Torch::Tensor(t)) => self.tensors.tensor(self, *t)?,
             Node::Object(o) => {
                 let result = match o.constructor {
                     Constructor::Call { func, args } => {
@@ -483,7 +428,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                     }
                     _ => return Err(self.fail(id, "numpy array data is not bytes")),
                 };
-                let shape = tuple_of(py, &state.shape)?;
+                let shape = PyTuple::new(py, state.shape.iter().copied())?;
                 self.helpers.call_method1(
                     "numpy_array",
                     (state.dtype.descr(), shape, state.fortran, data),
@@ -504,396 +449,5 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Opaque => return Err(self.fail(id, "an unresolved value")),
         };
         Ok(obj)
-    }
-
-    fn builtin(&self, b: Builtin) -> PyResult<Bound<'py, PyAny>> {
-        let py = self.py;
-        match &self.backend {
-            Backend::Torch(t) => t.builtin(b),
-            Backend::Numpy(_) => match b {
-                Builtin::Dtype(d) => Ok(PyString::new(py, d.name()).into_any()),
-                Builtin::QScheme(q) => Ok(PyString::new(py, q.name()).into_any()),
-                Builtin::OrderedDict | Builtin::Counter => {
-                    py.import("collections")?.getattr(match b {
-                        Builtin::Counter => "Counter",
-                        _ => "OrderedDict",
-                    })
-                }
-                // Python's own, not torch's: the same objects in either backend.
-                Builtin::Set | Builtin::Complex | Builtin::ByteArray | Builtin::Bytes => {
-                    let full = b.full_name();
-                    py.import("builtins")?
-                        .getattr(full.trim_start_matches("builtins."))
-                }
-                Builtin::CodecsEncode => py.import("_codecs")?.getattr("encode"),
-                other => Err(self.unsupported(format!(
-                    "the numpy backend cannot represent the object {}; load with backend='torch'",
-                    other.full_name()
-                ))),
-            },
-        }
-    }
-
-    fn storage(&self, id: StorageId) -> PyResult<&StorageObject<'py>> {
-        self.storages
-            .get(id.index())
-            .and_then(Option::as_ref)
-            .ok_or_else(|| self.unsupported("storage not prepared".into()))
-    }
-
-    fn torch_storage(&self, id: StorageId) -> PyResult<TorchStorage<'py>> {
-        self.storage(id)?
-            .torch()?
-            .ok_or_else(|| self.unsupported("mixed backends".into()))
-    }
-
-    /// A storage returned as a value of its own (`t.storage()` pickled at top level).
-    fn bare_storage(&self, id: StorageId) -> PyResult<Bound<'py, PyAny>> {
-        let storage = self
-            .checkpoint
-            .storages
-            .get(id.index())
-            .ok_or_else(|| self.unsupported("unknown storage".into()))?;
-        let decl = &storage.decl;
-        let legacy_root = self.checkpoint.format == Format::Legacy
-            && !matches!(storage.data, StorageData::View { .. });
-        let nbytes = decl.nbytes;
-        let dtype = decl.dtype;
-        if self.inspect {
-            let n = nbytes / dtype.itemsize().max(1);
-            let dense = Dense {
-                storage: id,
-                dtype,
-                offset: 0,
-                shape: Dims::from(&[n][..]),
-                stride: Dims::from(&[1][..]),
-            };
-            return self.describe_tensor(&TensorNode::new(TensorKind::Dense(dense), false), false);
-        }
-        match &self.backend {
-            Backend::Torch(t) => {
-                let dtype_obj = t.dtype(dtype)?;
-                let (untyped, _) = self.torch_storage(id)?;
-                // torch's legacy loader marks each storage it allocates (it then
-                // fills it from the file); a view is a slice, and unmarked.
-                if legacy_root {
-                    untyped.setattr(pyo3::intern!(self.py, "_torch_load_uninitialized"), true)?;
-                }
-                self.helpers
-                    .call_method1("typed_storage", (untyped, dtype_obj))
-            }
-            Backend::Numpy(_) => {
-                let view_dtype = if dtype.numpy().is_some() {
-                    dtype
-                } else {
-                    DType::UInt8
-                };
-                let n = nbytes / view_dtype.itemsize();
-                let dense = Dense {
-                    storage: id,
-                    dtype: view_dtype,
-                    offset: 0,
-                    shape: Dims::from(&[n][..]),
-                    stride: Dims::from(&[1][..]),
-                };
-                self.numpy_dense(&dense)
-            }
-        }
-    }
-
-    fn tensor(&self, id: TensorId) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.arena().tensor(id);
-        match &self.backend {
-            _ if self.inspect => self.describe_tensor(t, false),
-            Backend::Torch(_) => {
-                let premade = self
-                    .premade
-                    .borrow_mut()
-                    .get_mut(id.index())
-                    .and_then(Option::take);
-                self.torch_tensor(t, premade)
-            }
-            Backend::Numpy(_) => self.numpy_tensor(t),
-        }
-    }
-
-    /// A torch tensor; `premade` is the dense tensor already made with its storage.
-    fn torch_tensor(
-        &self,
-        t: &'a TensorNode,
-        premade: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = self.py;
-        let Backend::Torch(api) = &self.backend else {
-            return Err(self.unsupported("backend".into()));
-        };
-        let tensor = match &t.kind {
-            TensorKind::Dense(d) => {
-                let out = match premade {
-                    Some(out) => out,
-                    None => {
-                        let (storage, device) = self.torch_storage(d.storage)?;
-                        let out = match device {
-                            None => api.empty(d.dtype)?,
-                            Some(device) => api.empty_on(d.dtype, &device)?,
-                        };
-                        out.call_method1(
-                            pyo3::intern!(py, "set_"),
-                            (
-                                storage,
-                                d.offset,
-                                self.dims_tuple(&d.shape)?,
-                                self.dims_tuple(&d.stride)?,
-                            ),
-                        )?;
-                        out
-                    }
-                };
-                if t.conj || t.neg {
-                    let md = PyDict::new(py);
-                    if t.conj {
-                        md.set_item("conj", true)?;
-                    }
-                    if t.neg {
-                        md.set_item("neg", true)?;
-                    }
-                    self.helpers
-                        .call_method1("set_tensor_metadata", (&out, md))?;
-                }
-                if let Some(fake) = &self.fake {
-                    fake.call1((&out,))?;
-                }
-                out
-            }
-            TensorKind::Empty { dtype } => api.empty(*dtype)?,
-            TensorKind::Meta {
-                dtype,
-                shape,
-                stride,
-            } => {
-                let dtype = api.dtype(*dtype)?;
-                self.helpers.call_method1(
-                    "meta_tensor",
-                    (dtype, tuple_of(py, shape)?, tuple_of(py, stride)?),
-                )?
-            }
-            TensorKind::Quantized { dense, params } => {
-                let (storage, _) = self.torch_storage(dense.storage)?;
-                let dtype = api.dtype(dense.dtype)?;
-                let qparams = match params {
-                    QParams::PerTensor {
-                        qscheme,
-                        scale,
-                        zero_point,
-                    } => PyTuple::new(
-                        py,
-                        [
-                            api.torch.getattr(qscheme.name())?,
-                            scale.into_pyobject(py)?.into_any(),
-                            zero_point.into_pyobject(py)?.into_any(),
-                        ],
-                    )?,
-                    QParams::PerChannel {
-                        qscheme,
-                        scales,
-                        zero_points,
-                        axis,
-                    } => PyTuple::new(
-                        py,
-                        [
-                            api.torch.getattr(qscheme.name())?,
-                            self.built(*scales)?,
-                            self.built(*zero_points)?,
-                            axis.into_pyobject(py)?.into_any(),
-                        ],
-                    )?,
-                };
-                self.helpers.call_method1(
-                    "qtensor",
-                    (
-                        storage,
-                        dtype,
-                        dense.offset,
-                        tuple_of(py, &dense.shape)?,
-                        tuple_of(py, &dense.stride)?,
-                        qparams,
-                    ),
-                )?
-            }
-            TensorKind::Sparse {
-                layout,
-                parts,
-                size,
-                coalesced,
-            } => {
-                let layout = api.layout(*layout)?;
-                let parts = parts
-                    .iter()
-                    .map(|p| self.built(*p))
-                    .collect::<PyResult<Vec<_>>>()?;
-                self.helpers.call_method1(
-                    "sparse_tensor",
-                    (
-                        layout,
-                        PyTuple::new(py, parts)?,
-                        tuple_of(py, size)?,
-                        *coalesced,
-                    ),
-                )?
-            }
-            TensorKind::Nested {
-                buffer,
-                sizes,
-                strides,
-                offsets,
-            } => self.helpers.call_method1(
-                "nested_tensor",
-                (
-                    self.built(*buffer)?,
-                    self.built(*sizes)?,
-                    self.built(*strides)?,
-                    self.built(*offsets)?,
-                ),
-            )?,
-            TensorKind::Parameter { data, state } => {
-                let data = self.built(*data)?;
-                let state = match state {
-                    Some(s) => self.built(*s)?,
-                    None => py.None().into_bound(py),
-                };
-                return self
-                    .helpers
-                    .call_method1("parameter", (data, t.requires_grad, state));
-            }
-            TensorKind::FromType { base, cls, state } => {
-                return self.helpers.call_method1(
-                    "from_type",
-                    (self.built(*base)?, self.built(*cls)?, self.built(*state)?),
-                );
-            }
-            TensorKind::TorchCall { func, args } => {
-                let name = Builtin::Rebuild(*func).full_name();
-                return self
-                    .helpers
-                    .call_method1("torch_call", (name, self.built(*args)?));
-            }
-        };
-        if t.requires_grad {
-            tensor.call_method1("requires_grad_", (true,))?;
-        }
-        Ok(tensor)
-    }
-
-    fn numpy_tensor(&self, t: &'a TensorNode) -> PyResult<Bound<'py, PyAny>> {
-        let py = self.py;
-        match &t.kind {
-            TensorKind::Dense(d) => {
-                let array = self.numpy_dense(d)?;
-                if t.conj || t.neg {
-                    return self
-                        .helpers
-                        .call_method1("apply_conj_neg", (array, t.conj, t.neg));
-                }
-                Ok(array)
-            }
-            TensorKind::Empty { dtype } => {
-                let Backend::Numpy(api) = &self.backend else {
-                    return Err(self.unsupported("backend".into()));
-                };
-                let descr = api
-                    .descr(*dtype)?
-                    .ok_or_else(|| self.unsupported(no_numpy(*dtype)))?;
-                py.import("numpy")?.call_method1("empty", (0, descr))
-            }
-            TensorKind::Meta {
-                dtype,
-                shape,
-                stride,
-            } => self.helpers.call_method1(
-                "meta_spec",
-                (dtype.name(), tuple_of(py, shape)?, tuple_of(py, stride)?),
-            ),
-            TensorKind::Parameter { data, .. } => self.built(*data),
-            TensorKind::FromType { base, cls, .. } => {
-                let plain = matches!(
-                    self.node(*cls),
-                    Node::Domain(Torch::Global(Global::Builtin(Builtin::Tensor)))
-                );
-                if plain {
-                    self.built(*base)
-                } else {
-                    Err(self.unsupported("the numpy backend cannot hold a tensor subclass; load with backend='torch'".into()))
-                }
-            }
-            other => Err(self.unsupported(format!(
-                "the numpy backend cannot hold a {} tensor; load with backend='torch'",
-                TensorNode::new(other.clone(), false).kind_name()
-            ))),
-        }
-    }
-
-    fn numpy_dense(&self, d: &Dense) -> PyResult<Bound<'py, PyAny>> {
-        let Backend::Numpy(api) = &self.backend else {
-            return Err(self.unsupported("backend".into()));
-        };
-        let descr = api
-            .descr(d.dtype)?
-            .ok_or_else(|| self.unsupported(no_numpy(d.dtype)))?;
-        let buf = match self
-            .storages
-            .get(d.storage.index())
-            .and_then(Option::as_ref)
-        {
-            Some(StorageObject::Numpy(b)) => b,
-            _ => return Err(self.unsupported("storage not prepared".into())),
-        };
-        let itemsize = d.dtype.itemsize();
-        let strides: Vec<u64> = d.stride.iter().map(|s| s * itemsize).collect();
-        // An empty view may start anywhere, even past its storage: it reads nothing,
-        // and numpy keeps no offset.
-        let byte_offset = if d.shape.contains(&0) {
-            0
-        } else {
-            d.offset
-                .checked_mul(itemsize)
-                .and_then(|b| usize::try_from(b).ok())
-                .ok_or_else(|| self.unsupported("offset too large".into()))?
-        };
-        // SAFETY: `Dense::validate` checked offset and extent against the storage size
-        // when the tensor was created, and the buffer holds exactly that storage.
-        unsafe { api.view(&descr, buf, byte_offset, &d.shape, &strides) }
-    }
-}
-
-fn no_numpy(dtype: DType) -> String {
-    format!(
-        "numpy has no dtype for torch.{}; load with backend='torch'",
-        dtype.name()
-    )
-}
-
-fn tensor_children(t: &TensorNode) -> Vec<NodeId> {
-    match &t.kind {
-        TensorKind::Dense(_) | TensorKind::Empty { .. } | TensorKind::Meta { .. } => Vec::new(),
-        TensorKind::Quantized { params, .. } => match params {
-            QParams::PerTensor { .. } => Vec::new(),
-            QParams::PerChannel {
-                scales,
-                zero_points,
-                ..
-            } => vec![*scales, *zero_points],
-        },
-        TensorKind::Sparse { parts, .. } => parts.to_vec(),
-        TensorKind::Nested {
-            buffer,
-            sizes,
-            strides,
-            offsets,
-        } => vec![*buffer, *sizes, *strides, *offsets],
-        TensorKind::Parameter { data, state } => {
-            [Some(*data), *state].into_iter().flatten().collect()
-        }
-        TensorKind::FromType { base, cls, state } => vec![*base, *cls, *state],
-        TensorKind::TorchCall { args, .. } => vec![*args],
     }
 }

@@ -3,12 +3,13 @@
 //! do (the malformed and unsupported ones `RuntimeError` too, as torch's archive
 //! errors), and is declared under `tensorplay._core` so instances can be pickled.
 
-use pyo3::exceptions::PyOSError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use crate::error::{Error, ErrorKind, Refusal};
+use crate::error::{Error, ErrorKind, Location, Refusal};
+use crate::limits::Limit;
 
 pub struct Classes {
     pub base: Py<PyType>,
@@ -104,6 +105,7 @@ fn unsafe_message(refusal: &Refusal, location: &str) -> String {
              WeightsUnpickler error: {refusal}{location}"
         ),
         Refusal::BlockedGlobal { .. } => format!("Weights only load failed. {RERUN}\n\n{refusal}{location}"),
+        Refusal::UnsafeFile(_) => format!("unsafe file: {refusal}{location}"),
         _ => format!("Weights only load failed. {RERUN}\nWeightsUnpickler error: {refusal}{location}"),
     }
 }
@@ -155,7 +157,78 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         ErrorKind::Unsupported { .. } => (&classes.unsupported, err.to_string()),
         _ => (&classes.malformed, err.to_string()),
     };
-    PyErr::from_type(class.bind(py).clone(), message)
+    let pyerr = PyErr::from_type(class.bind(py).clone(), message);
+    match describe(py, &pyerr, &err) {
+        Ok(()) => pyerr,
+        Err(e) => e,
+    }
+}
+
+/// Copy what the error says onto the exception, for programs: `kind`, `entry`,
+/// `offset`, `opcode`, and for a limit `limit` and `maximum`; `None` where unknown.
+fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
+    let value = pyerr.value(py);
+    let location = err.location().cloned().unwrap_or_default();
+    value.setattr("kind", err.kind().code())?;
+    value.setattr("entry", location.entry)?;
+    value.setattr("offset", location.offset)?;
+    value.setattr("opcode", location.opcode.map(|o| o.name))?;
+    let (limit, maximum) = match err.kind() {
+        ErrorKind::Limit { limit, max } => (Some(limit.name()), Some(*max)),
+        _ => (None, None),
+    };
+    value.setattr("limit", limit)?;
+    value.setattr("maximum", maximum)?;
+    Ok(())
+}
+
+/// The exception the core would raise for an error of kind `kind` (a code of
+/// `ErrorKind::code`): for the Python layer's own refusals, so that every
+/// refusal has one message shape and the same attributes.
+#[pyfunction]
+#[pyo3(signature = (kind, reason, *, entry=None, offset=None, limit=None, maximum=None))]
+pub fn error(
+    py: Python<'_>,
+    kind: &str,
+    reason: String,
+    entry: Option<String>,
+    offset: Option<u64>,
+    limit: Option<&str>,
+    maximum: Option<u64>,
+) -> PyResult<Py<PyAny>> {
+    let location = Location {
+        entry,
+        offset,
+        opcode: None,
+    };
+    let err = match kind {
+        "malformed_archive" => Error::archive(reason, location),
+        "malformed_pickle" => Error::pickle(reason, location),
+        "tensor_bounds" => Error::tensor(reason, location),
+        "unsupported" => Error::unsupported(reason, location),
+        "forbidden" => Error::forbidden(reason, location),
+        "unsafe_file" => Error::refused(Refusal::UnsafeFile(reason), location),
+        "limit" => {
+            let limit = limit
+                .and_then(Limit::from_name)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown limit {limit:?}")))?;
+            Error::limit(limit, maximum.unwrap_or_default(), location)
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown error kind {other:?}"
+            )))
+        }
+    };
+    Ok(to_pyerr(py, err).into_value(py).into_any())
+}
+
+/// `_core.build_error`: [`wrap_build_error`] for the Python helpers of the builder.
+#[pyfunction]
+#[pyo3(name = "build_error")]
+pub fn py_build_error(py: Python<'_>, what: &str, cause: Bound<'_, PyAny>) -> Py<PyAny> {
+    let cause = PyErr::from_value(cause);
+    wrap_build_error(py, cause, what).into_value(py).into_any()
 }
 
 /// Wrap a Python exception raised while building objects: the file made us call

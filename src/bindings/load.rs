@@ -4,8 +4,6 @@
 
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,55 +12,26 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt};
 
 use crate::archive::source::{HeldBytes, MapMode, Source};
-use crate::bindings::build::{Backend, Builder};
+use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::NumpyApi;
+use crate::bindings::options::{load_options, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::{self, DataMode, Placement};
+use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Endianness, Format, LoadOptions};
+use crate::checkpoint::{self, Endianness, Format};
 use crate::fill::{self, FillJob};
-use crate::limits::{Limit, Limits};
-use crate::pickle::machine::StringEncoding;
-use crate::torch::policy::UserGlobals;
 
-pub fn limits_from(overrides: Option<HashMap<String, u64>>) -> PyResult<Limits> {
-    let mut limits = Limits::default();
-    for (name, value) in overrides.into_iter().flatten() {
-        let limit = Limit::from_name(&name).ok_or_else(|| {
-            let known: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
-            PyValueError::new_err(format!(
-                "unknown limit {name:?}; known: {}",
-                known.join(", ")
-            ))
-        })?;
-        limits.set(limit, value);
+/// The user's allowlist comes as names and the objects they name, in order.
+pub fn check_user_globals(names: &[String], objects: &[Bound<'_, PyAny>]) -> PyResult<()> {
+    if names.len() == objects.len() {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(
+            "user_names and user_objects differ in length",
+        ))
     }
-    Ok(limits)
-}
-
-pub fn options_from(
-    user_names: Vec<String>,
-    limits: Option<HashMap<String, u64>>,
-    encoding: &str,
-    endianness: &str,
-) -> PyResult<LoadOptions> {
-    Ok(LoadOptions {
-        limits: limits_from(limits)?,
-        user_globals: UserGlobals::new(user_names),
-        encoding: StringEncoding::from_name(encoding)
-            .ok_or_else(|| PyValueError::new_err(format!("unsupported encoding {encoding:?}")))?,
-        endianness: match endianness {
-            "native" => Endianness::Native,
-            "little" => Endianness::Little,
-            "big" => Endianness::Big,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown endianness {other:?}"
-                )))
-            }
-        },
-    })
 }
 
 /// A Python bytes object, read in place: its contents are immutable and live as
@@ -131,42 +100,29 @@ fn return_freed_memory() {
 /// called for the storages not saved on the CPU, and for those too when
 /// `restore_cpu` (a package registered ahead of torch's CPU entry).
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=None, encoding="utf-8", endianness="little", threads=None, data="read", restore=None, restore_all=false, restore_cpu=false, fake=None))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
-    backend: &str,
+    backend: Backend,
     mmap: bool,
     shared: bool,
     user_names: Vec<String>,
     user_objects: Vec<Bound<'py, PyAny>>,
-    limits: Option<HashMap<String, u64>>,
-    encoding: &str,
-    endianness: &str,
+    limits: LimitOverrides,
+    encoding: Encoding,
+    endianness: Endianness,
     threads: Option<usize>,
-    data: &str,
+    data: DataMode,
     restore: Option<Bound<'py, PyAny>>,
     restore_all: bool,
     restore_cpu: bool,
     fake: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if user_objects.len() != user_names.len() {
-        return Err(PyValueError::new_err(
-            "user_names and user_objects differ in length",
-        ));
-    }
-    let mode = match data {
-        "read" => DataMode::Read,
-        "skip" => DataMode::Skip,
-        "meta" => DataMode::Meta,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "unknown data mode {other:?}"
-            )))
-        }
-    };
-    let options = options_from(user_names, limits, encoding, endianness)?;
+    check_user_globals(&user_names, &user_objects)?;
+    let mode = data;
+    let options = load_options(user_names, limits, encoding, endianness);
     let map_mode = match (mmap, shared) {
         (false, _) => MapMode::ReadOnly,
         (true, false) => MapMode::Private,
@@ -186,10 +142,13 @@ pub fn load<'py>(
             checkpoint
         })
         .map_err(|e| to_pyerr(py, e))?;
-    let backend = match backend {
-        "torch" => Backend::Torch(TorchApi::new(py)?),
-        "numpy" => Backend::Numpy(NumpyApi::new(py)?),
-        other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
+    enum Api<'py> {
+        Torch(TorchApi<'py>),
+        Numpy(NumpyApi<'py>),
+    }
+    let api = match backend {
+        Backend::Torch => Api::Torch(TorchApi::new(py)?),
+        Backend::Numpy => Api::Numpy(NumpyApi::new(py)?),
     };
     let _paused = crate::bindings::gc::pause(py)?;
     // A storage made with its tensor must stay where it is made (the CPU), and
@@ -201,8 +160,8 @@ pub fn load<'py>(
         jobs,
         premade,
         tuples,
-    } = match &backend {
-        Backend::Torch(api) => storages::torch_roots(
+    } = match &api {
+        Api::Torch(api) => storages::torch_roots(
             py,
             &checkpoint,
             api,
@@ -211,7 +170,7 @@ pub fn load<'py>(
             fake.is_some(),
             with_tensors,
         )?,
-        Backend::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
+        Api::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
     let threads = threads.unwrap_or_else(crate::limits::default_threads);
     py.detach(|| {
@@ -237,11 +196,12 @@ pub fn load<'py>(
         storages::relocate(&checkpoint, &mut objects, &restore, placement)?;
     }
     storages::resolve_views(py, &checkpoint, &mut objects)?;
+    let tensors: Box<dyn Tensors> = match api {
+        Api::Torch(api) => Box::new(TorchTensors::new(api, objects, premade, tuples, fake)),
+        Api::Numpy(api) => Box::new(NumpyTensors::new(api, objects)),
+    };
     let helpers = py.import("tensorplay._build")?;
-    let mut builder = Builder::new(py, &checkpoint, backend, objects, user_objects, helpers);
-    builder.fake = fake;
-    builder.premade = RefCell::new(premade);
-    builder.dims_tuples = RefCell::new(tuples);
+    let builder = Builder::new(&checkpoint, tensors, user_objects, helpers);
     let loaded = builder.build(checkpoint.root);
     // The checkpoint's parsed form lies below the objects just built, where the
     // heap cannot shrink on its own: 10 MiB kept for 50,000 tensors without this.

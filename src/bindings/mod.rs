@@ -11,10 +11,12 @@ mod inspect;
 mod load;
 mod mapping;
 mod numpy_api;
+mod options;
 mod pickle;
 mod save;
 mod scan;
 mod storages;
+mod tensors;
 mod torch_api;
 
 use crate::limits::{Limit, Limits};
@@ -30,19 +32,42 @@ fn default_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// torch's dtypes, by name: `(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)`,
+/// where `numpy_spec` is a numpy type string or an ml_dtypes name (`None` where
+/// numpy has no dtype) and `legacy_storage` the legacy storage class (`FloatStorage`).
+#[pyfunction]
+fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    use crate::torch::dtype::{DType, NumpyDType};
+    let d = PyDict::new(py);
+    for dtype in DType::ALL {
+        let (spec, ml) = match dtype.numpy() {
+            Some(NumpyDType::Native(spec)) => (Some(spec), false),
+            Some(NumpyDType::MlDtypes(name)) => (Some(name), true),
+            None => (None, false),
+        };
+        let row = (dtype.itemsize(), spec, ml, dtype.legacy_storage_name());
+        d.set_item(dtype.name(), row)?;
+    }
+    Ok(d)
+}
+
 #[pymodule(name = "_core")]
 fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<mapping::MappedFile>()?;
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::is_tensordict_leaf, m)?)?;
     m.add_function(wrap_pyfunction!(pickle::loads, m)?)?;
     m.add_function(wrap_pyfunction!(archive::zip_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::inflate_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::error, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,6 +1,5 @@
 //! `_core.scan` and `_core.unsafe_globals`: the scanner, with the GIL released.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
@@ -9,34 +8,35 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::archive::source::MapMode;
 use crate::archive::zip::read_entries_by_reading;
 use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::{limits_from, open_source};
+use crate::bindings::load::open_source;
+use crate::bindings::options::LimitOverrides;
 use crate::scan::{
     scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
     unsafe_globals_by_reading, Report, ScanOptions,
 };
 use crate::torch::policy::UserGlobals;
 
-fn options(user_names: Vec<String>, limits: Option<HashMap<String, u64>>) -> PyResult<ScanOptions> {
-    Ok(ScanOptions {
-        limits: limits_from(limits)?,
+fn options(user_names: Vec<String>, limits: LimitOverrides) -> ScanOptions {
+    ScanOptions {
+        limits: limits.0,
         user_globals: UserGlobals::new(user_names),
         pickles_only: false,
-    })
+    }
 }
 
 /// Scan a path or a bytes object; returns the report as a dict.
 #[pyfunction]
-#[pyo3(signature = (source, user_names=Vec::new(), limits=None, pickles_only=false))]
+#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false))]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
     user_names: Vec<String>,
-    limits: Option<HashMap<String, u64>>,
+    limits: LimitOverrides,
     pickles_only: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let options = ScanOptions {
         pickles_only,
-        ..options(user_names, limits)?
+        ..options(user_names, limits)
     };
     if pickles_only && source.cast::<PyBytes>().is_err() {
         let path: PathBuf = source.extract()?;
@@ -91,14 +91,14 @@ fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, Py
 
 /// The globals of a checkpoint's pickles that the allowlist does not cover.
 #[pyfunction]
-#[pyo3(name = "unsafe_globals", signature = (source, user_names=Vec::new(), limits=None))]
+#[pyo3(name = "unsafe_globals", signature = (source, user_names=Vec::new(), limits=LimitOverrides::default()))]
 pub fn globals_outside_allowlist(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
     user_names: Vec<String>,
-    limits: Option<HashMap<String, u64>>,
+    limits: LimitOverrides,
 ) -> PyResult<Vec<String>> {
-    let options = options(user_names, limits)?;
+    let options = options(user_names, limits);
     let path = match source.cast::<PyBytes>() {
         Ok(_) => None, // the file's bytes, not a path
         Err(_) => source.extract::<PathBuf>().ok(),
@@ -143,4 +143,18 @@ fn with_reads<T>(
         Some(buf)
     };
     f(len, &read_at)
+}
+
+/// Whether `name` (a path relative to an archive or a folder whose names are
+/// `siblings`) is a TensorDict leaf: raw tensor bytes that no reader unpickles.
+#[pyfunction]
+pub fn is_tensordict_leaf(name: &str, siblings: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let mut failed = None;
+    let leaf = crate::scan::is_tensordict_leaf(name, |n| {
+        siblings.contains(n).unwrap_or_else(|e| {
+            failed = Some(e);
+            false
+        })
+    });
+    failed.map_or(Ok(leaf), Err)
 }

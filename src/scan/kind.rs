@@ -64,3 +64,17 @@ pub fn named_like_a_model(name: &[u8]) -> bool {
                 .is_some_and(|tail| tail.eq_ignore_ascii_case(ext))
     })
 }
+
+/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to its level's
+/// `meta.json` (`exists` says which names the archive or folder holds): raw
+/// tensor bytes that no reader unpickles, so random data in them is never taken
+/// for a broken pickle.
+pub fn is_tensordict_leaf(name: &str, mut exists: impl FnMut(&str) -> bool) -> bool {
+    if !name.ends_with(".memmap") {
+        return false;
+    }
+    match name.rsplit_once('/') {
+        Some((folder, _)) => exists(&format!("{folder}/meta.json")),
+        None => exists("meta.json"),
+    }
+}

@@ -26,7 +26,7 @@ use crate::torch::records::{self, Record};
 use crate::torch::storages::IdFormat;
 
 pub use budget::{Budget, Work, MAX_DEFLATE_RATIO, WORK_PER_FILE_BYTE};
-pub use kind::Kind;
+pub use kind::{is_tensordict_leaf, Kind};
 pub use report::{Finding, Format, Report, Verdict};
 
 use budget::MAX_DEPTH;

@@ -5,7 +5,7 @@
 use crate::archive::inflate::inflated_len;
 use crate::archive::method::Method;
 use crate::archive::zip::{self, Entry, FileBytes};
-use crate::scan::kind::{named_like_a_model, Kind};
+use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, Format, Scan, Work};
 use crate::torch::records;
 
@@ -241,8 +241,7 @@ impl ZipLayout {
             records::is_payload(root, name)
                 || name.ends_with(b"/")
                 || names.as_ref().is_some_and(|names| {
-                    name.ends_with(b".memmap")
-                        && is_tensordict_leaf(names, &String::from_utf8_lossy(name))
+                    is_tensordict_leaf(&String::from_utf8_lossy(name), |n| names.contains(n))
                 })
         };
         ZipLayout {
@@ -302,17 +301,6 @@ impl TorchPayloads {
         }
         records::is_payload(Some(root), name)
     }
-}
-
-/// A TensorDict leaf (`<key>.memmap`, `<key>.shape.memmap`) next to the level's
-/// `meta.json`: raw tensor bytes that no reader unpickles, so random data in them
-/// is never mistaken for a broken pickle.
-fn is_tensordict_leaf(names: &std::collections::HashSet<String>, name: &str) -> bool {
-    let meta = match name.rsplit_once('/') {
-        Some((folder, _)) => format!("{folder}/meta.json"),
-        None => "meta.json".to_owned(),
-    };
-    names.contains(&meta)
 }
 
 /// Does `data` hold `PK\x05\x06` anywhere? Every pickle the scanner reads is

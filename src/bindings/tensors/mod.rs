@@ -1,0 +1,68 @@
+//! How each backend makes what only it knows: tensors, storages, and torch's
+//! other kinds of value (dtypes, sizes, devices, layouts, classes). The builder
+//! builds Python's own values and asks these for the rest.
+
+mod inspect;
+pub(crate) mod numpy;
+mod torch;
+
+use pyo3::prelude::*;
+
+use crate::bindings::build::Builder;
+use crate::torch::policy::Builtin;
+use crate::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
+use crate::torch::value::TensorId;
+use crate::value::NodeId;
+
+pub use inspect::InspectTensors;
+pub use numpy::NumpyTensors;
+pub use torch::TorchTensors;
+
+/// The objects a backend makes for torch's kinds of value.
+pub trait Tensors<'a, 'py> {
+    /// A built-in global itself: a dtype, a class, a rebuild function...
+    fn builtin(&self, b: &Builder<'a, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>>;
+    /// `torch.Size(dims)`.
+    fn size(&self, b: &Builder<'a, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>>;
+    /// `torch.device(device)`.
+    fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>>;
+    fn layout(&self, b: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>>;
+    /// A storage returned as a value of its own (`t.storage()` pickled at top level).
+    fn storage(&self, b: &Builder<'a, 'py>, id: StorageId) -> PyResult<Bound<'py, PyAny>>;
+    fn tensor(&self, b: &Builder<'a, 'py>, id: TensorId) -> PyResult<Bound<'py, PyAny>>;
+    /// The nodes a tensor needs built before it.
+    fn children(&self, t: &TensorNode) -> Vec<NodeId> {
+        tensor_children(t)
+    }
+    /// Whether a tensor is what makes a dict key unhashable (numpy arrays are).
+    fn arrays_unhashable(&self) -> bool {
+        false
+    }
+}
+
+/// Every node a tensor's construction refers to.
+pub fn tensor_children(t: &TensorNode) -> Vec<NodeId> {
+    match &t.kind {
+        TensorKind::Dense(_) | TensorKind::Empty { .. } | TensorKind::Meta { .. } => Vec::new(),
+        TensorKind::Quantized { params, .. } => match params {
+            QParams::PerTensor { .. } => Vec::new(),
+            QParams::PerChannel {
+                scales,
+                zero_points,
+                ..
+            } => vec![*scales, *zero_points],
+        },
+        TensorKind::Sparse { parts, .. } => parts.to_vec(),
+        TensorKind::Nested {
+            buffer,
+            sizes,
+            strides,
+            offsets,
+        } => vec![*buffer, *sizes, *strides, *offsets],
+        TensorKind::Parameter { data, state } => {
+            [Some(*data), *state].into_iter().flatten().collect()
+        }
+        TensorKind::FromType { base, cls, state } => vec![*base, *cls, *state],
+        TensorKind::TorchCall { args, .. } => vec![*args],
+    }
+}
