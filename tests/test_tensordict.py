@@ -702,7 +702,7 @@ def test_nesting_is_bounded_and_deep_json_is_malformed(tmp_path):
         _td_folder(level, {"meta.json": _meta({"d": {"type": "TensorDict"}})})
         level = level / "d"
     _td_folder(level, {"meta.json": _meta({})})
-    with pytest.raises(tensorplay.LimitExceededError, match="nesting depth"):
+    with pytest.raises(tensorplay.LimitExceededError, match="max_depth"):
         tensorplay.load_memmap(tmp_path / "deep", backend="numpy")
     folder = _td_folder(tmp_path / "json", {"meta.json": b"[" * 200000 + b"]" * 200000})
     with pytest.raises(Malformed, match="not valid JSON"):

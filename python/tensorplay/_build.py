@@ -9,14 +9,12 @@ from . import _core
 from ._types import TensorInfo, TensorSpec
 
 
-def _refuse(message: str) -> _core.UnsafeCheckpointError:
-    return _core.UnsafeCheckpointError(f"Weights only load failed. WeightsUnpickler error: {message}")
+def _refuse(message: str) -> BaseException:
+    return _core.error("forbidden", message)
 
 
-def _malformed(what: str, cause: BaseException) -> _core.MalformedCheckpointError:
-    err = _core.MalformedCheckpointError(f"malformed checkpoint: {what}: {cause}")
-    err.__cause__ = cause
-    return err
+def _malformed(what: str, cause: BaseException) -> BaseException:
+    return _core.build_error(what, cause)
 
 
 # --- user-allowlisted objects (torch's weights-only semantics) ---------------------

@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
 from ._atomic import replacing
 from .serialization import load
 
-# What safetensors stores, by numpy dtype name (its format has no complex128 or
-# complex32, and the numpy backend gives float4 and sub-byte integers no dtype).
-_STORABLE = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
-             "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
-             "float8_e5m2fnuz", "float8_e8m0fnu", "complex64"}
+# What safetensors stores, by numpy dtype name: every dtype the numpy backend
+# gives arrays of, but complex128, which its format lacks.
+_STORABLE = {name for name, (_, spec, _, _) in _core.dtypes().items() if spec is not None} - {"complex128"}
 
 
 def _flatten(obj: Any, prefix: str, tensors: dict, others: dict) -> None:

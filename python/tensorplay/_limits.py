@@ -16,6 +16,7 @@ could make the loader spend; raise one only for files you trust.
 | max_zip_entries | entries in one zip archive | 8,388,608 |
 | max_inflated_bytes | bytes inflated from compressed entries | 64 GiB |
 | max_key_values | values inside one dict key or set item (hashed recursively) | 10,000 |
+| max_depth | levels of nesting a tree of files may have (TensorDict folders) | 100 |
 """
 from __future__ import annotations
 

@@ -71,22 +71,15 @@ def _ref(module: str, name: str) -> Any:
 _STAND_INS: dict[tuple[str, str], _Global] = {}
 
 
-# numpy dtype -> (storage class name or None for UntypedStorage, torch dtype name)
-_LEGACY = {
-    "float64": "DoubleStorage", "float32": "FloatStorage", "float16": "HalfStorage", "int64": "LongStorage",
-    "int32": "IntStorage", "int16": "ShortStorage", "int8": "CharStorage", "uint8": "ByteStorage",
-    "bool": "BoolStorage", "complex128": "ComplexDoubleStorage", "complex64": "ComplexFloatStorage",
-    "bfloat16": "BFloat16Storage",
-}
-_UNTYPED = {"uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-            "float8_e8m0fnu"}
+# The dtypes numpy arrays are saved as, by name: those with a legacy storage class
+# (`FloatStorage`) are written as torch writes them, the others as untyped storages.
+_NUMPY_DTYPES = {name: legacy for name, (_, spec, _, legacy) in _core.dtypes().items() if spec is not None}
+_LEGACY = {name: legacy for name, legacy in _NUMPY_DTYPES.items() if legacy is not None}
 
 
 def _torch_dtype_name(a: np.ndarray) -> str | None:
     name = a.dtype.name
-    if name in _LEGACY or name in _UNTYPED:
-        return name
-    return None
+    return name if name in _NUMPY_DTYPES else None
 
 
 class _StorageRef:

@@ -38,32 +38,15 @@ from . import _allowlist, _core, _limits
 from ._types import TensorSpec
 
 FORMAT_VERSION = 1
-#: Levels of nesting accepted below the prefix; deeper trees are refused.
-MAX_DEPTH = 100
+#: Levels of nesting accepted below the prefix by default (the ``max_depth`` limit);
+#: deeper trees are refused.
+MAX_DEPTH = _limits.default_limits()["max_depth"]
 
-# torch dtype name -> (element size, numpy dtype spec or None, from ml_dtypes)
+# torch dtype name -> (element size, numpy dtype spec or None, from ml_dtypes): the
+# dtypes tensordict memmaps, i.e. what numpy holds, and complex32, which only torch does.
 _DTYPES: dict[str, tuple[int, str | None, bool]] = {
-    "float64": (8, "<f8", False),
-    "float32": (4, "<f4", False),
-    "float16": (2, "<f2", False),
-    "bfloat16": (2, "bfloat16", True),
-    "complex128": (16, "<c16", False),
-    "complex64": (8, "<c8", False),
-    "complex32": (4, None, False),
-    "int64": (8, "<i8", False),
-    "int32": (4, "<i4", False),
-    "int16": (2, "<i2", False),
-    "int8": (1, "|i1", False),
-    "uint64": (8, "<u8", False),
-    "uint32": (4, "<u4", False),
-    "uint16": (2, "<u2", False),
-    "uint8": (1, "|u1", False),
-    "bool": (1, "|b1", False),
-    "float8_e4m3fn": (1, "float8_e4m3fn", True),
-    "float8_e5m2": (1, "float8_e5m2", True),
-    "float8_e4m3fnuz": (1, "float8_e4m3fnuz", True),
-    "float8_e5m2fnuz": (1, "float8_e5m2fnuz", True),
-    "float8_e8m0fnu": (1, "float8_e8m0fnu", True),
+    name: (size, spec, ml) for name, (size, spec, ml, _) in _core.dtypes().items()
+    if spec is not None or name == "complex32"
 }
 
 # Container classes json_types.json may name (tensordict's from_pytree types).
@@ -83,20 +66,20 @@ _CLASS_RE = re.compile(r"<class '([A-Za-z_][\w.]*)'>")
 
 # --- errors -------------------------------------------------------------------------
 
-def _malformed(where: str, message: str) -> Exception:
-    return _core.MalformedCheckpointError(f"malformed TensorDict: {message} [{where}]")
+def _malformed(where: str, message: str) -> BaseException:
+    return _core.error("malformed_archive", f"TensorDict: {message}", entry=where)
 
 
-def _unsafe(where: str, message: str) -> Exception:
-    return _core.UnsafeCheckpointError(f"unsafe TensorDict: {message} [{where}]")
+def _unsafe(where: str, message: str) -> BaseException:
+    return _core.error("unsafe_file", f"TensorDict: {message}", entry=where)
 
 
-def _unsupported(where: str, message: str) -> Exception:
-    return _core.UnsupportedCheckpointError(f"unsupported TensorDict: {message} [{where}]")
+def _unsupported(where: str, message: str) -> BaseException:
+    return _core.error("unsupported", f"TensorDict: {message}", entry=where)
 
 
-def _limit(where: str, what: str, maximum: int) -> Exception:
-    return _core.LimitExceededError(f"limit exceeded: {what} (at most {maximum}) [{where}]")
+def _limit(where: str, limit: str, maximum: int) -> BaseException:
+    return _core.error("limit", limit, entry=where, limit=limit, maximum=maximum)
 
 
 # --- keys and file names --------------------------------------------------------------
@@ -200,7 +183,7 @@ def _dims(value: Any, where: str, what: str, max_ndim: int) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise _malformed(where, f"{what} {value!r} is not a list")
     if len(value) > max_ndim:
-        raise _limit(where, f"max_ndim: {what} has {len(value)} dimensions", max_ndim)
+        raise _limit(where, "max_ndim", max_ndim)
     if not all(type(d) is int and d >= 0 for d in value):
         raise _malformed(where, f"{what} {value!r} is not a list of non-negative ints")
     return tuple(value)
@@ -317,7 +300,7 @@ class _Folder:
         fd, size = self.open_file(name)
         try:
             if size > limit:
-                raise _limit(self.path(name), f"max_pickle_bytes: a {size}-byte metadata file", limit)
+                raise _limit(self.path(name), "max_pickle_bytes", limit)
             chunks, got = [], 0
             while got < size:
                 chunk = os.pread(fd, size - got, got)
@@ -417,7 +400,7 @@ class _ArchiveFolder:
         if entry is None:
             return None
         if entry["size"] > limit:
-            raise _limit(self.path(name), f"max_pickle_bytes: a {entry['size']}-byte metadata file", limit)
+            raise _limit(self.path(name), "max_pickle_bytes", limit)
         if entry["method"] == 0:
             start = entry["data_offset"]
             return bytes(self.archive.map[start:start + entry["size"]])
@@ -470,8 +453,8 @@ class _Reader:
             folder.close()
 
     def read_level(self, folder: Any, depth: int) -> Any:
-        if depth > MAX_DEPTH:
-            raise _limit(folder.where, "nesting depth", MAX_DEPTH)
+        if depth > self.limits["max_depth"]:
+            raise _limit(folder.where, "max_depth", self.limits["max_depth"])
         data = folder.read("meta.json", self.max_bytes)
         if data is None:
             raise _malformed(folder.path("meta.json"), "missing meta.json: not a TensorDict folder")

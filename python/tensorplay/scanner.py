@@ -120,10 +120,10 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
         if os.path.isdir(p) and not os.path.islink(p):
             for root, dirs, files in os.walk(p):
                 dirs.sort()
-                tensordict_level = "meta.json" in files
+                names = set(files)
                 for name in sorted(files):
                     full = os.path.join(root, name)
-                    if not os.path.islink(full) and not (tensordict_level and name.endswith(".memmap")):
+                    if not os.path.islink(full) and not _core.is_tensordict_leaf(name, names):
                         yield full
         else:
             yield p
