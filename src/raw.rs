@@ -8,91 +8,25 @@ use std::sync::Arc;
 use crate::archive::source::Source;
 use crate::checkpoint::{Checkpoint, Format, LoadOptions};
 use crate::error::{Error, Location};
-use crate::pickle::machine::{self, Hooks};
+use crate::pickle::machine;
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storages::IdFormat;
-use crate::torch::value::{Arena, Torch};
+use crate::torch::value::Arena;
 use crate::value::keys;
-use crate::value::NodeId;
-
-/// torch's hooks, minus persistent ids.
-struct NoStorages<'u>(TorchHooks<'u>);
-
-impl Hooks for NoStorages<'_> {
-    type Domain = Torch;
-
-    fn global(
-        &mut self,
-        arena: &mut Arena,
-        module: &str,
-        name: &str,
-        at: &Location,
-    ) -> Result<NodeId, Error> {
-        self.0.global(arena, module, name, at)
-    }
-
-    fn reduce(
-        &mut self,
-        arena: &mut Arena,
-        func: NodeId,
-        args: NodeId,
-        at: &Location,
-    ) -> Result<NodeId, Error> {
-        self.0.reduce(arena, func, args, at)
-    }
-
-    fn new_object(
-        &mut self,
-        arena: &mut Arena,
-        cls: NodeId,
-        args: NodeId,
-        kwargs: Option<NodeId>,
-        at: &Location,
-    ) -> Result<NodeId, Error> {
-        self.0.new_object(arena, cls, args, kwargs, at)
-    }
-
-    fn build(
-        &mut self,
-        arena: &mut Arena,
-        inst: NodeId,
-        state: NodeId,
-        at: &Location,
-    ) -> Result<(), Error> {
-        self.0.build(arena, inst, state, at)
-    }
-
-    fn persistent_load(
-        &mut self,
-        _arena: &mut Arena,
-        _pid: NodeId,
-        at: &Location,
-    ) -> Result<NodeId, Error> {
-        Err(Error::forbidden(
-            "a persistent id in a pickle outside a checkpoint archive: there is no storage it could name",
-            at.clone(),
-        ))
-    }
-
-    fn unresolved_global(&mut self, arena: &mut Arena, at: &Location) -> Result<NodeId, Error> {
-        self.0.unresolved_global(arena, at)
-    }
-
-    fn extension(&mut self, arena: &mut Arena, code: u32, at: &Location) -> Result<NodeId, Error> {
-        self.0.extension(arena, code, at)
-    }
-}
 
 /// Run the pickle in `data` (named `name` in errors) and validate what it built,
 /// as a checkpoint without storages.
 pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Checkpoint, Error> {
     let mut arena = Arena::new(&options.limits);
-    let mut hooks = NoStorages(TorchHooks::new(
+    let mut hooks = TorchHooks::new(
         Refusals::Raise,
         &options.user_globals,
         options.limits,
         IdFormat::Zip,
-    ));
+    )
+    .without_persistent_ids(
+        "a persistent id in a pickle outside a checkpoint archive: there is no storage it could name",
+    );
     let parsed = machine::run(
         data,
         &mut hooks,

@@ -116,6 +116,40 @@ fn exact_tensors(checkpoint: &Checkpoint) -> Vec<Option<(TensorId, &Dense)>> {
     exact
 }
 
+/// A root storage (any but a legacy sub-storage view), as both backends meet it:
+/// its size, and where it lies in the mapping when it can be used in place.
+struct Root<'m, 'py> {
+    id: StorageId,
+    nbytes: usize,
+    in_place: Option<(&'m Bound<'py, MappedFile>, (usize, usize))>,
+}
+
+/// The storages of `checkpoint`, in order: `None` for a legacy view (resolved
+/// later, by `resolve_views`), else the root.
+fn roots<'c, 'm, 'py>(
+    checkpoint: &'c Checkpoint,
+    mapped: Option<&'m Bound<'py, MappedFile>>,
+    mode: DataMode,
+) -> impl Iterator<Item = PyResult<Option<Root<'m, 'py>>>> + 'c
+where
+    'm: 'c,
+{
+    (checkpoint.storages.iter().enumerate()).map(move |(i, storage)| {
+        let id = StorageId(i as u32);
+        if matches!(storage.data, StorageData::View { .. }) {
+            return Ok(None);
+        }
+        let in_place = mapped
+            .filter(|_| mode == DataMode::Read)
+            .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
+        Ok(Some(Root {
+            id,
+            nbytes: nbytes(checkpoint, id)?,
+            in_place,
+        }))
+    })
+}
+
 /// Root storages (everything but legacy sub-storage views) for torch. With
 /// `with_tensors`, a CPU storage that one of its tensors covers exactly is made
 /// with that tensor (`empty_strided`, or `frombuffer` over the mapping), and the
@@ -142,21 +176,19 @@ pub fn torch_roots<'a, 'py>(
     let mut whole: Option<Bound<'py, PyAny>> = None;
     let meta = PyDict::new(py);
     meta.set_item("device", "meta")?;
-    for (i, storage) in checkpoint.storages.iter().enumerate() {
-        let id = StorageId(i as u32);
-        if matches!(storage.data, StorageData::View { .. }) {
+    for root in roots(checkpoint, mapped, mode) {
+        let Some(Root {
+            id,
+            nbytes: n,
+            in_place,
+        }) = root?
+        else {
             objects.push(None);
             continue;
-        }
-        let n = nbytes(checkpoint, id)?;
-        let in_place = mapped
-            .filter(|_| mode == DataMode::Read)
-            .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
-        let exact_tensor = exact
-            .get(i)
-            .copied()
-            .flatten()
-            .filter(|_| &*storage.decl.location == "cpu");
+        };
+        let location = checkpoint.storage(id).map(|s| &*s.decl.location);
+        let exact_tensor =
+            (exact.get(id.index()).copied().flatten()).filter(|_| location == Some("cpu"));
         if let Some((tensor_id, dense)) = exact_tensor {
             let shape = tuples.get(py, &dense.shape)?;
             let stride = tuples.get(py, &dense.stride)?;
@@ -192,7 +224,7 @@ pub fn torch_roots<'a, 'py>(
                 // Where the bytes are, for tools that edit checkpoints in place.
                 st.setattr("_checkpoint_offset", checkpoint.data_offset(id))?;
                 if fake {
-                    st.setattr("_fake_device", &*storage.decl.location)?;
+                    st.setattr("_fake_device", location)?;
                 }
                 StorageObject::Torch {
                     storage: st,
@@ -272,16 +304,16 @@ pub fn numpy_roots<'a, 'py>(
 ) -> PyResult<Prepared<'a, 'py>> {
     let mut objects = Vec::with_capacity(checkpoint.storages.len());
     let mut jobs = Vec::new();
-    for (i, storage) in checkpoint.storages.iter().enumerate() {
-        let id = StorageId(i as u32);
-        if matches!(storage.data, StorageData::View { .. }) {
+    for root in roots(checkpoint, mapped, mode) {
+        let Some(Root {
+            id,
+            nbytes: n,
+            in_place,
+        }) = root?
+        else {
             objects.push(None);
             continue;
-        }
-        let n = nbytes(checkpoint, id)?;
-        let in_place = mapped
-            .filter(|_| mode == DataMode::Read)
-            .and_then(|m| checkpoint.mapped_range(id).map(|r| (m, r)));
+        };
         let buf = match in_place {
             Some((file, (start, _))) => {
                 let f = file.get();

@@ -174,6 +174,21 @@ impl<'o> Scan<'o> {
         format: IdFormat,
         max_pickles: Option<usize>,
     ) -> stream::StreamScan {
+        let s = self.read_stream(data, location, format, max_pickles);
+        if let Some(p) = &s.problem {
+            self.problem(location, p);
+        }
+        s
+    }
+
+    /// [`Scan::stream`] leaving the problem to the caller.
+    fn read_stream(
+        &mut self,
+        data: &[u8],
+        location: &str,
+        format: IdFormat,
+        max_pickles: Option<usize>,
+    ) -> stream::StreamScan {
         let options = self.options;
         let s = stream::scan_stream(
             data,
@@ -185,9 +200,6 @@ impl<'o> Scan<'o> {
             &mut self.report,
         );
         self.report.pickles += s.pickles;
-        if let Some(p) = &s.problem {
-            self.problem(location, p);
-        }
         s
     }
 
@@ -196,17 +208,7 @@ impl<'o> Scan<'o> {
     /// here can unpickle them.
     fn pickle(&mut self, data: &[u8], location: &str, top: bool) {
         let before = self.report.findings.len();
-        let options = self.options;
-        let s = stream::scan_stream(
-            data,
-            location,
-            &options.user_globals,
-            &options.limits,
-            IdFormat::Zip,
-            None,
-            &mut self.report,
-        );
-        self.report.pickles += s.pickles;
+        let s = self.read_stream(data, location, IdFormat::Zip, None);
         if let Some(problem) = s.problem {
             let not_a_pickle = s.pickles == 0
                 && self.report.findings.len() == before

@@ -111,8 +111,8 @@ fn aux_pickle(
     encoding: StringEncoding,
     what: &str,
 ) -> Result<(Arena, Parsed), Error> {
-    let mut hooks =
-        TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy).without_persistent_ids();
+    let mut hooks = TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy)
+        .without_persistent_ids("unsupported persistent id encountered");
     let mut arena = Arena::new(limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, at, what))?;

@@ -37,9 +37,10 @@ pub struct TorchHooks<'u> {
     pub limits: Limits,
     pub storages: Storages,
     pub id_format: IdFormat,
-    /// False for the pickles of a legacy file other than its object's: torch loads
-    /// them with no persistent_load.
-    persistent_ids: bool,
+    /// Why a persistent id is refused, where there is no storage it could name:
+    /// the pickles of a legacy file other than its object's (torch loads them with
+    /// no persistent_load), and pickles outside any checkpoint.
+    no_storages: Option<&'static str>,
     pub found: Vec<FoundGlobal>,
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
@@ -59,15 +60,15 @@ impl<'u> TorchHooks<'u> {
             limits,
             storages: Storages::default(),
             id_format,
-            persistent_ids: true,
+            no_storages: None,
             found: Vec::new(),
             encoded: HashMap::new(),
         }
     }
 
-    /// Hooks for a pickle in which a persistent id is an error.
-    pub fn without_persistent_ids(mut self) -> Self {
-        self.persistent_ids = false;
+    /// Hooks for a pickle in which a persistent id is an error, `why`.
+    pub fn without_persistent_ids(mut self, why: &'static str) -> Self {
+        self.no_storages = Some(why);
         self
     }
 
@@ -733,11 +734,8 @@ impl Hooks for TorchHooks<'_> {
         if self.refusals == Refusals::Record {
             return arena.push(Node::Opaque);
         }
-        if !self.persistent_ids {
-            return Err(Error::forbidden(
-                "unsupported persistent id encountered",
-                at.clone(),
-            ));
+        if let Some(why) = self.no_storages {
+            return Err(Error::forbidden(why, at.clone()));
         }
         let id = self
             .storages

@@ -45,6 +45,17 @@ impl Storages {
         self.decls.get(id.index())
     }
 
+    /// A copy of the declaration of storage `id` (known by `key`).
+    fn declared(
+        &self,
+        id: StorageId,
+        key: &StorageKey,
+        at: &Location,
+    ) -> Result<StorageDecl, Error> {
+        (self.get(id).cloned())
+            .ok_or_else(|| Error::tensor(format!("unknown storage '{key}'"), at.clone()))
+    }
+
     pub fn get_mut(&mut self, id: StorageId) -> Option<&mut StorageDecl> {
         self.decls.get_mut(id.index())
     }
@@ -193,9 +204,7 @@ impl Storages {
         if let Some(id) = self.by_key.get(&key) {
             return match (format, item(5)) {
                 (IdFormat::Legacy, Node::Tuple(view)) => {
-                    let root = self.get(id).cloned().ok_or_else(|| {
-                        Error::tensor(format!("unknown storage '{key}'"), at.clone())
-                    })?;
+                    let root = self.declared(id, &key, at)?;
                     let decl = StorageDecl {
                         dtype,
                         typed,
@@ -207,9 +216,7 @@ impl Storages {
                 // empty (its data pointer is null) a fresh empty storage, which no
                 // record fills: a tensor that grows it would hold uninitialised memory.
                 (IdFormat::Legacy, _) if self.get(id).is_some_and(|d| d.nbytes == 0) => {
-                    let root = self.get(id).cloned().ok_or_else(|| {
-                        Error::tensor(format!("unknown storage '{key}'"), at.clone())
-                    })?;
+                    let root = self.declared(id, &key, at)?;
                     let decl = StorageDecl {
                         dtype,
                         typed,

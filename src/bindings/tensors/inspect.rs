@@ -2,35 +2,17 @@
 //! description of its dtype, shape and where its bytes are, without reading one.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::bindings::build::Builder;
-use crate::bindings::tensors::numpy::{plain_builtin, plain_size};
 use crate::bindings::tensors::Tensors;
-use crate::torch::policy::Builtin;
-use crate::torch::tensor::{Dense, Dims, Layout, StorageId, TensorKind, TensorNode};
+use crate::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
 use crate::torch::value::{Node, TensorId, Torch};
 use crate::value::NodeId;
 
 pub struct InspectTensors;
 
 impl<'a, 'py> Tensors<'a, 'py> for InspectTensors {
-    fn builtin(&self, b: &Builder<'a, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>> {
-        plain_builtin(b, builtin)
-    }
-
-    fn size(&self, b: &Builder<'a, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>> {
-        plain_size(b, dims)
-    }
-
-    fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(b.py, device).into_any())
-    }
-
-    fn layout(&self, b: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(b.py, layout.name()).into_any())
-    }
-
     /// A storage, described as the flat tensor of its dtype it holds.
     fn storage(&self, b: &Builder<'a, 'py>, id: StorageId) -> PyResult<Bound<'py, PyAny>> {
         let decl = &(b.checkpoint.storages.get(id.index()))

@@ -3,10 +3,11 @@
 //! builds Python's own values and asks these for the rest.
 
 mod inspect;
-pub(crate) mod numpy;
+mod numpy;
 mod torch;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
 
 use crate::bindings::build::Builder;
 use crate::torch::policy::Builtin;
@@ -18,15 +19,25 @@ pub use inspect::InspectTensors;
 pub use numpy::NumpyTensors;
 pub use torch::TorchTensors;
 
-/// The objects a backend makes for torch's kinds of value.
+/// The objects a backend makes for torch's kinds of value. Without torch, its
+/// values are plain Python ones (a dtype's name, a size as a tuple): the
+/// defaults, which the torch backend replaces.
 pub trait Tensors<'a, 'py> {
     /// A built-in global itself: a dtype, a class, a rebuild function...
-    fn builtin(&self, b: &Builder<'a, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>>;
+    fn builtin(&self, b: &Builder<'a, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>> {
+        plain_builtin(b, builtin)
+    }
     /// `torch.Size(dims)`.
-    fn size(&self, b: &Builder<'a, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>>;
+    fn size(&self, b: &Builder<'a, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyTuple::new(b.py, dims.iter().copied())?.into_any())
+    }
     /// `torch.device(device)`.
-    fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>>;
-    fn layout(&self, b: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>>;
+    fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyString::new(b.py, device).into_any())
+    }
+    fn layout(&self, b: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyString::new(b.py, layout.name()).into_any())
+    }
     /// A storage returned as a value of its own (`t.storage()` pickled at top level).
     fn storage(&self, b: &Builder<'a, 'py>, id: StorageId) -> PyResult<Bound<'py, PyAny>>;
     fn tensor(&self, b: &Builder<'a, 'py>, id: TensorId) -> PyResult<Bound<'py, PyAny>>;
@@ -37,6 +48,29 @@ pub trait Tensors<'a, 'py> {
     /// Whether a tensor is what makes a dict key unhashable (numpy arrays are).
     fn arrays_unhashable(&self) -> bool {
         false
+    }
+}
+
+/// The globals torch's objects stand for, as Python without torch has them:
+/// names, and Python's own classes; anything else is refused, naming torch.
+fn plain_builtin<'py>(b: &Builder<'_, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>> {
+    let py = b.py;
+    match builtin {
+        Builtin::Dtype(d) => Ok(PyString::new(py, d.name()).into_any()),
+        Builtin::QScheme(q) => Ok(PyString::new(py, q.name()).into_any()),
+        Builtin::OrderedDict => py.import("collections")?.getattr("OrderedDict"),
+        Builtin::Counter => py.import("collections")?.getattr("Counter"),
+        // Python's own, not torch's: the same objects in either backend.
+        Builtin::Set | Builtin::Complex | Builtin::ByteArray | Builtin::Bytes => {
+            let full = builtin.full_name();
+            py.import("builtins")?
+                .getattr(full.trim_start_matches("builtins."))
+        }
+        Builtin::CodecsEncode => py.import("_codecs")?.getattr("encode"),
+        other => Err(b.unsupported(format!(
+            "the numpy backend cannot represent the object {}; load with backend='torch'",
+            other.full_name()
+        ))),
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::bindings::build::Builder;
 use crate::bindings::numpy_api::NumpyApi;
@@ -12,7 +12,7 @@ use crate::bindings::storages::StorageObject;
 use crate::bindings::tensors::{tensor_children, Tensors};
 use crate::torch::dtype::DType;
 use crate::torch::policy::{Builtin, Global};
-use crate::torch::tensor::{Dense, Dims, Layout, StorageId, TensorKind, TensorNode};
+use crate::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
 use crate::torch::value::{Node, TensorId, Torch};
 use crate::value::NodeId;
 
@@ -55,36 +55,6 @@ impl<'py> NumpyTensors<'py> {
     }
 }
 
-/// The non-tensor values of torch as numpy's users get them: names, tuples, and
-/// Python's own classes; what numpy cannot represent is refused, naming torch.
-pub(super) fn plain_builtin<'py>(
-    b: &Builder<'_, 'py>,
-    builtin: Builtin,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = b.py;
-    match builtin {
-        Builtin::Dtype(d) => Ok(PyString::new(py, d.name()).into_any()),
-        Builtin::QScheme(q) => Ok(PyString::new(py, q.name()).into_any()),
-        Builtin::OrderedDict => py.import("collections")?.getattr("OrderedDict"),
-        Builtin::Counter => py.import("collections")?.getattr("Counter"),
-        // Python's own, not torch's: the same objects in either backend.
-        Builtin::Set | Builtin::Complex | Builtin::ByteArray | Builtin::Bytes => {
-            let full = builtin.full_name();
-            py.import("builtins")?
-                .getattr(full.trim_start_matches("builtins."))
-        }
-        Builtin::CodecsEncode => py.import("_codecs")?.getattr("encode"),
-        other => Err(b.unsupported(format!(
-            "the numpy backend cannot represent the object {}; load with backend='torch'",
-            other.full_name()
-        ))),
-    }
-}
-
-pub(super) fn plain_size<'py>(b: &Builder<'_, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>> {
-    Ok(PyTuple::new(b.py, dims.iter().copied())?.into_any())
-}
-
 fn no_numpy(dtype: DType) -> String {
     format!(
         "numpy has no dtype for torch.{}; load with backend='torch'",
@@ -93,22 +63,6 @@ fn no_numpy(dtype: DType) -> String {
 }
 
 impl<'a, 'py> Tensors<'a, 'py> for NumpyTensors<'py> {
-    fn builtin(&self, b: &Builder<'a, 'py>, builtin: Builtin) -> PyResult<Bound<'py, PyAny>> {
-        plain_builtin(b, builtin)
-    }
-
-    fn size(&self, b: &Builder<'a, 'py>, dims: &[i64]) -> PyResult<Bound<'py, PyAny>> {
-        plain_size(b, dims)
-    }
-
-    fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(b.py, device).into_any())
-    }
-
-    fn layout(&self, b: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(b.py, layout.name()).into_any())
-    }
-
     /// The storage's bytes as a flat array of its dtype (of bytes when numpy
     /// has no such dtype).
     fn storage(&self, b: &Builder<'a, 'py>, id: StorageId) -> PyResult<Bound<'py, PyAny>> {
