@@ -379,10 +379,23 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
     /// out here, every other one is handed to `interpreter`. The pickle's result.
     #[inline(always)]
     pub fn run<I: Interpret<'a, S>>(&mut self, interpreter: &mut I) -> Result<S, Error> {
+        // A pickle is measured by what it consumes (legacy streams run on the rest
+        // of the file); reading stops at the data's end, so only data longer than
+        // the limit needs a check after every opcode.
+        if self.data.len() as u64 <= self.limits.max_pickle_bytes {
+            self.run_to_stop::<false, I>(interpreter)
+        } else {
+            self.run_to_stop::<true, I>(interpreter)
+        }
+    }
+
+    #[inline(always)]
+    fn run_to_stop<const MEASURED: bool, I: Interpret<'a, S>>(
+        &mut self,
+        interpreter: &mut I,
+    ) -> Result<S, Error> {
         loop {
-            // A pickle is measured by what it consumes: legacy streams run on the
-            // rest of the file.
-            if self.cursor.position() as u64 > self.limits.max_pickle_bytes {
+            if MEASURED && self.cursor.position() as u64 > self.limits.max_pickle_bytes {
                 return Err(self.past_limit(Limit::PickleBytes));
             }
             self.op_offset = self.cursor.position();
@@ -723,6 +736,21 @@ mod tests {
         );
         let e = run(b"N").unwrap_err().to_string();
         assert!(e.contains("no STOP opcode"), "{e}");
+    }
+
+    #[test]
+    fn a_pickle_is_measured_by_what_it_reads() {
+        let limits = Limits {
+            max_pickle_bytes: 3,
+            ..Limits::default()
+        };
+        // The first pickle stops within the limit; what follows it is not read.
+        let mut ops = Ops::default();
+        assert!(Decoder::new(b"NN.NNNN", &limits).run(&mut ops).is_ok());
+        let e = Decoder::new(b"NNNN.", &limits)
+            .run(&mut Ops::default())
+            .unwrap_err();
+        assert!(e.is_limit(), "{e}");
     }
 
     #[test]
