@@ -6,5 +6,6 @@ pub mod entry_name;
 pub mod inflate;
 pub mod method;
 pub mod source;
+pub mod streams;
 pub mod tar;
 pub mod zip;
