@@ -177,7 +177,7 @@ fn nested_archives_are_opened() {
     assert_eq!(names(&r), ["os.system"]);
     assert!(r.findings[0]
         .location
-        .contains("model.zip!archive/data.pkl"));
+        .contains("model.zip > archive/data.pkl"));
 }
 
 fn tar_with(name: &str, body: &[u8]) -> Vec<u8> {
@@ -248,8 +248,11 @@ fn unsafe_globals_reads_every_protocol_and_refuses_to_call_a_broken_file_clean()
 #[test]
 fn other_files_are_not_pickles() {
     assert_eq!(scan(b"{\"a\": 1}").format.name(), "not-a-pickle");
-    assert_eq!(scan(b"{\"a\": 1}").verdict(), Verdict::Clean);
-    assert_eq!(scan(b"").verdict(), Verdict::Clean);
+    // Text and nothing at all hold no pickle and are no model: skipped, not clean.
+    assert_eq!(scan(b"{\"a\": 1}").verdict(), Verdict::Skipped);
+    assert_eq!(scan(b"").verdict(), Verdict::Skipped);
+    // Binary data of no known format could be anything: never clean.
+    assert_eq!(scan(b"\x01\x02\x03\xfe\xff").verdict(), Verdict::Unreadable);
     // A truncated pickle is not clean.
     assert_eq!(scan(b"\x80\x02]q\x00(K\x01").verdict(), Verdict::Unreadable);
 }
@@ -524,7 +527,7 @@ fn scanning_with_entries_read_in_pieces_gives_the_report_of_the_whole_file() {
             }
             answered += usize::from(by_reading.is_some());
             let whole = scan_bytes(&data, &options);
-            let pieces = scan_file(&data, by_reading, &options);
+            let pieces = scan_file(&data, by_reading, &options, None);
             assert_eq!(summary(&pieces), summary(&whole), "{}", path.display());
         }
     }

@@ -8,7 +8,33 @@ use std::path::Path;
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
-use crate::error::Error;
+use crate::error::{Error, Location};
+use crate::limits::Limit;
+
+/// Why a stream could not be read.
+enum StreamRead {
+    Io(std::io::Error),
+    /// It goes on past the cap.
+    TooLong,
+}
+
+/// A stream, read to its end into memory: at most `cap` bytes.
+fn read_stream(file: File, cap: u64) -> Result<Source, StreamRead> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = file
+        .take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(StreamRead::Io)?;
+    if read as u64 > cap {
+        return Err(StreamRead::TooLong);
+    }
+    Ok(if bytes.is_empty() {
+        Source::Empty
+    } else {
+        Source::Owned(bytes)
+    })
+}
 
 /// How a file is mapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +71,10 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn open(path: &Path, mode: MapMode) -> Result<Source, Error> {
+    /// The bytes of the file at `path`: mapped when it is a regular file; read
+    /// to its end (at most `max_stream_bytes`) when it is a pipe, a FIFO, a
+    /// terminal or another stream (`/dev/stdin`, a process substitution).
+    pub fn open(path: &Path, mode: MapMode, max_stream_bytes: u64) -> Result<Source, Error> {
         let describe = |what: &str, e: std::io::Error| {
             Error::io_at(path, format!("cannot {what} {}", path.display()), e)
         };
@@ -60,6 +89,16 @@ impl Source {
                 "load",
                 std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
             ));
+        }
+        if !meta.is_file() {
+            return read_stream(file, max_stream_bytes).map_err(|e| match e {
+                StreamRead::Io(e) => describe("read", e),
+                StreamRead::TooLong => Error::limit(
+                    Limit::InflatedBytes,
+                    max_stream_bytes,
+                    Location::entry(&path.display().to_string()),
+                ),
+            });
         }
         if meta.len() == 0 {
             return Ok(Source::Empty);

@@ -19,7 +19,7 @@ use crate::bindings::load::open_source;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::LimitOverrides;
 use crate::error::{check_limit, Error, Location};
-use crate::limits::Limit;
+use crate::limits::{Limit, Limits};
 
 /// Map a file descriptor the caller keeps open, read-only.
 #[cfg(unix)]
@@ -52,12 +52,12 @@ fn map_fd(fd: i32) -> Result<Source, Error> {
 }
 
 /// The archive's bytes: an open descriptor, a path or a bytes object.
-fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Source> {
+fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>, limits: &Limits) -> PyResult<Source> {
     #[cfg(unix)]
     if let Ok(fd) = source.extract::<i32>() {
         return py.detach(|| map_fd(fd)).map_err(|e| to_pyerr(py, e));
     }
-    open_source(py, source, MapMode::ReadOnly)
+    open_source(py, source, MapMode::ReadOnly, limits.max_inflated_bytes)
 }
 
 /// Every entry of the archive, validated as a load validates an archive (no
@@ -72,7 +72,7 @@ pub fn zip_entries<'py>(
     limits: LimitOverrides,
 ) -> PyResult<Bound<'py, PyList>> {
     let limits = limits.0;
-    let data = archive_source(py, source)?;
+    let data = archive_source(py, source, &limits)?;
     let index = py
         .detach(|| zip::read_index(data.bytes(), limits.max_zip_entries))
         .map_err(|e| to_pyerr(py, e))?;
@@ -119,7 +119,7 @@ pub fn inflate_entries<'py>(
     limits: LimitOverrides,
 ) -> PyResult<Bound<'py, PyList>> {
     let limits = limits.0;
-    let data = archive_source(py, source)?;
+    let data = archive_source(py, source, &limits)?;
     let mut total = 0u64;
     for request in &entries {
         let (_, compressed, expected, method, _, name) = request;

@@ -27,7 +27,8 @@ pub fn inspect<'py>(
 ) -> PyResult<(String, Bound<'py, PyAny>)> {
     check_user_globals(&user_names, &user_objects)?;
     let options = load_options(user_names, limits, encoding, Endianness::Little);
-    let source = Arc::new(open_source(py, source, MapMode::ReadOnly)?);
+    let max_stream = options.limits.max_inflated_bytes;
+    let source = Arc::new(open_source(py, source, MapMode::ReadOnly, max_stream)?);
     let checkpoint = py
         .detach(|| checkpoint::open(source, &options))
         .map_err(|e| to_pyerr(py, e))?;

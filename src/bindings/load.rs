@@ -56,9 +56,15 @@ impl HeldBytes for PythonBytes {
     }
 }
 
-/// The bytes of `source`: a path (mapped), the descriptor of a regular file a
-/// file object holds (mapped read-only), or a bytes object (read in place).
-pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> PyResult<Source> {
+/// The bytes of `source`: a path (mapped, or read to its end when it is a
+/// stream, at most `max_stream_bytes`), the descriptor of a regular file a file
+/// object holds (mapped read-only), or a bytes object (read in place).
+pub fn open_source(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    mode: MapMode,
+    max_stream_bytes: u64,
+) -> PyResult<Source> {
     if let Ok(bytes) = source.cast::<PyBytes>() {
         let data = bytes.as_bytes();
         return Ok(Source::Held(Box::new(PythonBytes {
@@ -77,7 +83,7 @@ pub fn open_source(py: Python<'_>, source: &Bound<'_, PyAny>, mode: MapMode) -> 
             .map_err(|e| to_pyerr(py, e));
     }
     let path: PathBuf = source.extract()?;
-    py.detach(|| Source::open(&path, mode))
+    py.detach(|| Source::open(&path, mode, max_stream_bytes))
         .map_err(|e| to_pyerr(py, e))
 }
 
@@ -128,7 +134,7 @@ pub fn load<'py>(
         (true, false) => MapMode::Private,
         (true, true) => MapMode::Shared,
     };
-    let raw = open_source(py, source, map_mode)?;
+    let raw = open_source(py, source, map_mode, options.limits.max_inflated_bytes)?;
     let (mapped, source) = if mmap && raw.is_writable() {
         let (file, arc) = MappedFile::new(raw);
         (Some(Bound::new(py, file)?), arc)

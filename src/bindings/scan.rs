@@ -44,13 +44,28 @@ pub fn scan<'py>(
             return report_tuple(py, &report);
         }
     }
-    let data = open_source(py, source, MapMode::ReadOnly)?;
+    let data = open_source(
+        py,
+        source,
+        MapMode::ReadOnly,
+        options.limits.max_inflated_bytes,
+    )?;
+    // The file's name: bytes that are no model count against a name that says model.
+    let path: Option<PathBuf> = match source.cast::<PyBytes>() {
+        Ok(_) => None,
+        Err(_) => source.extract().ok(),
+    };
+    let name = path
+        .as_deref()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned());
     let report = py.detach(|| {
         let bytes = data.bytes();
+        let name = name.as_deref();
         if pickles_only {
             // Only the directory and the pickles are read: every local header
             // read in advance would be wasted.
-            return scan_file(bytes, None, &options);
+            return scan_file(bytes, None, &options, name);
         }
         let read_at = |offset: u64, n: usize| {
             let mut buf = vec![0u8; n];
@@ -67,7 +82,7 @@ pub fn scan<'py>(
                 )
             })
             .flatten();
-        scan_file(bytes, entries, &options)
+        scan_file(bytes, entries, &options, name)
     });
     report_tuple(py, &report)
 }
@@ -108,7 +123,12 @@ pub fn globals_outside_allowlist(
             return Ok(names);
         }
     }
-    let data = open_source(py, source, MapMode::ReadOnly)?;
+    let data = open_source(
+        py,
+        source,
+        MapMode::ReadOnly,
+        options.limits.max_inflated_bytes,
+    )?;
     py.detach(|| find_unsafe_globals(data.bytes(), &options))
         .map_err(|e| to_pyerr(py, e))
 }
@@ -135,6 +155,9 @@ fn with_reads<T>(
     f: impl FnOnce(u64, &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
 ) -> Option<T> {
     use std::os::unix::fs::FileExt;
+    // Asked before opening: opening a FIFO would wait for a writer, and closing
+    // it again would cost the stream its reader.
+    std::fs::metadata(path).ok().filter(|m| m.is_file())?;
     let file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok().filter(|m| m.is_file())?.len();
     let read_at = |offset: u64, n: usize| {

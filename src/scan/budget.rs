@@ -50,6 +50,19 @@ impl Budget {
         }
     }
 
+    /// How many bytes of `work` the budget still allows.
+    pub fn room(&self, work: Work) -> u64 {
+        if self.exhausted {
+            return 0;
+        }
+        match work {
+            Work::Inflate => self.inflate_limit.saturating_sub(self.inflated),
+            Work::Read => (self.file_len.saturating_add(self.inflated))
+                .saturating_mul(WORK_PER_FILE_BYTE)
+                .saturating_sub(self.stored_read),
+        }
+    }
+
     /// Account for `bytes` of `work`. `Err` when that passes a limit, with the
     /// problem to report the first time (`None` after it): nothing nested is read
     /// once the budget is spent.

@@ -1,5 +1,6 @@
 //! What a file's (or an entry's) bytes are, judged by content.
 
+use crate::archive::streams::Compression;
 use crate::archive::tar::is_tar;
 use crate::torch::legacy;
 
@@ -14,6 +15,9 @@ pub enum Kind {
     Tar,
     TorchLegacy,
     Safetensors,
+    /// A whole file compressed (gzip, bzip2, xz...): what joblib, pandas and
+    /// numpy open before they unpickle.
+    Compressed(Compression),
     /// Anything else is read as a pickle, which it may turn out not to be.
     Pickle,
 }
@@ -32,6 +36,8 @@ impl Kind {
             Kind::TorchLegacy
         } else if is_safetensors(data) {
             Kind::Safetensors
+        } else if let Some(c) = Compression::of(data) {
+            Kind::Compressed(c)
         } else {
             Kind::Pickle
         }
@@ -76,5 +82,54 @@ pub fn is_tensordict_leaf(name: &str, mut exists: impl FnMut(&str) -> bool) -> b
     match name.rsplit_once('/') {
         Some((folder, _)) => exists(&format!("{folder}/meta.json")),
         None => exists("meta.json"),
+    }
+}
+
+/// What bytes that are no pickle are, for the verdict: text and the common
+/// formats that hold no pickle are skipped; other binary data is unreadable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAPickle {
+    Text,
+    /// A known format that holds no pickle (an image, a PDF, GGUF weights...).
+    Known(&'static str),
+    /// Binary data of no format the scanner knows.
+    Unknown,
+}
+
+impl NotAPickle {
+    pub fn of(data: &[u8]) -> NotAPickle {
+        const KNOWN: [(&[u8], &str); 12] = [
+            (b"\x89PNG\r\n\x1a\n", "PNG image"),
+            (b"\xff\xd8\xff", "JPEG image"),
+            (b"GIF87a", "GIF image"),
+            (b"GIF89a", "GIF image"),
+            (b"%PDF-", "PDF document"),
+            (b"II*\x00", "TIFF image"),
+            (b"MM\x00*", "TIFF image"),
+            (b"GGUF", "GGUF weights"),
+            (b"\x89HDF\r\n\x1a\n", "HDF5 data"),
+            (b"SQLite format 3\x00", "SQLite database"),
+            (b"\x7fELF", "ELF executable"),
+            (b"OggS", "Ogg media"),
+        ];
+        if let Some((_, name)) = KNOWN.iter().find(|(magic, _)| data.starts_with(magic)) {
+            return NotAPickle::Known(name);
+        }
+        if data.starts_with(b"RIFF")
+            && data
+                .get(8..12)
+                .is_some_and(|t| t == b"WEBP" || t == b"WAVE")
+        {
+            return NotAPickle::Known("RIFF media");
+        }
+        let text = std::str::from_utf8(data).is_ok_and(|t| {
+            !t.chars()
+                .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t' | '\x0c'))
+        });
+        if text {
+            NotAPickle::Text
+        } else {
+            NotAPickle::Unknown
+        }
     }
 }

@@ -17,6 +17,7 @@ mod tar;
 pub mod walker;
 mod zip;
 
+use crate::archive::streams::{Compression, StreamError};
 use crate::archive::zip::{self as archive_zip, Entry, FileBytes};
 use crate::checkpoint::{self, LoadOptions};
 use crate::error::{Error, Location};
@@ -27,6 +28,8 @@ use crate::torch::storages::IdFormat;
 
 pub use budget::{Budget, Work, MAX_DEFLATE_RATIO, WORK_PER_FILE_BYTE};
 pub use kind::{is_tensordict_leaf, Kind};
+
+use kind::{named_like_a_model, NotAPickle};
 pub use report::{Finding, Format, Report, Verdict};
 
 use budget::MAX_DEPTH;
@@ -48,6 +51,9 @@ pub struct ScanOptions {
 /// One file's scan: what it may do, and what it found.
 struct Scan<'o> {
     options: &'o ScanOptions,
+    /// The file's name, when it has one: a name that says model makes bytes
+    /// that are no model unreadable, not skipped.
+    name: Option<&'o str>,
     budget: Budget,
     report: Report,
     /// Why a load would refuse the file, kept until the scan shows whether an
@@ -56,9 +62,10 @@ struct Scan<'o> {
 }
 
 impl<'o> Scan<'o> {
-    fn new(len: usize, options: &'o ScanOptions) -> Self {
+    fn new(len: usize, options: &'o ScanOptions, name: Option<&'o str>) -> Self {
         Scan {
             options,
+            name,
             budget: Budget::for_file(len, &options.limits),
             report: Report::default(),
             pending_refusal: None,
@@ -104,6 +111,7 @@ impl<'o> Scan<'o> {
                 Kind::Tar => Format::Tar,
                 Kind::TorchLegacy => Format::TorchLegacy,
                 Kind::Safetensors => Format::Safetensors,
+                Kind::Compressed(c) => Format::Compressed(c),
                 Kind::Pickle => Format::Pickle,
             };
         }
@@ -113,14 +121,68 @@ impl<'o> Scan<'o> {
         }
         match kind {
             Kind::Empty | Kind::Safetensors => {}
-            Kind::Zip => self.zip(data, location, depth, top),
+            Kind::Zip if top => self.zip(data, location, depth, top),
+            Kind::Zip => self.wrapped("zip", |scan| scan.zip(data, location, depth, top)),
             Kind::Npy => self.npy(data, location),
-            Kind::Tar => self.tar(data, location, depth),
+            Kind::Tar => self.wrapped("tar", |scan| scan.tar(data, location, depth)),
             Kind::TorchLegacy => self.legacy(data, location, top),
+            Kind::Compressed(c) => self.compressed(c, data, location, depth, top),
             Kind::Pickle => self.pickle(data, location, top),
         }
         if kind != Kind::Zip {
             self.trailing_zip(data, location, depth);
+        }
+    }
+
+    /// Run `scan` on what `wrapper` (a compression or a container) holds: the
+    /// findings made inside name it as one of their wrappers.
+    fn wrapped(&mut self, wrapper: &'static str, scan: impl FnOnce(&mut Self)) {
+        let before = self.report.findings.len();
+        scan(self);
+        for finding in self.report.findings.iter_mut().skip(before) {
+            finding.wrappers.insert(0, wrapper);
+        }
+    }
+
+    /// A compressed file: what it decompresses to (within the budget) is scanned
+    /// as a file of its own. LZMA-alone has no magic number: bytes that only look
+    /// like its header are read as a pickle.
+    fn compressed(&mut self, c: Compression, data: &[u8], location: &str, depth: u32, top: bool) {
+        let room = self.budget.room(Work::Inflate);
+        match c.decode(data, room) {
+            Ok(inner) => {
+                if self.charge(inner.len() as u64, Work::Inflate, location) {
+                    let here = nested(location, c.name());
+                    self.wrapped(c.name(), |scan| scan.bytes(&inner, &here, depth + 1, false));
+                }
+            }
+            Err(StreamError::Corrupt(_)) if c == Compression::LzmaAlone => {
+                if top {
+                    self.report.format = Format::Pickle;
+                }
+                self.pickle(data, location, top);
+            }
+            Err(StreamError::TooLarge(_)) => {
+                self.charge(room.saturating_add(1), Work::Inflate, location);
+            }
+            Err(e) => self.problem(location, format!("{} stream: {e}", c.name())),
+        }
+    }
+
+    /// Bytes that are no pickle: skipped when they are text or a format that
+    /// holds none, unreadable when binary of no known format or named like a model.
+    fn not_a_pickle(&mut self, data: &[u8], location: &str) {
+        self.report.format = Format::NotAPickle;
+        let named_model = self.name.is_some_and(|n| named_like_a_model(n.as_bytes()));
+        match NotAPickle::of(data) {
+            _ if named_model => self.problem(
+                location,
+                "named like a model or a pickle, yet no pickle, archive or compressed file",
+            ),
+            NotAPickle::Unknown => {
+                self.problem(location, "binary data of no format the scanner knows")
+            }
+            NotAPickle::Text | NotAPickle::Known(_) => {}
         }
     }
 
@@ -214,7 +276,7 @@ impl<'o> Scan<'o> {
                 && self.report.findings.len() == before
                 && !data.starts_with(&[0x80]);
             if not_a_pickle && top {
-                self.report.format = Format::NotAPickle;
+                self.not_a_pickle(data, location);
             } else {
                 self.problem(location, problem);
             }
@@ -222,29 +284,30 @@ impl<'o> Scan<'o> {
     }
 }
 
-/// Where a nested entry is: `parent!name`.
+/// Where a nested entry or a wrapper's contents are: `parent > name`.
 fn nested(parent: &str, name: &str) -> String {
     if parent.is_empty() {
         name.to_owned()
     } else {
-        format!("{parent}!{name}")
+        format!("{parent} > {name}")
     }
 }
 
 /// Scan a whole file's bytes.
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
-    scan_file(data, None, options)
+    scan_file(data, None, options, None)
 }
 
 /// Scan a whole file's bytes, given the entries of the zip it is when they were
 /// read without touching `data` ([`archive_zip::read_entries_by_reading`]): the
-/// scan then reads only the pickles from `data`.
+/// scan then reads only the pickles from `data`. `name` is the file's name.
 pub fn scan_file(
     data: &[u8],
     entries: Option<archive_zip::Index>,
     options: &ScanOptions,
+    name: Option<&str>,
 ) -> Report {
-    let mut scan = Scan::new(data.len(), options);
+    let mut scan = Scan::new(data.len(), options, name);
     match entries {
         Some(index) if Kind::of(data) == Kind::Zip => {
             let layout = ZipLayout::of(&index);
@@ -298,7 +361,7 @@ pub fn scan_pickles_by_reading(
         archive_zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
     archive_zip::check_signature(&mut pieces, read_at)?;
-    let mut scan = Scan::new(usize::try_from(len).ok()?, options);
+    let mut scan = Scan::new(usize::try_from(len).ok()?, options, None);
     scan.zip_entries(&pieces, index, &layout, &ZipReading::whole_file());
     Some(scan.finish())
 }
@@ -318,7 +381,7 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
         }
         Kind::Empty => Err(Error::archive("the file is empty", Location::default())),
         _ => {
-            let mut scan = Scan::new(data.len(), options);
+            let mut scan = Scan::new(data.len(), options, None);
             scan.bytes(data, "", 0, true);
             outcome(scan.report)
         }
@@ -370,7 +433,7 @@ fn globals_of_main_pickle<D: FileBytes + ?Sized>(
     if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
         return Ok(first_appearances(walk.found.into_iter().map(|f| f.name)));
     }
-    let mut scan = Scan::new(bytes.len(), options);
+    let mut scan = Scan::new(bytes.len(), options, None);
     scan.stream(&bytes, &entry.name_lossy(), IdFormat::Zip, Some(1));
     outcome(scan.report)
 }

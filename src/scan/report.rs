@@ -1,5 +1,7 @@
 //! What a scan found: plain data, for the CLI, JSON and Python to present.
 
+use crate::archive::streams::Compression;
+
 /// A global outside the allowlist, where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
@@ -10,6 +12,9 @@ pub struct Finding {
     pub location: String,
     /// Byte offset inside that location.
     pub offset: u64,
+    /// The compressions and archives the pickle was found in, outermost first
+    /// (`gzip`, `tar`, `zip`...).
+    pub wrappers: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +22,8 @@ pub enum Verdict {
     Clean,
     Unsafe,
     Unreadable,
+    /// Not a model and no pickle: text, an image... listed, and no failure.
+    Skipped,
 }
 
 impl Verdict {
@@ -25,6 +32,7 @@ impl Verdict {
             Verdict::Clean => "clean",
             Verdict::Unsafe => "unsafe",
             Verdict::Unreadable => "unreadable",
+            Verdict::Skipped => "skipped",
         }
     }
 }
@@ -43,6 +51,9 @@ pub enum Format {
     TorchLegacy,
     Safetensors,
     Pickle,
+    /// A compressed file: what it holds is scanned too.
+    Compressed(Compression),
+    SevenZip,
     /// Bytes that no reader could unpickle from their first opcode on.
     NotAPickle,
 }
@@ -60,6 +71,8 @@ impl Format {
             Format::TorchLegacy => "torch-legacy",
             Format::Safetensors => "safetensors",
             Format::Pickle => "pickle",
+            Format::Compressed(c) => c.name(),
+            Format::SevenZip => "7z",
             Format::NotAPickle => "not-a-pickle",
         }
     }
@@ -90,12 +103,15 @@ impl Report {
     }
 
     /// Unsafe outranks unreadable: a malformed file with a dangerous global before
-    /// the break is unsafe.
+    /// the break is unsafe. A file that holds no pickle and is no model format
+    /// (text, an image, nothing at all) is skipped.
     pub fn verdict(&self) -> Verdict {
         if !self.findings.is_empty() {
             Verdict::Unsafe
         } else if !self.problems.is_empty() {
             Verdict::Unreadable
+        } else if matches!(self.format, Format::NotAPickle | Format::Empty) {
+            Verdict::Skipped
         } else {
             Verdict::Clean
         }

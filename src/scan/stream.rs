@@ -53,6 +53,7 @@ fn finding(f: FoundGlobal) -> Finding {
         dangerous: f.dangerous,
         location: String::new(),
         offset: f.offset,
+        wrappers: Vec::new(),
     }
 }
 
@@ -220,5 +221,6 @@ fn record(
         dangerous,
         location: location.to_owned(),
         offset: offset as u64,
+        wrappers: Vec::new(),
     });
 }
