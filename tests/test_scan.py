@@ -244,6 +244,38 @@ def test_the_scan_command_imports_only_the_scanner():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_scanner_is_an_attribute_of_the_package():
+    """`import tensorplay` is enough for `tensorplay.scanner.scan(path)`, as for
+    `tensorplay.serialization`: the scanner is in the lazy table."""
+    code = (
+        "import sys, tensorplay\n"
+        "assert 'tensorplay.scanner' not in sys.modules\n"
+        "report = tensorplay.scanner.scan(b'')\n"
+        "assert report.format == 'empty' and tensorplay.scanner is sys.modules['tensorplay.scanner']\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_type_checkers_see_every_lazy_name():
+    """Type checkers read the lazy names from an `if TYPE_CHECKING:` block of
+    imports that never runs, and not `__getattr__`; both must name the same
+    objects, from the same modules."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(tensorplay))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    typed = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, "a re-export for type checkers is `import x as x`"
+            typed[alias.name] = (node.module, alias.name) if node.module else (alias.name, None)
+    lazy = {name: (module.split(".")[0] if attribute is None else module, attribute)
+            for name, (module, attribute) in tensorplay._LAZY.items()}
+    assert typed == lazy
+
+
 def test_the_typed_record_fields_are_the_runtime_ones():
     """Type checkers read the records' fields from a typing.NamedTuple branch that
     never runs; the runtime records are collections.namedtuple. Both must agree."""

@@ -17,10 +17,33 @@ from ._core import (
 )
 from ._limits import default_limits, set_default_limits
 
+# Type checkers read the lazy names' real types from here; at run time the
+# block never runs (and `typing` is not imported for its TYPE_CHECKING).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from . import scanner as scanner
+    from . import serialization as serialization
+    from . import utils as utils
+    from ._inspect import Inspection as Inspection
+    from ._inspect import inspect as inspect
+    from ._patch import patch_torch as patch_torch
+    from ._patch import patched_torch as patched_torch
+    from ._patch import unpatch_torch as unpatch_torch
+    from ._tensordict import load_memmap as load_memmap
+    from ._types import TensorInfo as TensorInfo
+    from ._types import TensorSpec as TensorSpec
+    from .serialization import add_safe_globals as add_safe_globals
+    from .serialization import clear_safe_globals as clear_safe_globals
+    from .serialization import get_safe_globals as get_safe_globals
+    from .serialization import load as load
+    from .serialization import safe_globals as safe_globals
+    from .serialization import save as save
+
 # The rest is imported on first use. `tensorplay scan FILE`, which hubs run once
 # per upload, needs none of it: importing it all was half of that process.
 _LAZY = {
     "serialization": ("serialization", None),
+    "scanner": ("scanner", None),
     "utils": ("utils.serialization", None),
     "load": ("serialization", "load"),
     "save": ("serialization", "save"),
@@ -65,18 +88,22 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    try:
-        module_name, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    import importlib
+# Not for type checkers, which see every lazy name imported above: with it, a
+# misspelt name would be Any to them instead of an error.
+if not TYPE_CHECKING:
 
-    module = importlib.import_module(f"{__name__}.{module_name}")
-    # A submodule by name: importing it (and `utils`' config) set it here already.
-    value = getattr(module, attribute) if attribute else globals()[name]
-    globals()[name] = value
-    return value
+    def __getattr__(name: str):
+        try:
+            module_name, attribute = _LAZY[name]
+        except KeyError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        # A submodule by name: importing it (and `utils`' config) set it here already.
+        value = getattr(module, attribute) if attribute else globals()[name]
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -34,7 +34,7 @@ def default_limits() -> dict[str, int]:
         return {**_core.default_limits(), **_overrides}
 
 
-def set_default_limits(**limits: int) -> None:
+def set_default_limits(**limits: int | None) -> None:
     """Raise or lower limits for every later load, scan and inspect in this process.
     ``set_default_limits(max_nodes=10**8)``; pass ``None`` to restore a default."""
     known = _core.default_limits()

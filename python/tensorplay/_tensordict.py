@@ -32,7 +32,7 @@ import re
 import stat
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import _allowlist, _core, _limits
 from ._types import TensorSpec
@@ -801,11 +801,11 @@ def load_memmap(
     device: Any = None,
     *,
     subpath: Any = None,
-    mode: str | None = None,
+    mode: Literal["r", "r+"] | None = None,
     num_threads: int = 0,
     allow_pickle: bool | None = None,
     robust_key: bool | None = True,
-    backend: str | None = None,
+    backend: Literal["torch", "numpy"] | None = None,
     as_tensordict: bool = False,
 ) -> Any:
     """Load a TensorDict memmap folder or archive (``memmap()``, ``save()``, ``.tdz``)

@@ -18,7 +18,7 @@ from . import _core, _limits
 # read the same fields, typed, from the first branch.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NamedTuple
+    from typing import Any, NamedTuple
 
     class _FindingFields(NamedTuple):
         name: str
@@ -63,7 +63,7 @@ class ScanReport(_ReportFields):
         """The distinct global names, in order of first appearance."""
         return tuple(dict.fromkeys(f.name for f in self.findings))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "format": self.format,

@@ -16,7 +16,7 @@ import stat
 import sys
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from . import _allowlist, _core, _limits
 from .utils.serialization import config
@@ -52,6 +52,12 @@ MalformedCheckpointError = _core.MalformedCheckpointError
 LimitExceededError = _core.LimitExceededError
 UnsupportedCheckpointError = _core.UnsupportedCheckpointError
 
+# What ``load`` builds: torch tensors, or numpy arrays (no torch needed).
+_Backend = Literal["torch", "numpy"]
+# The core's names for a byte order (``LoadEndianness``).
+_Endianness = Literal["native", "little", "big"]
+
+
 class LoadEndianness(enum.Enum):
     """The byte order assumed for files without a ``byteorder`` record (torch's meaning)."""
 
@@ -75,13 +81,16 @@ def set_default_load_endianness(endianness: LoadEndianness | None) -> None:
     config.load.endianness = endianness
 
 
-def _endianness() -> str:
+def _endianness() -> _Endianness:
     return _endianness_name(config.load.endianness)
 
 
-def _endianness_name(setting: Any) -> str:
+_ENDIANNESS: dict[str, _Endianness] = {"LITTLE": "little", "BIG": "big", "NATIVE": "native"}
+
+
+def _endianness_name(setting: Any) -> _Endianness:
     """The core's name for a ``LoadEndianness``, tensorplay's or torch's (None: little)."""
-    return "little" if setting is None else {"LITTLE": "little", "BIG": "big", "NATIVE": "native"}[setting.name]
+    return "little" if setting is None else _ENDIANNESS[setting.name]
 
 
 def get_default_mmap_options() -> int | None:
@@ -163,7 +172,7 @@ def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _resolve_backend(backend: str | None) -> str:
+def _resolve_backend(backend: _Backend | None) -> _Backend:
     if backend is None:
         return "torch" if _torch_available() else "numpy"
     if backend not in ("torch", "numpy"):
@@ -215,7 +224,7 @@ def _whole_file_descriptor(f: Any) -> int | None:
     return fd
 
 
-def _placement(map_location: Any, backend: str) -> dict[str, Any]:
+def _placement(map_location: Any, backend: _Backend) -> dict[str, Any]:
     """How ``map_location`` turns into the core's arguments. Storages are always
     built on the CPU first; torch's ``restore_location`` then moves those that
     must move, exactly as ``torch.load`` does."""
@@ -321,7 +330,7 @@ def load(
     *,
     weights_only: bool | None = True,
     mmap: bool | None = None,
-    backend: str | None = None,
+    backend: Literal["torch", "numpy"] | None = None,
     limits: dict[str, int] | None = None,
     **pickle_load_args: Any,
 ) -> Any:
@@ -360,8 +369,9 @@ def load(
                               pickle_load_args)
 
 
-def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool, endianness: str,
-                       backend: str | None, limits: dict[str, int] | None, pickle_load_args: dict[str, Any]) -> Any:
+def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool,
+                       endianness: _Endianness, backend: _Backend | None, limits: dict[str, int] | None,
+                       pickle_load_args: dict[str, Any]) -> Any:
     """``load`` once the settings are read: tensorplay's own, or under
     ``patch_torch`` torch's (``torch.serialization``'s mmap flags and byte order,
     ``torch.utils.serialization.config``)."""
@@ -412,7 +422,7 @@ def _is_safetensors(path: str) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
-def _load_safetensors(path: str, map_location: Any, backend: str) -> dict[str, Any]:
+def _load_safetensors(path: str, map_location: Any, backend: _Backend) -> dict[str, Any]:
     """A ``.safetensors`` path, as torch.load reads one since 2.13: through the
     safetensors package (a format without code), onto the device map_location
     names (a string or ``torch.device``, as in torch)."""

@@ -6,7 +6,10 @@ import contextlib
 import mmap as _mmap
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..serialization import LoadEndianness
 
 
 class _Section:
@@ -40,6 +43,12 @@ class LoadConfig(_Section):
       header, which lies on the page the payload starts on.
     """
 
+    if TYPE_CHECKING:  # the options, as set from _fields
+        mmap: bool
+        endianness: LoadEndianness | None
+        mmap_flags: int | None
+        calculate_storage_offsets: bool
+
     _fields = {
         "mmap": False,
         "endianness": None,
@@ -51,6 +60,11 @@ class LoadConfig(_Section):
 class SaveConfig(_Section):
     """Options of ``tensorplay.save``: ``compute_crc32`` (default True),
     ``use_pinned_memory_for_d2h`` (default False) and ``storage_alignment`` (default 64)."""
+
+    if TYPE_CHECKING:
+        compute_crc32: bool
+        use_pinned_memory_for_d2h: bool
+        storage_alignment: int
 
     _fields = {
         "compute_crc32": True,

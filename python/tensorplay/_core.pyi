@@ -1,0 +1,239 @@
+"""Types of ``tensorplay._core``, the Rust extension (src/bindings/).
+
+Every name the module exports, with the signatures of its ``#[pyo3(signature)]``
+attributes. String options are the names the bindings accept (src/bindings/options.rs);
+any other string is a ``ValueError`` at run time.
+"""
+
+import os
+import pickle
+from collections.abc import Callable, Container, Sequence
+from typing import Any, Final, Literal, TypeAlias, TypedDict, final, overload
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+__all__ = [
+    "CheckpointError",
+    "UnsafeCheckpointError",
+    "MalformedCheckpointError",
+    "LimitExceededError",
+    "UnsupportedCheckpointError",
+    "MappedFile",
+    "load",
+    "default_limits",
+    "dtypes",
+    "scan",
+    "plan_archive",
+    "inspect",
+    "unsafe_globals",
+    "is_tensordict_leaf",
+    "loads",
+    "zip_entries",
+    "inflate_entries",
+    "error",
+    "build_error",
+    "__version__",
+]
+
+__version__: Final[str]
+
+# A path, mapped; the descriptor of an open regular file, mapped read-only; or
+# the file's bytes, read in place (load.rs `open_source`).
+_Path: TypeAlias = str | os.PathLike[str]
+_Source: TypeAlias = _Path | bytes | int
+# `{limit name: value}` overrides of the defaults (`default_limits()` names them);
+# the bindings take a dict, not any mapping.
+_Limits: TypeAlias = dict[str, int] | None
+
+_Backend: TypeAlias = Literal["torch", "numpy"]
+_DataMode: TypeAlias = Literal["read", "skip", "meta"]
+_Endianness: TypeAlias = Literal["native", "little", "big"]
+# Kinds `error` makes, by the class each becomes (errors.rs `to_pyerr`); also "unsupported" and "limit".
+_MalformedKind: TypeAlias = Literal["malformed_archive", "malformed_pickle", "tensor_bounds"]
+_UnsafeKind: TypeAlias = Literal["forbidden", "unsafe_file"]
+
+# --- exceptions (errors.rs) -------------------------------------------------------------
+
+class CheckpointError(pickle.UnpicklingError):
+    """A checkpoint tensorplay refuses to load: bad, unsafe or beyond the limits."""
+
+    # Set on every instance the core raises (errors.rs `describe`); None where unknown.
+    #: What went wrong, for programs: ``malformed_archive``, ``malformed_pickle``,
+    #: ``unsafe_global``, ``blocked_global``, ``extension_code``, ``forbidden``,
+    #: ``unsafe_file``, ``limit``, ``tensor_bounds`` or ``unsupported``.
+    kind: str
+    #: The archive entry or file where it happened.
+    entry: str | None
+    #: The byte offset in that entry or file.
+    offset: int | None
+    #: The pickle opcode being run.
+    opcode: str | None
+    #: For a ``LimitExceededError``: the limit's name and its value.
+    limit: str | None
+    maximum: int | None
+
+class UnsafeCheckpointError(CheckpointError): ...
+class MalformedCheckpointError(CheckpointError, RuntimeError): ...
+class LimitExceededError(CheckpointError): ...
+class UnsupportedCheckpointError(CheckpointError, RuntimeError): ...
+
+# --- the mapping tensors loaded with mmap=True are views of (mapping.rs) ------------------
+
+@final
+class MappedFile:
+    """A mapped checkpoint file, as a buffer: writable unless mapped read-only.
+    Only ``load`` makes one."""
+
+    def __len__(self) -> int: ...
+    # The buffer protocol (PEP 688). A C slot before Python 3.12, which has no
+    # `__buffer__` attribute (tests/typing/stubtest-allowlist.txt).
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+# --- functions ------------------------------------------------------------------------------
+
+def load(
+    source: _Source,
+    *,
+    backend: _Backend,
+    mmap: bool = False,
+    shared: bool = False,
+    user_names: Sequence[str] = ...,
+    user_objects: Sequence[object] = ...,
+    limits: _Limits = ...,
+    encoding: str = ...,
+    endianness: _Endianness = ...,
+    threads: int | None = None,
+    data: _DataMode = ...,
+    restore: Callable[[Any, str], Any] | None = None,
+    restore_all: bool = False,
+    restore_cpu: bool = False,
+    fake: Callable[[Any], object] | None = None,
+) -> Any:
+    """Load a checkpoint; ``user_names`` and ``user_objects`` have one item per entry
+    of the user's allowlist. ``restore(storage, location)`` is torch's restore_location."""
+
+def default_limits() -> dict[str, int]: ...
+
+def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
+    """torch's dtypes by name: ``(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)``."""
+
+# `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
+# location, offset)`: the fields of scanner.ScanReport and scanner.GlobalFinding.
+_ScanTuple: TypeAlias = tuple[str, str, tuple[tuple[str, bool, str, int], ...], tuple[str, ...], int]
+
+@overload
+def scan(
+    source: _Path | bytes,
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+    pickles_only: bool = False,
+) -> _ScanTuple: ...
+@overload
+def scan(
+    source: int,
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+    # A pickles-only scan reads a path or bytes, not a descriptor.
+    pickles_only: Literal[False] = False,
+) -> _ScanTuple: ...
+def plan_archive(
+    root: str,
+    pickle: bytes,
+    buffers: Sequence[Buffer],
+    *,
+    alignment: int = 64,
+    compute_crc32: bool = True,
+    byteorder_last: bool = False,
+    reserved: bool = False,
+) -> list[bytes | int | tuple[Literal["hole"], int]]:
+    """The archive's segments: bytes (write them), an int (write buffer i) or ``("hole", n)``."""
+
+def inspect(
+    source: _Source,
+    *,
+    user_names: Sequence[str] = ...,
+    user_objects: Sequence[object] = ...,
+    limits: _Limits = ...,
+    encoding: str = ...,
+) -> tuple[str, Any]:
+    """``(format, tree)``, every tensor a ``TensorInfo``."""
+
+def unsafe_globals(source: _Source, user_names: Sequence[str] = ..., limits: _Limits = ...) -> list[str]: ...
+def is_tensordict_leaf(name: str, siblings: Container[str]) -> bool: ...
+def loads(
+    data: bytes,
+    *,
+    name: str = "<pickle>",
+    user_names: Sequence[str] = ...,
+    user_objects: Sequence[object] = ...,
+    limits: _Limits = ...,
+    encoding: str = ...,
+) -> Any: ...
+
+class _ZipEntry(TypedDict):
+    name: bytes
+    method: int
+    flags: int
+    crc32: int
+    compressed_size: int
+    size: int
+    data_offset: int
+    length: int
+
+def zip_entries(source: _Source, *, limits: _Limits = ...) -> list[_ZipEntry]: ...
+
+# `(data_offset, compressed_size, expected_size, method, flags, name)`.
+_InflateRequest: TypeAlias = tuple[int, int, int, int, int, str]
+
+def inflate_entries(
+    source: _Source,
+    entries: Sequence[_InflateRequest],
+    threads: int = 1,
+    *,
+    limits: _Limits = ...,
+) -> list[npt.NDArray[np.uint8]]: ...
+@overload
+def error(
+    kind: _MalformedKind,
+    reason: str,
+    *,
+    entry: str | None = None,
+    offset: int | None = None,
+    limit: str | None = None,
+    maximum: int | None = None,
+) -> MalformedCheckpointError: ...
+@overload
+def error(
+    kind: _UnsafeKind,
+    reason: str,
+    *,
+    entry: str | None = None,
+    offset: int | None = None,
+    limit: str | None = None,
+    maximum: int | None = None,
+) -> UnsafeCheckpointError: ...
+@overload
+def error(
+    kind: Literal["unsupported"],
+    reason: str,
+    *,
+    entry: str | None = None,
+    offset: int | None = None,
+    limit: str | None = None,
+    maximum: int | None = None,
+) -> UnsupportedCheckpointError: ...
+@overload
+def error(
+    kind: Literal["limit"],
+    reason: str,
+    *,
+    entry: str | None = None,
+    offset: int | None = None,
+    limit: str,
+    maximum: int | None = None,
+) -> LimitExceededError: ...
+def build_error(what: str, cause: BaseException) -> MalformedCheckpointError:
+    """A MalformedCheckpointError for an exception raised while building an object."""
