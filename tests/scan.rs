@@ -678,3 +678,60 @@ fn summary(r: &Report) -> (String, Vec<tensorplay::scan::Finding>, Vec<String>, 
         r.pickles,
     )
 }
+
+/// `pickle.loads(b'...')` (or any refused call) handed the bytes of another
+/// pickle: what the inner one holds is reported too, where it was found.
+#[test]
+fn bytes_handed_to_a_refused_call_are_scanned_as_a_file() {
+    let mut outer = b"\x80\x02c_pickle\nloads\nC".to_vec();
+    outer.push(OS_SYSTEM.len() as u8);
+    outer.extend_from_slice(OS_SYSTEM);
+    outer.extend_from_slice(b"\x85R.");
+    let r = scan(&outer);
+    assert_eq!(names(&r), ["_pickle.loads", "os.system"]);
+    let inner = &r.findings[1];
+    assert!(inner.dangerous);
+    assert_eq!(inner.wrappers, ["pickle"]);
+    assert!(inner.location.contains("bytes passed at byte"), "{inner:?}");
+    // A gzip of the same payload handed to gzip.decompress, then to pickle.loads.
+    let gz = wrap_gzip(OS_SYSTEM);
+    let mut outer = b"\x80\x02cgzip\ndecompress\nC".to_vec();
+    outer.push(gz.len() as u8);
+    outer.extend_from_slice(&gz);
+    outer.extend_from_slice(b"\x85R.");
+    let r = scan(&outer);
+    assert_eq!(names(&r), ["gzip.decompress", "os.system"]);
+    assert_eq!(r.findings[1].wrappers, ["pickle", "gzip"]);
+    // Bytes that are no pickle add no problem to a file that is unsafe anyway.
+    let r = scan(b"\x80\x02cmymod\nThing\nC\x03\x01\x02\x03\x85R.");
+    assert_eq!(names(&r), ["mymod.Thing"]);
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+}
+
+/// A gzip member holding `data` stored (DEFLATE's uncompressed blocks).
+fn wrap_gzip(data: &[u8]) -> Vec<u8> {
+    let mut out = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff".to_vec();
+    out.push(1);
+    out.extend_from_slice(&(data.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(!(data.len() as u16)).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
+}
+
+#[test]
+fn compressed_pickles_are_scanned_inside() {
+    let r = scan(&wrap_gzip(OS_SYSTEM));
+    assert_eq!(r.format.name(), "gzip");
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.findings[0].wrappers, ["gzip"]);
+    let clean = wrap_gzip(b"\x80\x02}q\x00.");
+    assert_eq!(scan(&clean).verdict(), Verdict::Clean);
+    // Two members, the payload in the second: gzip readers read both.
+    let two = [wrap_gzip(b"\x80\x02N."), wrap_gzip(OS_SYSTEM)].concat();
+    assert_eq!(names(&scan(&two)), ["os.system"]);
+    // A member cut short never scans clean.
+    let cut = wrap_gzip(OS_SYSTEM);
+    assert_eq!(scan(&cut[..cut.len() - 20]).verdict(), Verdict::Unreadable);
+}

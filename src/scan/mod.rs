@@ -123,11 +123,11 @@ impl<'o> Scan<'o> {
             Kind::Empty | Kind::Safetensors => {}
             Kind::Zip if top => self.zip(data, location, depth, top),
             Kind::Zip => self.wrapped("zip", |scan| scan.zip(data, location, depth, top)),
-            Kind::Npy => self.npy(data, location),
+            Kind::Npy => self.npy(data, location, depth),
             Kind::Tar => self.wrapped("tar", |scan| scan.tar(data, location, depth)),
-            Kind::TorchLegacy => self.legacy(data, location, top),
+            Kind::TorchLegacy => self.legacy(data, location, depth, top),
             Kind::Compressed(c) => self.compressed(c, data, location, depth, top),
-            Kind::Pickle => self.pickle(data, location, top),
+            Kind::Pickle => self.pickle(data, location, depth, top),
         }
         if kind != Kind::Zip {
             self.trailing_zip(data, location, depth);
@@ -160,7 +160,7 @@ impl<'o> Scan<'o> {
                 if top {
                     self.report.format = Format::Pickle;
                 }
-                self.pickle(data, location, top);
+                self.pickle(data, location, depth, top);
             }
             Err(StreamError::TooLarge(_)) => {
                 self.charge(room.saturating_add(1), Work::Inflate, location);
@@ -187,13 +187,13 @@ impl<'o> Scan<'o> {
     }
 
     /// A legacy torch file: five pickles and the storages' bytes.
-    fn legacy(&mut self, data: &[u8], location: &str, top: bool) {
+    fn legacy(&mut self, data: &[u8], location: &str, depth: u32, top: bool) {
         if top && !self.options.pickles_only && self.validated_load(data, None, location).is_some()
         {
             self.report.pickles += 5;
             return;
         }
-        let s = self.stream(data, location, IdFormat::Legacy, Some(5));
+        let s = self.stream(data, location, depth, IdFormat::Legacy, Some(5));
         if s.problem.is_none() && s.pickles < 5 {
             self.problem(location, "a legacy torch file with fewer than five pickles");
         }
@@ -233,26 +233,29 @@ impl<'o> Scan<'o> {
         &mut self,
         data: &[u8],
         location: &str,
+        depth: u32,
         format: IdFormat,
         max_pickles: Option<usize>,
     ) -> stream::StreamScan {
-        let s = self.read_stream(data, location, format, max_pickles);
+        let s = self.read_stream(data, location, depth, format, max_pickles);
         if let Some(p) = &s.problem {
             self.problem(location, p);
         }
         s
     }
 
-    /// [`Scan::stream`] leaving the problem to the caller.
+    /// [`Scan::stream`] leaving the problem to the caller. The bytes its
+    /// refused calls would unpickle are scanned as nested files.
     fn read_stream(
         &mut self,
         data: &[u8],
         location: &str,
+        depth: u32,
         format: IdFormat,
         max_pickles: Option<usize>,
     ) -> stream::StreamScan {
         let options = self.options;
-        let s = stream::scan_stream(
+        let mut s = stream::scan_stream(
             data,
             location,
             &options.user_globals,
@@ -262,15 +265,32 @@ impl<'o> Scan<'o> {
             &mut self.report,
         );
         self.report.pickles += s.pickles;
+        for (at, payload) in std::mem::take(&mut s.payloads) {
+            let here = nested(location, &format!("bytes passed at byte {at}"));
+            self.payload(&payload, &here, depth + 1);
+        }
         s
+    }
+
+    /// Bytes a refused call would unpickle (or open as a checkpoint): what they
+    /// hold is reported; that they are no pickle is not (they may be any data).
+    fn payload(&mut self, data: &[u8], location: &str, depth: u32) {
+        if !self.charge(data.len() as u64, Work::Read, location) {
+            return;
+        }
+        let (findings, problems) = (self.report.findings.len(), self.report.problems.len());
+        self.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));
+        if self.report.findings.len() == findings {
+            self.report.problems.truncate(problems);
+        }
     }
 
     /// A raw pickle (or several in a row); bytes that are no pickle from their
     /// first opcode on, with nothing found, are some other kind of file: nothing
     /// here can unpickle them.
-    fn pickle(&mut self, data: &[u8], location: &str, top: bool) {
+    fn pickle(&mut self, data: &[u8], location: &str, depth: u32, top: bool) {
         let before = self.report.findings.len();
-        let s = self.read_stream(data, location, IdFormat::Zip, None);
+        let s = self.read_stream(data, location, depth, IdFormat::Zip, None);
         if let Some(problem) = s.problem {
             let not_a_pickle = s.pickles == 0
                 && self.report.findings.len() == before
@@ -434,7 +454,7 @@ fn globals_of_main_pickle<D: FileBytes + ?Sized>(
         return Ok(first_appearances(walk.found.into_iter().map(|f| f.name)));
     }
     let mut scan = Scan::new(bytes.len(), options, None);
-    scan.stream(&bytes, &entry.name_lossy(), IdFormat::Zip, Some(1));
+    scan.stream(&bytes, &entry.name_lossy(), 0, IdFormat::Zip, Some(1));
     outcome(scan.report)
 }
 

@@ -4,7 +4,7 @@ use crate::scan::Scan;
 use crate::torch::storages::IdFormat;
 
 impl Scan<'_> {
-    pub(super) fn npy(&mut self, data: &[u8], location: &str) {
+    pub(super) fn npy(&mut self, data: &[u8], location: &str, depth: u32) {
         let Some(&major) = data.get(6) else {
             return self.problem(location, "truncated .npy header");
         };
@@ -36,7 +36,7 @@ impl Scan<'_> {
             || text.contains("'|O',");
         if object {
             let body = data.get(start + header.len()..).unwrap_or_default();
-            self.stream(body, location, IdFormat::Zip, None);
+            self.stream(body, location, depth, IdFormat::Zip, None);
         }
     }
 }

@@ -24,27 +24,46 @@ pub struct StreamScan {
     pub end: usize,
     /// Why the stream could not be read to its end, if it could not.
     pub problem: Option<String>,
+    /// Bytes handed to refused callables (`pickle.loads(b'...')`), with the
+    /// offset of the call: what such a file would unpickle next.
+    pub payloads: Vec<(u64, Vec<u8>)>,
 }
 
-fn run_one(
-    data: &[u8],
-    user: &UserGlobals,
-    limits: &Limits,
-    format: IdFormat,
-) -> (Result<usize, Error>, Vec<Finding>) {
+/// What one pickle's run found.
+struct Run {
+    result: Result<usize, Error>,
+    findings: Vec<Finding>,
+    payloads: Vec<(u64, Vec<u8>)>,
+}
+
+fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -> Run {
     // The opcode walk answers only where its answer is the VM's (same end, same
-    // globals at the same offsets); it knows torch zip persistent ids only.
+    // globals at the same offsets); it knows torch zip persistent ids only. A
+    // pickle with a global outside the allowlist runs in the VM too, for the
+    // bytes its refused calls would unpickle.
     if format == IdFormat::Zip {
         if let Some(walk) = walker::walk(data, user, limits) {
-            return (Ok(walk.end), walk.found.into_iter().map(finding).collect());
+            if walk.found.is_empty() {
+                return Run {
+                    result: Ok(walk.end),
+                    findings: Vec::new(),
+                    payloads: Vec::new(),
+                };
+            }
         }
     }
     let mut hooks = TorchHooks::new(Refusals::Record, user, *limits, format);
     let mut arena = Arena::new(limits);
     let result =
         machine::run(data, &mut hooks, &mut arena, limits, StringEncoding::Utf8).map(|p| p.end);
-    let findings = hooks.found.into_iter().map(finding).collect();
-    (result, findings)
+    let payloads = (hooks.payloads.iter())
+        .filter_map(|(id, at)| Some((*at, arena.bytes(*id)?.to_vec())))
+        .collect();
+    Run {
+        result,
+        findings: hooks.found.into_iter().map(finding).collect(),
+        payloads,
+    }
 }
 
 fn finding(f: FoundGlobal) -> Finding {
@@ -70,16 +89,19 @@ pub fn scan_stream(
 ) -> StreamScan {
     let mut pos = 0usize;
     let mut pickles = 0u32;
+    let mut payloads = Vec::new();
     let wanted = max_pickles.unwrap_or(MAX_PICKLES);
     while (pickles as usize) < wanted {
         let rest = data.get(pos..).unwrap_or_default();
-        let (result, findings) = run_one(rest, user, limits, format);
-        for mut f in findings {
+        let run = run_one(rest, user, limits, format);
+        for mut f in run.findings {
             f.offset = f.offset.saturating_add(pos as u64);
             f.location = location.to_owned();
             report.add(f);
         }
-        match result {
+        let here = pos as u64;
+        payloads.extend((run.payloads.into_iter()).map(|(at, b)| (at.saturating_add(here), b)));
+        match run.result {
             Ok(end) => {
                 pickles += 1;
                 pos += end;
@@ -88,6 +110,7 @@ pub fn scan_stream(
                         pickles,
                         end: pos,
                         problem: None,
+                        payloads,
                     };
                 }
             }
@@ -118,6 +141,7 @@ pub fn scan_stream(
                     pickles,
                     end: pos,
                     problem: Some(problem),
+                    payloads,
                 };
             }
         }
@@ -127,6 +151,7 @@ pub fn scan_stream(
         pickles,
         end: pos,
         problem,
+        payloads,
     }
 }
 

@@ -42,6 +42,11 @@ pub struct TorchHooks<'u> {
     /// no persistent_load), and pickles outside any checkpoint.
     no_storages: Option<&'static str>,
     pub found: Vec<FoundGlobal>,
+    /// With refusals recorded: the bytes handed to a refused callable, by node
+    /// (once each), with where the call was. `pickle.loads(b'...')`,
+    /// `torch.load(io.BytesIO(b'...'))` and their kin unpickle them: a scan reads
+    /// them as files of their own.
+    pub payloads: Vec<(NodeId, u64)>,
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
     encoded: HashMap<(NodeId, String), NodeId>,
@@ -62,6 +67,7 @@ impl<'u> TorchHooks<'u> {
             id_format,
             no_storages: None,
             found: Vec::new(),
+            payloads: Vec::new(),
             encoded: HashMap::new(),
         }
     }
@@ -80,6 +86,30 @@ impl<'u> TorchHooks<'u> {
                 arena.push(Node::Opaque)
             }
             other => other,
+        }
+    }
+
+    /// Keep the bytes among a refused call's arguments (the call's tuple and the
+    /// tuples and lists in it), each node once.
+    fn keep_payloads(&mut self, arena: &Arena, args: NodeId, at: &Location) {
+        let mut pending = vec![args];
+        let mut seen = 0usize;
+        while let Some(id) = pending.pop() {
+            // A bounded look: arguments are small, a hostile one need not be.
+            seen += 1;
+            if seen > 64 {
+                break;
+            }
+            match arena.get(id) {
+                Node::Bytes(_) | Node::ByteArray(_) => {
+                    if !self.payloads.iter().any(|(kept, _)| *kept == id) {
+                        self.payloads.push((id, at.offset.unwrap_or(0)));
+                    }
+                }
+                Node::Tuple(items) => pending.extend(arena.items(*items)),
+                Node::List(items) => pending.extend(items.iter()),
+                _ => {}
+            }
         }
     }
 
@@ -603,8 +633,13 @@ impl Hooks for TorchHooks<'_> {
                 .tuple(args)
                 .is_some_and(|items| items.iter().any(|i| matches!(arena.get(*i), Node::Opaque)))
         };
-        if self.refusals == Refusals::Record && opaque_arg() {
-            return arena.push(Node::Opaque);
+        if self.refusals == Refusals::Record {
+            if matches!(arena.get(func), Node::Opaque) {
+                self.keep_payloads(arena, args, at);
+            }
+            if opaque_arg() {
+                return arena.push(Node::Opaque);
+            }
         }
         let result = match arena.get(func) {
             Node::Domain(Torch::Global(Global::Builtin(b))) => {
@@ -640,6 +675,9 @@ impl Hooks for TorchHooks<'_> {
                 .is_some_and(|d| d.items.is_empty() && d.base.is_none())
         });
         let cls_node = arena.get(cls).clone();
+        if self.refusals == Refusals::Record && cls_node == Node::Opaque {
+            self.keep_payloads(arena, args, at);
+        }
         let result = match &cls_node {
             Node::Domain(Torch::Global(Global::User(_))) => self.object(arena, Constructor::New { cls, args, kwargs }),
             Node::Domain(Torch::Global(Global::Builtin(Builtin::Parameter))) if no_kwargs => match arena.tuple(args) {
@@ -701,6 +739,10 @@ impl Hooks for TorchHooks<'_> {
         state: NodeId,
         at: &Location,
     ) -> Result<(), Error> {
+        // `__setstate__` of a refused class may unpickle its state's bytes.
+        if self.refusals == Refusals::Record && matches!(arena.get(inst), Node::Opaque) {
+            self.keep_payloads(arena, state, at);
+        }
         let result = match arena.get(inst) {
             Node::Domain(Torch::NdArray(a)) if a.state.is_none() => {
                 numpy::build_array(arena, state, self.limits.max_ndim, at).map(|built| {
