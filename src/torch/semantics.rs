@@ -101,10 +101,10 @@ impl<'u> TorchHooks<'u> {
                 break;
             }
             match arena.get(id) {
-                Node::Bytes(_) | Node::ByteArray(_) => {
-                    if !self.payloads.iter().any(|(kept, _)| *kept == id) {
-                        self.payloads.push((id, at.offset.unwrap_or(0)));
-                    }
+                Node::Bytes(_) | Node::ByteArray(_)
+                    if !self.payloads.iter().any(|(kept, _)| *kept == id) =>
+                {
+                    self.payloads.push((id, at.offset.unwrap_or(0)));
                 }
                 Node::Tuple(items) => pending.extend(arena.items(*items)),
                 Node::List(items) => pending.extend(items.iter()),
