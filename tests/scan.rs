@@ -735,3 +735,80 @@ fn compressed_pickles_are_scanned_inside() {
     let cut = wrap_gzip(OS_SYSTEM);
     assert_eq!(scan(&cut[..cut.len() - 20]).verdict(), Verdict::Unreadable);
 }
+
+/// `body` in a FRAME of `len` bytes (protocol 4).
+fn framed(len: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = b"\x80\x04\x95".to_vec();
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+#[test]
+fn an_opcode_that_crosses_its_frames_end_is_read_both_ways() {
+    // BINBYTES swallows the GLOBAL for a reader of bytes; a reader of a file
+    // skips to the frame's end (two bytes in) and calls builtins.len.
+    let mut body = b"B\x1c\x00\x00\x00".to_vec();
+    let rest = b"cbuiltins\nlen\nVabc\n\x85R0N.";
+    body[1] = rest.len() as u8;
+    body.extend_from_slice(rest);
+    body.extend_from_slice(b"0N.");
+    let data = framed(2, &body);
+    let r = scan(&data);
+    assert_eq!(names(&r), ["builtins.len"]);
+    assert!(
+        r.problems.iter().any(|p| p.contains("readers disagree")),
+        "{:?}",
+        r.problems
+    );
+    let Err(err) = tensorplay::raw::open_pickle(&data, "x.pkl", &Default::default()) else {
+        panic!("loaded");
+    };
+    assert!(err.to_string().contains("read this pickle apart"), "{err}");
+}
+
+#[test]
+fn a_pickle_that_stops_inside_its_frame_is_read_on_from_the_frames_end() {
+    // One reader starts the next pickle right after STOP, another at the frame's end.
+    let hidden = b"cos\nsystem\n";
+    let mut body = b"N.".to_vec();
+    body.extend_from_slice(hidden);
+    let mut data = framed(body.len() as u64 + 3, &body);
+    data.extend_from_slice(b"\x80\x04N.");
+    let r = scan(&data);
+    assert_eq!(r.verdict(), Verdict::Unsafe, "{r:?}");
+    assert_eq!(names(&r), ["os.system"]);
+}
+
+#[test]
+fn text_arguments_read_apart_make_a_file_unreadable_at_least() {
+    for data in [
+        &b"I010\n."[..],
+        b"I1\x00zz\n.",
+        b"F1e500\n.",
+        b"F1_0.5\n.",
+        b"\x80\x02N\x88r\xff\xff\xff\x7f0N.",
+    ] {
+        let r = scan(data);
+        assert_eq!(r.verdict(), Verdict::Unreadable, "{data:?}: {r:?}");
+        assert!(
+            r.problems.iter().any(|p| p.contains("readers disagree")),
+            "{:?}",
+            r.problems
+        );
+        assert!(tensorplay::raw::open_pickle(data, "x.pkl", &Default::default()).is_err());
+    }
+    // What follows is still looked at.
+    let r = scan(b"F1e500\ncos\nsystem\n(S'ls'\ntR.");
+    assert_eq!(names(&r), ["os.system"]);
+    // The pickler's own text is read alike by all.
+    let written = b"(I01\nI42\nL7L\nF1.5\nFinf\nF-1e+300\ntp0\ng0\n\x86.";
+    assert_eq!(scan(written).verdict(), Verdict::Clean);
+}
+
+#[test]
+fn a_global_on_the_last_line_without_its_newline_is_reported_as_python_reads_it() {
+    let r = scan(b"\x80\x02cos\nsystemX");
+    assert_eq!(names(&r), ["os.system"], "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+}

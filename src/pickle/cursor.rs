@@ -32,12 +32,12 @@ impl From<ReadError> for Error {
                 wanted,
                 remaining,
             } => Error::pickle(
-                format!("truncated: needs {wanted} more bytes, {remaining} remain"),
-                Location::at(at as u64),
+                format!("truncated: the argument at byte {at} needs {wanted} more bytes, {remaining} remain"),
+                Location::default(),
             ),
             ReadError::NoNewline { at } => Error::pickle(
-                "line without a terminating newline",
-                Location::at(at as u64),
+                format!("the line at byte {at} has no terminating newline"),
+                Location::default(),
             ),
         }
     }
@@ -162,13 +162,12 @@ mod tests {
         c.u8().unwrap();
         let truncated = Error::from(c.u32_le().unwrap_err()).to_string();
         assert!(
-            truncated.contains("truncated: needs 4 more bytes, 2 remain"),
+            truncated.contains("truncated: the argument at byte 1 needs 4 more bytes, 2 remain"),
             "{truncated}"
         );
-        assert!(truncated.contains("byte offset 1"), "{truncated}");
         let no_newline = Error::from(c.line().unwrap_err()).to_string();
         assert!(
-            no_newline.contains("line without a terminating newline"),
+            no_newline.contains("the line at byte 1 has no terminating newline"),
             "{no_newline}"
         );
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::cursor::Cursor;
-use crate::pickle::opcodes::*;
+use crate::pickle::opcodes::{self, *};
 use crate::pickle::text;
 
 /// An opcode that makes or changes a value, with its argument and the stack
@@ -170,6 +170,36 @@ pub struct Decoder<'a, S> {
     /// Offset and byte of the opcode being read, for error locations.
     op_offset: usize,
     op: u8,
+    /// Where the current FRAME ends, once one was read.
+    frame_end: Option<usize>,
+    /// Where CPython's readers (the C and the Python unpickler, 3.9 to 3.14) would
+    /// read these bytes differently, and how.
+    divergences: Vec<Divergence>,
+}
+
+/// A place where CPython's unpicklers part ways: one reads on where another
+/// stops, or they read another value or another stream. The VM reads as the C
+/// unpickler reads whole bytes (frames ignored); a scan must not call such a
+/// file clean, and must look at what the other readings would reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Divergence {
+    /// The offset of the opcode, and the opcode.
+    pub offset: usize,
+    pub op: u8,
+    pub what: &'static str,
+    /// Where another reader would go on reading opcodes, when not right after
+    /// this one (the end of a frame).
+    pub resumes_at: Option<usize>,
+}
+
+impl Divergence {
+    /// A load's refusal of the pickle.
+    pub fn error(&self) -> Error {
+        Error::pickle(
+            format!("CPython's unpicklers read this pickle apart: {}", self.what),
+            Location::op(self.offset as u64, opcode(self.op)),
+        )
+    }
 }
 
 impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
@@ -190,6 +220,32 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             protocol: None,
             op_offset: 0,
             op: 0,
+            frame_end: None,
+            divergences: Vec::new(),
+        }
+    }
+
+    /// Where CPython's readers would read this pickle differently, so far.
+    pub fn divergences(&self) -> &[Divergence] {
+        &self.divergences
+    }
+
+    #[cold]
+    fn diverge(&mut self, what: &'static str, resumes_at: Option<usize>) {
+        if self.divergences.len() < 64 {
+            self.divergences.push(Divergence {
+                offset: self.op_offset,
+                op: self.op,
+                what,
+                resumes_at,
+            });
+        }
+    }
+
+    /// A text argument whose value CPython's readers disagree on (3.9 to 3.14).
+    fn check_text(&mut self, line: &str) {
+        if let Some(what) = text::readers_disagree(self.op, line) {
+            self.diverge(what, None);
         }
     }
 
@@ -358,6 +414,7 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
 
     fn memo_key(&mut self) -> Result<u64, Error> {
         let line = self.text_line()?;
+        self.check_text(line);
         text::parse_memo_key(line).ok_or_else(|| self.err(format!("invalid memo key {line:?}")))
     }
 
@@ -427,6 +484,11 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
                 let root = self
                     .pop()
                     .map_err(|_| self.err("STOP with an empty stack"))?;
+                // A next pickle starts after STOP for one reader, at the frame's
+                // end for the others.
+                if let Some(end) = self.frame_end.filter(|e| *e > self.cursor.position()) {
+                    self.diverge("the pickle stops inside a frame", Some(end));
+                }
                 Ok(Some(root))
             }
             PROTO => {
@@ -442,6 +504,20 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
                         "FRAME of {len} bytes runs past the end of the pickle"
                     )));
                 }
+                let start = self.cursor.position();
+                // A reader of a file has the outer frame in its buffer: it reads
+                // the inner frame's bytes from the outer one's end.
+                if let Some(outer) = self.frame_end.filter(|end| *end > start) {
+                    self.diverge("a FRAME begins before the previous frame ends", Some(outer));
+                }
+                let end = start + len as usize;
+                let frame = self.data.get(start..end).unwrap_or_default();
+                if !opcodes::tiles(frame) {
+                    // The Python unpickler stops; the C one reads across the end,
+                    // or (from a file) skips to it.
+                    self.diverge("an opcode crosses the end of its frame", Some(end));
+                }
+                self.frame_end = Some(end);
                 Ok(None)
             }
             MARK => {
@@ -486,6 +562,9 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             }
             LONG_BINPUT => {
                 let index = self.cursor.u32_le()?;
+                if index >= text::HUGE_MEMO_KEY {
+                    self.diverge("a memo index the C unpickler cannot allocate", None);
+                }
                 self.memo_put(u64::from(index))?;
                 Ok(None)
             }
@@ -512,13 +591,18 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             NONE => emit!(Op::None),
             NEWTRUE => emit!(Op::Bool(true)),
             NEWFALSE => emit!(Op::Bool(false)),
-            INT => match self.text_line()? {
-                "00" => emit!(Op::Bool(false)),
-                "01" => emit!(Op::Bool(true)),
-                line => emit!(self.int_text(line)?),
-            },
+            INT => {
+                let line = self.text_line()?;
+                self.check_text(line);
+                match line {
+                    "00" => emit!(Op::Bool(false)),
+                    "01" => emit!(Op::Bool(true)),
+                    line => emit!(self.int_text(line)?),
+                }
+            }
             LONG => {
                 let line = self.text_line()?;
+                self.check_text(line);
                 emit!(self.int_text(line.strip_suffix('L').unwrap_or(line))?)
             }
             BININT => emit!(Op::Int(i64::from(self.cursor.i32_le()?))),
@@ -534,6 +618,7 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             }
             FLOAT => {
                 let line = self.text_line()?;
+                self.check_text(line);
                 emit!(Op::Float(text::parse_float_literal(line).ok_or_else(
                     || self.err(format!("invalid float literal {line:?}"))
                 )?,))

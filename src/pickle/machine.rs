@@ -4,7 +4,7 @@
 
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
-use crate::pickle::decoder::{Decoder, Interpret, Op};
+use crate::pickle::decoder::{Decoder, Divergence, Interpret, Op};
 use crate::pickle::opcodes::{APPENDS, SETITEMS};
 use crate::pickle::text;
 use crate::value::{Arena, DictClass, DictNode, Domain, Mutation, Node, NodeId, SetNode};
@@ -70,6 +70,12 @@ pub trait Hooks {
     ) -> Result<NodeId, Error>;
     /// Called once with the pickle's length before it runs, as the arena is sized.
     fn reserve_for_pickle(&mut self, _len: usize) {}
+    /// Called once the pickle has run (to its STOP or to an error) with each
+    /// place CPython's own readers would read it differently. No pickler writes
+    /// such bytes: a load refuses them, a scan records them.
+    fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
+        Err(divergence.error())
+    }
 }
 
 /// How the py2 `str` opcodes (STRING, BINSTRING, SHORT_BINSTRING) decode: pickle's
@@ -136,7 +142,12 @@ pub fn run<H: Hooks>(
         max_container_len: limits.max_container_len,
     };
     let mut decoder = Decoder::new(data, limits);
-    let root = decoder.run(&mut machine)?;
+    let root = decoder.run(&mut machine);
+    // A scan records the divergences before a break too: a reader that went on
+    // past them may reach what this one did not.
+    let diverged = (decoder.divergences().iter()).try_for_each(|d| machine.hooks.diverged(*d));
+    let root = root?;
+    diverged?;
     Ok(Parsed {
         root,
         protocol: decoder.protocol(),

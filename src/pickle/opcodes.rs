@@ -186,6 +186,27 @@ pub fn arg_len(arg: Arg, rest: &[u8]) -> Option<usize> {
     }
 }
 
+/// Whether the opcodes of `frame`, read one after another by their argument
+/// shapes, end exactly at its end: none crosses out of it (a STOP, an unknown
+/// byte or a nested FRAME ends the look; those are judged elsewhere).
+pub fn tiles(frame: &[u8]) -> bool {
+    let mut pos = 0usize;
+    while let Some(&op) = frame.get(pos) {
+        let Some((_, arg)) = info(op) else {
+            return true;
+        };
+        if matches!(op, STOP | FRAME) {
+            return true;
+        }
+        let rest = frame.get(pos + 1..).unwrap_or_default();
+        match arg_len(arg, rest) {
+            Some(len) => pos += 1 + len,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// The opcode's name, or `unknown` for a byte that is no opcode.
 pub fn opcode_name(op: u8) -> &'static str {
     info(op).map_or("unknown", |(name, _)| name)

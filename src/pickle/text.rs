@@ -241,6 +241,71 @@ pub fn parse_int_literal(text: &str) -> Result<Option<i64>, ()> {
     Ok(i64::try_from(value).ok())
 }
 
+/// A memo index from which the C unpickler's memo array (16 bytes an index, made
+/// at once) is too big to allocate on an ordinary machine: it fails where the
+/// Python unpickler, whose memo is a dict, reads on.
+pub const HUGE_MEMO_KEY: u32 = 1 << 26;
+
+/// Why CPython's unpicklers (the C and the Python one, 3.9 to 3.14) read the text
+/// argument `line` of opcode `op` (INT, LONG, FLOAT, PUT, GET) differently, if
+/// they do: one accepts what another refuses, or they read another value.
+pub fn readers_disagree(op: u8, line: &str) -> Option<&'static str> {
+    use crate::pickle::opcodes::{FLOAT, GET, INT, LONG, PUT};
+    // C copies the line into a NUL-terminated buffer and reads up to the NUL.
+    if line.contains('\0') {
+        return Some("a NUL byte in a text argument (the C unpickler reads up to it)");
+    }
+    let t = strip_python_space(line);
+    let (_, body) = split_sign(t);
+    match op {
+        INT | LONG => {
+            let body = if op == LONG {
+                body.strip_suffix('L').unwrap_or(body)
+            } else {
+                body
+            };
+            if op == INT && matches!(line, "00" | "01") {
+                return None;
+            }
+            let lower = body.to_ascii_lowercase();
+            if ["0x", "0o", "0b"].iter().any(|p| lower.starts_with(p)) {
+                return Some("a prefixed int literal (3.14 reads base 10 only)");
+            }
+            let digits = lower.trim_start_matches('0');
+            if op == INT
+                && lower.starts_with('0')
+                && digits.starts_with(|c: char| c.is_ascii_digit())
+            {
+                return Some("an int literal with a leading zero (octal for C, refused by Python)");
+            }
+            // C makes any two-character INT worth 0 or 1 a bool; Python only `00`/`01`.
+            let small = matches!(parse_int_literal(line), Ok(Some(0 | 1)));
+            if op == INT && line.len() == 2 && small && !matches!(line, "00" | "01") {
+                return Some("a two-character INT the C unpickler reads as a bool");
+            }
+            None
+        }
+        FLOAT => {
+            let bare = line.trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\x0b' | '\x0c'));
+            if line.contains('_') || bare.len() != line.len() {
+                return Some("a FLOAT with underscores or blanks (refused by the C unpickler)");
+            }
+            let literal = matches!(body.to_ascii_lowercase().as_str(), "inf" | "infinity");
+            if parse_float_literal(line).is_some_and(f64::is_infinite) && !literal {
+                return Some("a FLOAT that overflows (infinity for Python, an error for C)");
+            }
+            None
+        }
+        PUT | GET => match parse_memo_key(line) {
+            Some(key) if key >= u64::from(HUGE_MEMO_KEY) => {
+                Some("a memo key the C unpickler cannot allocate")
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +358,41 @@ mod tests {
         );
         assert!(escape_decode(br"\x4").is_none());
         assert_eq!(escape_decode(br"\q").unwrap(), br"\q".to_vec());
+    }
+
+    #[test]
+    fn text_the_two_unpicklers_read_apart_is_named() {
+        use crate::pickle::opcodes::{FLOAT, GET, INT, LONG, PUT};
+        for (op, line) in [
+            (INT, "010"),
+            (INT, "+1"),
+            (INT, " 1"),
+            (INT, "-0"),
+            (INT, "1\0zz"),
+            (INT, "0x10"),
+            (LONG, "7\0zL"),
+            (FLOAT, "1_0.5"),
+            (FLOAT, " 1.5"),
+            (FLOAT, "1e500"),
+            (PUT, "99999999999"),
+        ] {
+            assert!(readers_disagree(op, line).is_some(), "{op} {line:?}");
+        }
+        for (op, line) in [
+            (INT, "00"),
+            (INT, "01"),
+            (INT, "42"),
+            (INT, "1_0"),
+            (LONG, "123L"),
+            (LONG, "010L"),
+            (FLOAT, "1.5"),
+            (FLOAT, "inf"),
+            (FLOAT, "-Infinity"),
+            (GET, "7"),
+            (PUT, " +7"),
+        ] {
+            assert_eq!(readers_disagree(op, line), None, "{op} {line:?}");
+        }
     }
 
     #[test]

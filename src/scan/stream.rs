@@ -3,8 +3,11 @@
 //! data ends. If a pickle breaks, a tolerant disassembly of the rest still
 //! reports any GLOBAL or INST it can see.
 
+use std::collections::BTreeSet;
+
 use crate::error::Error;
 use crate::limits::Limits;
+use crate::pickle::decoder::Divergence;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
 use crate::scan::walker;
@@ -34,6 +37,7 @@ struct Run {
     result: Result<usize, Error>,
     findings: Vec<Finding>,
     payloads: Vec<(u64, Vec<u8>)>,
+    divergences: Vec<Divergence>,
 }
 
 fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -> Run {
@@ -48,6 +52,7 @@ fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -
                     result: Ok(walk.end),
                     findings: Vec::new(),
                     payloads: Vec::new(),
+                    divergences: walk.divergences,
                 };
             }
         }
@@ -63,6 +68,7 @@ fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -
         result,
         findings: hooks.found.into_iter().map(finding).collect(),
         payloads,
+        divergences: hooks.divergences,
     }
 }
 
@@ -101,6 +107,18 @@ pub fn scan_stream(
         }
         let here = pos as u64;
         payloads.extend((run.payloads.into_iter()).map(|(at, b)| (at.saturating_add(here), b)));
+        for d in run.divergences {
+            let at = pos.saturating_add(d.offset);
+            let op = opcodes::opcode_name(d.op);
+            report.problem(
+                location,
+                format!("readers disagree at byte {at} ({op}): {}", d.what),
+            );
+            // What a reader that goes on from elsewhere would reach.
+            if let Some(resumes_at) = d.resumes_at {
+                sweep_rest(data, pos.saturating_add(resumes_at), location, user, report);
+            }
+        }
         match run.result {
             Ok(end) => {
                 pickles += 1;
@@ -161,6 +179,16 @@ pub fn scan_stream(
 fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, report: &mut Report) {
     let mut pos = from;
     let mut recent: Vec<String> = Vec::new();
+    // The VM and sweeps from other places may have passed the same opcodes.
+    let mut seen: BTreeSet<u64> = (report.findings.iter())
+        .filter(|f| f.location == location)
+        .map(|f| f.offset)
+        .collect();
+    let mut record = |module: &str, name: &str, at: usize, report: &mut Report| {
+        if seen.insert(at as u64) {
+            record(module, name, at, location, user, report);
+        }
+    };
     while let Some(&op) = data.get(pos) {
         let start = pos;
         pos += 1;
@@ -172,19 +200,21 @@ fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, repo
         match arg {
             Arg::None if op == opcodes::STACK_GLOBAL => {
                 if let [.., module, name] = recent.as_slice() {
-                    record(module, name, start, location, user, report);
+                    record(module, name, start, report);
                 }
             }
             Arg::TwoLines => {
                 let Some(first) = line(rest) else { break };
                 let after = rest.get(first + 1..).unwrap_or_default();
-                let Some(second) = line(after) else { break };
+                // pickle.py reads a last line without its newline less its last
+                // byte, and imports what that names before it fails.
+                let second = line(after).unwrap_or(after.len().saturating_sub(1));
                 let module =
                     String::from_utf8_lossy(rest.get(..first).unwrap_or_default()).into_owned();
                 let name =
                     String::from_utf8_lossy(after.get(..second).unwrap_or_default()).into_owned();
                 if is_identifier_path(&module) && is_identifier_path(&name) {
-                    record(&module, &name, start, location, user, report);
+                    record(&module, &name, start, report);
                     pos += first + 1 + second + 1;
                 }
             }

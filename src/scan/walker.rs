@@ -10,7 +10,7 @@
 use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::cursor::Cursor;
-use crate::pickle::decoder::{Decoder, Interpret, Op};
+use crate::pickle::decoder::{Decoder, Divergence, Interpret, Op};
 use crate::pickle::opcodes::{BINUNICODE, BINUNICODE8, SHORT_BINUNICODE, TUPLE};
 use crate::torch::policy::{
     self, Builtin, FoundGlobal, Global, Resolution, UserGlobals, COMPUTED_GLOBAL,
@@ -71,6 +71,7 @@ pub struct Walk {
     pub found: Vec<FoundGlobal>,
     /// Offset just past STOP.
     pub end: usize,
+    pub divergences: Vec<Divergence>,
 }
 
 struct Walker<'u> {
@@ -104,6 +105,7 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
     Some(Walk {
         found: walker.found,
         end: decoder.position(),
+        divergences: decoder.divergences().to_vec(),
     })
 }
 

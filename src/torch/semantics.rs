@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Location, Refusal};
 use crate::limits::{Limit, Limits};
+use crate::pickle::decoder::Divergence;
 use crate::pickle::machine::Hooks;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
@@ -47,6 +48,8 @@ pub struct TorchHooks<'u> {
     /// `torch.load(io.BytesIO(b'...'))` and their kin unpickle them: a scan reads
     /// them as files of their own.
     pub payloads: Vec<(NodeId, u64)>,
+    /// With refusals recorded: where CPython's readers would read the pickle apart.
+    pub divergences: Vec<Divergence>,
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
     encoded: HashMap<(NodeId, String), NodeId>,
@@ -68,6 +71,7 @@ impl<'u> TorchHooks<'u> {
             no_storages: None,
             found: Vec::new(),
             payloads: Vec::new(),
+            divergences: Vec::new(),
             encoded: HashMap::new(),
         }
     }
@@ -557,6 +561,16 @@ pub(crate) fn valid_device(device: &str) -> bool {
 
 impl Hooks for TorchHooks<'_> {
     type Domain = Torch;
+
+    fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
+        match self.refusals {
+            Refusals::Raise => Err(divergence.error()),
+            Refusals::Record => {
+                self.divergences.push(divergence);
+                Ok(())
+            }
+        }
+    }
 
     fn reserve_for_pickle(&mut self, len: usize) {
         // The arena's guess of one tensor per 64 bytes: each has a storage, and a
