@@ -244,7 +244,7 @@ fn gzip_header(member: &[u8]) -> Result<&[u8], StreamError> {
 
 /// Inflate one raw DEFLATE stream from the start of `data` into `out`; how many
 /// bytes of `data` it took.
-fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, StreamError> {
+pub(crate) fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, StreamError> {
     const WINDOW: usize = 1 << 15;
     let mut state = Box::<DecompressorOxide>::default();
     let mut window = vec![0u8; WINDOW];
@@ -260,7 +260,11 @@ fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, StreamError> {
         match status {
             TINFLStatus::Done => return Ok(consumed),
             TINFLStatus::HasMoreOutput => continue,
-            other => return Err(StreamError::Corrupt(format!("corrupt deflate stream ({other:?})"))),
+            other => {
+                return Err(StreamError::Corrupt(format!(
+                    "corrupt deflate stream ({other:?})"
+                )))
+            }
         }
     }
 }
@@ -319,11 +323,17 @@ mod tests {
 
     #[test]
     fn formats_are_known_by_their_headers() {
-        assert_eq!(Compression::of(b"\x1f\x8b\x08\x00"), Some(Compression::Gzip));
+        assert_eq!(
+            Compression::of(b"\x1f\x8b\x08\x00"),
+            Some(Compression::Gzip)
+        );
         assert_eq!(Compression::of(b"BZh91AY"), Some(Compression::Bzip2));
         assert_eq!(Compression::of(b"\xfd7zXZ\x00\x00"), Some(Compression::Xz));
         assert_eq!(Compression::of(b"\x78\x9c\x03"), Some(Compression::Zlib));
-        assert_eq!(Compression::of(b"\x28\xb5\x2f\xfd"), Some(Compression::Zstd));
+        assert_eq!(
+            Compression::of(b"\x28\xb5\x2f\xfd"),
+            Some(Compression::Zstd)
+        );
         let mut alone = vec![0x5d, 0, 0, 0x10, 0];
         alone.extend_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(Compression::of(&alone), Some(Compression::LzmaAlone));
