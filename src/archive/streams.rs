@@ -244,7 +244,7 @@ fn gzip_header(member: &[u8]) -> Result<&[u8], StreamError> {
 
 /// Inflate one raw DEFLATE stream from the start of `data` into `out`; how many
 /// bytes of `data` it took.
-fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, StreamError> {
+pub(crate) fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, StreamError> {
     const WINDOW: usize = 1 << 15;
     let mut state = Box::<DecompressorOxide>::default();
     let mut window = vec![0u8; WINDOW];
