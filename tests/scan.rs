@@ -812,3 +812,56 @@ fn a_global_on_the_last_line_without_its_newline_is_reported_as_python_reads_it(
     assert_eq!(names(&r), ["os.system"], "{r:?}");
     assert_eq!(r.verdict(), Verdict::Unsafe);
 }
+
+fn sevenzip(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/tests/fixtures/sevenzip/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn files_in_a_7z_archive_are_scanned() {
+    let r = scan(&sevenzip("hostile_lzma2.7z"));
+    assert_eq!(r.format.name(), "7z");
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.findings[0].wrappers, ["7z"]);
+    assert_eq!(r.findings[0].location, "model/data.pkl");
+    for clean in ["lzma2.7z", "bzip2.7z", "deflate.7z"] {
+        let r = scan(&sevenzip(clean));
+        assert_eq!(r.verdict(), Verdict::Clean, "{clean}: {r:?}");
+        assert!(r.pickles > 0, "{clean}");
+    }
+    // Ten digits in a member named like a model (small.bin) are not one.
+    let r = scan(&sevenzip("copy.7z"));
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    assert!(
+        r.problems[0].starts_with("small.bin: named like a model"),
+        "{r:?}"
+    );
+    // What the reader cannot decode is never clean.
+    for closed in [
+        "hostile_bcj.7z",
+        "aes.7z",
+        "aes_header.7z",
+        "ppmd.7z",
+        "append_bad_crc.7z",
+    ] {
+        let r = scan(&sevenzip(closed));
+        assert_eq!(r.verdict(), Verdict::Unreadable, "{closed}: {r:?}");
+        assert!(r.problems[0].contains("7z archive"), "{:?}", r.problems);
+    }
+}
+
+#[test]
+fn a_pickle_whose_first_bytes_make_a_zlib_header_is_read_as_a_pickle() {
+    // '(' 'S' is a valid zlib header (CMF 0x28, FCHECK ok) and the start of
+    // pickle.dumps((...), 0)-style text.
+    let data = b"(S'ls'\nios\nsystem\n.";
+    let r = scan(data);
+    assert_eq!(names(&r), ["os.system"], "{r:?}");
+    let clean = b"(S'a'\nS'b'\ntp0\n.";
+    let r = scan(clean);
+    assert_eq!(r.verdict(), Verdict::Clean, "{r:?}");
+}

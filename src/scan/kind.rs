@@ -1,5 +1,6 @@
 //! What a file's (or an entry's) bytes are, judged by content.
 
+use crate::archive::sevenzip::is_7z;
 use crate::archive::streams::Compression;
 use crate::archive::tar::is_tar;
 use crate::torch::legacy;
@@ -13,6 +14,7 @@ pub enum Kind {
     Zip,
     Npy,
     Tar,
+    SevenZip,
     TorchLegacy,
     Safetensors,
     /// A whole file compressed (gzip, bzip2, xz...): what joblib, pandas and
@@ -32,6 +34,8 @@ impl Kind {
             Kind::Npy
         } else if is_tar(data) {
             Kind::Tar
+        } else if is_7z(data) {
+            Kind::SevenZip
         } else if legacy::is_legacy(data) {
             Kind::TorchLegacy
         } else if is_safetensors(data) {

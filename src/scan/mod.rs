@@ -12,6 +12,7 @@ mod budget;
 mod kind;
 mod npy;
 mod report;
+mod sevenzip;
 pub mod stream;
 mod tar;
 pub mod walker;
@@ -22,6 +23,7 @@ use crate::archive::zip::{self as archive_zip, Entry, FileBytes};
 use crate::checkpoint::{self, LoadOptions};
 use crate::error::{Error, Location};
 use crate::limits::{Limit, Limits};
+use crate::pickle::opcodes;
 use crate::torch::policy::UserGlobals;
 use crate::torch::records::{self, Record};
 use crate::torch::storages::IdFormat;
@@ -109,6 +111,7 @@ impl<'o> Scan<'o> {
                 Kind::Zip => Format::Zip,
                 Kind::Npy => Format::Npy,
                 Kind::Tar => Format::Tar,
+                Kind::SevenZip => Format::SevenZip,
                 Kind::TorchLegacy => Format::TorchLegacy,
                 Kind::Safetensors => Format::Safetensors,
                 Kind::Compressed(c) => Format::Compressed(c),
@@ -125,6 +128,7 @@ impl<'o> Scan<'o> {
             Kind::Zip => self.wrapped("zip", |scan| scan.zip(data, location, depth, top)),
             Kind::Npy => self.npy(data, location, depth),
             Kind::Tar => self.wrapped("tar", |scan| scan.tar(data, location, depth)),
+            Kind::SevenZip => self.wrapped("7z", |scan| scan.sevenzip(data, location, depth)),
             Kind::TorchLegacy => self.legacy(data, location, depth, top),
             Kind::Compressed(c) => self.compressed(c, data, location, depth, top),
             Kind::Pickle => self.pickle(data, location, depth, top),
@@ -145,18 +149,25 @@ impl<'o> Scan<'o> {
     }
 
     /// A compressed file: what it decompresses to (within the budget) is scanned
-    /// as a file of its own. LZMA-alone has no magic number: bytes that only look
-    /// like its header are read as a pickle.
+    /// as a file of its own. zlib's and LZMA-alone's headers are two or five
+    /// bytes that may also start with an opcode, and a loader that unpickles
+    /// such bytes reads them as a pickle: they are scanned as one too.
     fn compressed(&mut self, c: Compression, data: &[u8], location: &str, depth: u32, top: bool) {
         let room = self.budget.room(Work::Inflate);
-        match c.decode(data, room) {
+        let decoded = c.decode(data, room);
+        let weak_magic = matches!(c, Compression::Zlib | Compression::LzmaAlone)
+            && data.first().is_some_and(|op| opcodes::info(*op).is_some());
+        match decoded {
             Ok(inner) => {
                 if self.charge(inner.len() as u64, Work::Inflate, location) {
                     let here = nested(location, c.name());
                     self.wrapped(c.name(), |scan| scan.bytes(&inner, &here, depth + 1, false));
                 }
+                if weak_magic {
+                    self.unless_nothing_found(|scan| scan.pickle(data, location, depth, false));
+                }
             }
-            Err(StreamError::Corrupt(_)) if c == Compression::LzmaAlone => {
+            Err(StreamError::Corrupt(_)) if weak_magic => {
                 if top {
                     self.report.format = Format::Pickle;
                 }
@@ -171,9 +182,15 @@ impl<'o> Scan<'o> {
 
     /// Bytes that are no pickle: skipped when they are text or a format that
     /// holds none, unreadable when binary of no known format or named like a model.
-    fn not_a_pickle(&mut self, data: &[u8], location: &str) {
-        self.report.format = Format::NotAPickle;
-        let named_model = self.name.is_some_and(|n| named_like_a_model(n.as_bytes()));
+    /// An entry of an archive is judged by its own name, the file by the file's.
+    fn not_a_pickle(&mut self, data: &[u8], location: &str, top: bool) {
+        let name = if top {
+            self.report.format = Format::NotAPickle;
+            self.name
+        } else {
+            location.rsplit(NESTED).next()
+        };
+        let named_model = name.is_some_and(|n| named_like_a_model(n.as_bytes()));
         match NotAPickle::of(data) {
             _ if named_model => self.problem(
                 location,
@@ -278,8 +295,16 @@ impl<'o> Scan<'o> {
         if !self.charge(data.len() as u64, Work::Read, location) {
             return;
         }
+        self.unless_nothing_found(|scan| {
+            scan.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));
+        });
+    }
+
+    /// Run `scan`, keeping the problems it reports only if it found something:
+    /// for a reading of bytes that need not be what it looks for.
+    fn unless_nothing_found(&mut self, scan: impl FnOnce(&mut Self)) {
         let (findings, problems) = (self.report.findings.len(), self.report.problems.len());
-        self.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));
+        scan(self);
         if self.report.findings.len() == findings {
             self.report.problems.truncate(problems);
         }
@@ -295,8 +320,8 @@ impl<'o> Scan<'o> {
             let not_a_pickle = s.pickles == 0
                 && self.report.findings.len() == before
                 && !data.starts_with(&[0x80]);
-            if not_a_pickle && top {
-                self.not_a_pickle(data, location);
+            if not_a_pickle {
+                self.not_a_pickle(data, location, top);
             } else {
                 self.problem(location, problem);
             }
@@ -309,9 +334,11 @@ fn nested(parent: &str, name: &str) -> String {
     if parent.is_empty() {
         name.to_owned()
     } else {
-        format!("{parent} > {name}")
+        format!("{parent}{NESTED}{name}")
     }
 }
+
+const NESTED: &str = " > ";
 
 /// Scan a whole file's bytes.
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {
