@@ -761,10 +761,9 @@ fn an_opcode_that_crosses_its_frames_end_is_read_both_ways() {
         "{:?}",
         r.problems
     );
-    let Err(err) = tensorplay::raw::open_pickle(&data, "x.pkl", &Default::default()) else {
-        panic!("loaded");
-    };
-    assert!(err.to_string().contains("read this pickle apart"), "{err}");
+    // A load reads as torch's weights-only unpickler does, frames ignored: it
+    // sees no global and takes the bytes.
+    assert!(tensorplay::raw::open_pickle(&data, "x.pkl", &Default::default()).is_ok());
 }
 
 #[test]
@@ -796,7 +795,6 @@ fn text_arguments_read_apart_make_a_file_unreadable_at_least() {
             "{:?}",
             r.problems
         );
-        assert!(tensorplay::raw::open_pickle(data, "x.pkl", &Default::default()).is_err());
     }
     // What follows is still looked at.
     let r = scan(b"F1e500\ncos\nsystem\n(S'ls'\ntR.");

@@ -192,16 +192,6 @@ pub struct Divergence {
     pub resumes_at: Option<usize>,
 }
 
-impl Divergence {
-    /// A load's refusal of the pickle.
-    pub fn error(&self) -> Error {
-        Error::pickle(
-            format!("CPython's unpicklers read this pickle apart: {}", self.what),
-            Location::op(self.offset as u64, opcode(self.op)),
-        )
-    }
-}
-
 impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
     pub fn new(data: &'a [u8], limits: &Limits) -> Self {
         // Sized for a typical state dict up front: growing them one doubling at

@@ -71,11 +71,10 @@ pub trait Hooks {
     /// Called once with the pickle's length before it runs, as the arena is sized.
     fn reserve_for_pickle(&mut self, _len: usize) {}
     /// Called once the pickle has run (to its STOP or to an error) with each
-    /// place CPython's own readers would read it differently. No pickler writes
-    /// such bytes: a load refuses them, a scan records them.
-    fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
-        Err(divergence.error())
-    }
+    /// place CPython's own readers would read it differently. A load reads as
+    /// torch's weights-only unpickler does (frames ignored, text as pickle.py
+    /// parses it) and goes on; a scan records them.
+    fn diverged(&mut self, _divergence: Divergence) {}
 }
 
 /// How the py2 `str` opcodes (STRING, BINSTRING, SHORT_BINSTRING) decode: pickle's
@@ -145,9 +144,10 @@ pub fn run<H: Hooks>(
     let root = decoder.run(&mut machine);
     // A scan records the divergences before a break too: a reader that went on
     // past them may reach what this one did not.
-    let diverged = (decoder.divergences().iter()).try_for_each(|d| machine.hooks.diverged(*d));
+    for divergence in decoder.divergences() {
+        machine.hooks.diverged(*divergence);
+    }
     let root = root?;
-    diverged?;
     Ok(Parsed {
         root,
         protocol: decoder.protocol(),
