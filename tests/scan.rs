@@ -263,16 +263,22 @@ fn get_unsafe_globals_reads_data_pkl_and_refuses_ambiguous_archives() {
     let ckpt = zipw::checkpoint(OS_SYSTEM, &[("data/0", b"abcd")]);
     assert_eq!(unsafe_globals(&ckpt, &options).unwrap(), ["os.system"]);
     // A twin whose name differs only in case: which one a reader sees is the
-    // file's choice, so neither is trusted.
-    let twin = zipw::write(
-        &[
-            Entry::new("a/data.pkl", b"\x80\x02N."),
-            Entry::new("a/DATA.pkl", OS_SYSTEM),
-            Entry::new("a/version", b"3\n"),
-        ],
-        Options::default(),
+    // file's choice, so neither is trusted: the globals of both, or the refusal.
+    let twins = |second: &[u8]| {
+        zipw::write(
+            &[
+                Entry::new("a/data.pkl", b"\x80\x02N."),
+                Entry::new("a/DATA.pkl", second),
+                Entry::new("a/version", b"3\n"),
+            ],
+            Options::default(),
+        )
+    };
+    assert_eq!(
+        unsafe_globals(&twins(OS_SYSTEM), &options).unwrap(),
+        ["os.system"]
     );
-    let err = unsafe_globals(&twin, &options).unwrap_err();
+    let err = unsafe_globals(&twins(b"\x80\x02N."), &options).unwrap_err();
     assert!(err.to_string().contains("differ only in case"), "{err}");
     let missing = zipw::write(&[Entry::new("a/version", b"3\n")], Options::default());
     assert!(unsafe_globals(&missing, &options).is_err());

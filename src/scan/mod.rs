@@ -291,12 +291,20 @@ impl<'o> Scan<'o> {
 
     /// Bytes a refused call would unpickle (or open as a checkpoint): what they
     /// hold is reported; that they are no pickle is not (they may be any data).
+    /// Nor are globals without a name: any byte 0x82 reads as an extension code,
+    /// and CPython registers none.
     fn payload(&mut self, data: &[u8], location: &str, depth: u32) {
         if !self.charge(data.len() as u64, Work::Read, location) {
             return;
         }
+        let before = self.report.findings.len();
         self.unless_nothing_found(|scan| {
             scan.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));
+            let mut index = 0;
+            scan.report.findings.retain(|f| {
+                index += 1;
+                index <= before || !f.name.starts_with('<')
+            });
         });
     }
 
@@ -419,12 +427,22 @@ pub fn scan_pickles_by_reading(
 pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>, Error> {
     match Kind::of(data) {
         Kind::Zip => {
-            let entry = archive_zip::find_record(
-                data,
-                options.limits.max_zip_entries,
-                &Record(records::DATA_PKL),
-            )?;
-            globals_of_main_pickle(&entry, data, options)
+            let max = options.limits.max_zip_entries;
+            match archive_zip::find_record(data, max, &Record(records::DATA_PKL)) {
+                Ok(entry) => globals_of_main_pickle(&entry, data, options),
+                // An archive a load refuses may still hold what other readers
+                // unpickle (readers that disagree, a broken directory): the
+                // globals a whole scan finds, or the refusal.
+                Err(refusal) => {
+                    let mut scan = Scan::new(data.len(), options, None);
+                    scan.bytes(data, "", 0, true);
+                    if scan.report.findings.is_empty() {
+                        Err(refusal)
+                    } else {
+                        outcome(scan.report)
+                    }
+                }
+            }
         }
         Kind::Empty => Err(Error::archive("the file is empty", Location::default())),
         _ => {

@@ -63,10 +63,16 @@ impl Scan<'_> {
                     zip::Index {
                         entries,
                         directory_offset: data.len() as u64,
+                        disagreements: Vec::new(),
                     }
                 }
             },
         };
+        let mut index = index;
+        if strict {
+            let more = zip::other_end_records(data, &index.entries, max);
+            index.disagreements.extend(more);
+        }
         let layout = ZipLayout::of(&index);
         let reading = ZipReading {
             strict,
@@ -94,12 +100,15 @@ impl Scan<'_> {
         } = *reading;
         let pickles_only = self.options.pickles_only;
         let unlocated = strict && pickles_only;
+        for d in &index.disagreements {
+            self.problem(location, d.error());
+        }
         let valid = if unlocated {
             // A repeated name leaves readers to pick one of its entries: only the
             // pickles' choice matters to a gate that reads no tensor.
             zip::validate_directory(&index, layout.pickles(&index))
         } else {
-            zip::validate(&index)
+            zip::validate_entries(&index)
         };
         if let Err(e) = valid {
             self.problem(location, e);
@@ -138,11 +147,7 @@ impl Scan<'_> {
                 continue;
             }
             let here = nested(location, &entry.name_lossy());
-            let charged = match entry.method {
-                Method::Stored => self.charge(entry.compressed_size, Work::Read, &here),
-                _ => self.charge(entry.uncompressed_size, Work::Inflate, &here),
-            };
-            if !charged {
+            if !self.charge_entry(entry, &here) {
                 return;
             }
             let located;
@@ -161,18 +166,40 @@ impl Scan<'_> {
             } else {
                 entry
             };
-            let bytes = match entry_data(entry, data, &self.options.limits) {
-                Ok(b) => b,
-                Err(e) => {
-                    self.problem(&here, e);
-                    continue;
+            self.member(data, entry, &here, depth);
+        }
+        // What other readers of the archive find that its directory does not list.
+        for d in &index.disagreements {
+            for entry in &d.entries {
+                let here = nested(location, &entry.name_lossy());
+                if !self.charge_entry(entry, &here) {
+                    return;
                 }
-            };
-            let scan_it = named_like_a_model(&entry.name)
-                || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty);
-            if scan_it || bytes.first() == Some(&0x80) {
-                self.bytes(&bytes, &here, depth + 1, false);
+                self.member(data, entry, &here, depth);
             }
+        }
+    }
+
+    /// Account for reading `entry`'s bytes: stored ones are read, others inflated.
+    fn charge_entry(&mut self, entry: &Entry, here: &str) -> bool {
+        match entry.method {
+            Method::Stored => self.charge(entry.compressed_size, Work::Read, here),
+            _ => self.charge(entry.uncompressed_size, Work::Inflate, here),
+        }
+    }
+
+    /// One located entry, charged for: scanned when its name says model or
+    /// pickle, when its content is of a kind the scanner knows other than a bare
+    /// pickle (an archive, a compressed file...), or when it opens with PROTO.
+    fn member<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str, depth: u32) {
+        let bytes = match entry_data(entry, data, &self.options.limits) {
+            Ok(b) => b,
+            Err(e) => return self.problem(here, e),
+        };
+        let scan_it = named_like_a_model(&entry.name)
+            || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty);
+        if scan_it || bytes.first() == Some(&0x80) {
+            self.bytes(&bytes, here, depth + 1, false);
         }
     }
 

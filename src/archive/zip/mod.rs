@@ -16,6 +16,10 @@ use crate::archive::method::Method;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
 
+mod readings;
+
+pub use readings::{other_end_records, Disagreement};
+
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD_LEN: usize = 22;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
@@ -128,6 +132,8 @@ pub struct Index {
     pub entries: Vec<Entry>,
     /// Offset of the central directory.
     pub directory_offset: u64,
+    /// Where other zip readers read the file differently (see [`readings`]).
+    pub disagreements: Vec<Disagreement>,
 }
 
 /// The bytes of an archive file as the reader sees them, addressed by file
@@ -260,12 +266,21 @@ fn bad(reason: impl Into<String>, offset: u64) -> Error {
     Error::archive(reason, Location::at(offset))
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Directory {
     entries: u64,
     size: u64,
     offset: u64,
     /// Where the directory must end: the (ZIP64) end record that follows it.
     end_at: u64,
+}
+
+impl Directory {
+    /// How far the directory ends before its end record: bytes Python's zipfile
+    /// takes for a prefix glued before the archive, moving every offset by them.
+    fn prefix(&self) -> u64 {
+        (self.end_at).saturating_sub(self.offset.saturating_add(self.size))
+    }
 }
 
 /// Find the end-of-central-directory record: the last signature whose record and
@@ -292,7 +307,12 @@ fn find_eocd<D: FileBytes + ?Sized>(data: &D) -> Result<usize, Error> {
     }
 }
 
-fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Directory, Error> {
+/// The directory the classic end record at `eocd` describes, and whether it
+/// describes a split archive.
+fn classic_directory<D: FileBytes + ?Sized>(
+    data: &D,
+    eocd: usize,
+) -> Result<(Directory, bool), Error> {
     let field16 = |at: usize| {
         le16(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
     };
@@ -303,12 +323,17 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
     // what a split archive has. Where a ZIP64 record follows, its fields stand
     // for these, as they do for torch's reader and Python's zipfile.
     let multi_disk = field16(4)? != 0 || field16(6)? != 0 || field16(8)? != field16(10)?;
-    let mut dir = Directory {
+    let dir = Directory {
         entries: u64::from(field16(10)?),
         size: u64::from(field32(12)?),
         offset: u64::from(field32(16)?),
         end_at: eocd as u64,
     };
+    Ok((dir, multi_disk))
+}
+
+fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Directory, Error> {
+    let (mut dir, multi_disk) = classic_directory(data, eocd)?;
     // A ZIP64 locator sits right before the classic record; torch always writes one.
     let locator = eocd
         .checked_sub(ZIP64_LOCATOR_LEN)
@@ -435,6 +460,15 @@ pub fn read_index(data: &[u8], max_entries: u64) -> Result<Index, Error> {
 /// The whole-archive rules a load insists on: no encrypted entry, no local header
 /// that contradicts the central directory, no shared bytes, no repeated name.
 pub fn validate(index: &Index) -> Result<(), Error> {
+    if let Some(d) = index.disagreements.first() {
+        return Err(d.error());
+    }
+    validate_entries(index)
+}
+
+/// [`validate`] but for the readings of other readers, which a scanner reports
+/// one by one.
+pub fn validate_entries(index: &Index) -> Result<(), Error> {
     for e in &index.entries {
         if let Some(why) = unsupported_flags(e.flags) {
             return Err(Error::archive(why, entry_location(e)));
@@ -528,14 +562,16 @@ pub fn find_unlocated<D: FileBytes + ?Sized, W: Wanted + ?Sized>(
 ) -> Result<(Entry, u64), Error> {
     // Every record is read (a malformed one fails the archive as it fails a
     // load), but none is copied: a directory of 50,000 names is searched in place.
-    let mut records = Records::new(data, max_entries, false)?;
+    let eocd = find_eocd(data)?;
+    let dir = read_directory(data, eocd)?;
+    let mut records = Records::at(data, &dir, eocd, max_entries, 0)?;
     let directory_offset = records.directory_offset;
     let first = records
         .next()
         .ok_or_else(|| Error::archive("the archive has no entries", Location::default()))??;
     let wanted_name = wanted.name_in(first.name);
     let (mut found, mut twin) = (None, None);
-    for r in std::iter::once(Ok(first)).chain(records) {
+    for r in std::iter::once(Ok(first)).chain(records.by_ref()) {
         let r = r?;
         if !wanted.is(wanted_name.as_bytes(), r.name) {
             continue;
@@ -545,6 +581,16 @@ pub fn find_unlocated<D: FileBytes + ?Sized, W: Wanted + ?Sized>(
         } else if twin.is_none() {
             twin = Some(r);
         }
+    }
+    let end = readings::End {
+        eocd,
+        dir,
+        records_end: records.pos,
+    };
+    if let Some(d) =
+        readings::disagreements(data, &end, &[], Payloads::Unlocated, max_entries)?.first()
+    {
+        return Err(d.error());
     }
     let entry = found.map(|r| r.unlocated()).ok_or_else(|| {
         Error::archive(
@@ -648,18 +694,32 @@ pub fn read_directory_by_reading(
     skip: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Option<(Index, Pieces)> {
     let pieces = read_end_and_directory(len, read_at)?;
-    let records = Records::new(&pieces, max_entries, false).ok()?;
+    let eocd = find_eocd(&pieces).ok()?;
+    let dir = read_directory(&pieces, eocd).ok()?;
+    let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::new();
-    for record in records {
+    for record in records.by_ref() {
         let r = record.ok()?;
         if !skip(r.name) || unsupported_flags(r.flags).is_some() {
             entries.push(r.unlocated());
         }
     }
+    // Other readers' readings are scanned from the whole file.
+    let end = readings::End {
+        eocd,
+        dir,
+        records_end: records.pos,
+    };
+    let disagreements =
+        readings::disagreements(&pieces, &end, &[], Payloads::Unlocated, max_entries).ok()?;
+    if !disagreements.is_empty() {
+        return None;
+    }
     let index = Index {
         entries,
         directory_offset,
+        disagreements: Vec::new(),
     };
     Some((index, pieces))
 }
@@ -821,20 +881,35 @@ fn read_entries_with<D: FileBytes + ?Sized>(
     payloads: Payloads,
     prefix: bool,
 ) -> Result<Index, Error> {
-    let records = Records::new(data, max_entries, prefix)?;
+    let eocd = find_eocd(data)?;
+    let dir = read_directory(data, eocd)?;
+    let shift = if prefix { dir.prefix() } else { 0 };
+    let mut records = Records::at(data, &dir, eocd, max_entries, shift)?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::with_capacity(records.remaining as usize);
-    for record in records {
+    for record in records.by_ref() {
         let r = record?;
         entries.push(match payloads {
             Payloads::Unlocated => r.unlocated(),
             Payloads::FromLocalHeaders => locate_payload(data, &r)?,
         });
     }
-    Ok(Index {
+    let mut index = Index {
         entries,
         directory_offset,
-    })
+        disagreements: Vec::new(),
+    };
+    // A zip after a prefix is already another reader's reading of the file.
+    if !prefix {
+        let end = readings::End {
+            eocd,
+            dir,
+            records_end: records.pos,
+        };
+        index.disagreements =
+            readings::disagreements(data, &end, &index.entries, payloads, max_entries)?;
+    }
+    Ok(index)
 }
 
 /// One central directory record, borrowed from the archive's bytes.
@@ -889,15 +964,16 @@ struct Records<'d, D: ?Sized> {
 }
 
 impl<'d, D: FileBytes + ?Sized> Records<'d, D> {
-    fn new(data: &'d D, max_entries: u64, prefix: bool) -> Result<Self, Error> {
-        let eocd = find_eocd(data)?;
-        let mut dir = read_directory(data, eocd)?;
-        let shift = if prefix {
-            dir.end_at
-                .saturating_sub(dir.offset.saturating_add(dir.size))
-        } else {
-            0
-        };
+    /// The records of `dir` (whose end record is at `eocd`), every offset moved
+    /// by `shift`.
+    fn at(
+        data: &'d D,
+        dir: &Directory,
+        eocd: usize,
+        max_entries: u64,
+        shift: u64,
+    ) -> Result<Self, Error> {
+        let mut dir = Directory { ..*dir };
         dir.offset = dir.offset.saturating_add(shift);
         check_limit(Limit::ZipEntries, dir.entries, max_entries, || {
             Location::at(eocd as u64)

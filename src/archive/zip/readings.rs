@@ -1,0 +1,316 @@
+//! Where zip readers part ways. torch's reader (miniz) takes the last end record,
+//! the ZIP64 record over the classic one, and as many directory records as the
+//! end record counts. Python's zipfile reads records until the directory's size
+//! is used up, and moves every offset when the directory does not end where its
+//! end record starts. Readers that check an end record's comment length take the
+//! one whose comment reaches the file's end; streaming readers walk the local
+//! headers in file order. No writer makes a file they read apart, and such a file
+//! is how a payload hides from a scanner reading one way while a loader reads
+//! another: a load refuses it, a scan reads every reading.
+
+use std::collections::BTreeSet;
+
+use super::{
+    bad, classic_directory, find_eocd, le16, le32, locate_payload, read_directory,
+    walk_local_headers, Directory, Entry, FileBytes, Payloads, Records, EOCD_LEN, EOCD_SIG,
+    LFH_LEN, LFH_SIG, MAX_COMMENT,
+};
+use crate::error::{Error, Location};
+
+/// One way of reading the file that gives another archive than torch's reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    pub what: String,
+    /// The offset of what the other reading starts from.
+    pub at: u64,
+    /// The entries that reading finds and the central directory does not.
+    pub entries: Vec<Entry>,
+}
+
+impl Disagreement {
+    /// A load's refusal of the file.
+    pub fn error(&self) -> Error {
+        Error::archive(
+            format!("zip readers would read this archive apart: {}", self.what),
+            Location::at(self.at),
+        )
+    }
+}
+
+/// How the central directory was found and where its records ended.
+pub(super) struct End {
+    pub eocd: usize,
+    pub dir: Directory,
+    /// Just past the last record the end record counts.
+    pub records_end: usize,
+}
+
+/// Every reading of `data` that differs from the directory at `end`, whose
+/// entries are `known`. The gaps between payloads are looked at only when the
+/// payloads were located. `Err` where the bytes needed are not in `data` (a
+/// reader holding pieces of the file must then read it whole) or the directory
+/// is malformed.
+pub(super) fn disagreements<D: FileBytes + ?Sized>(
+    data: &D,
+    end: &End,
+    known: &[Entry],
+    payloads: Payloads,
+    max_entries: u64,
+) -> Result<Vec<Disagreement>, Error> {
+    let mut found = Vec::new();
+    let known_set = Known::of(known);
+    let dir = end.dir;
+    let dir_end = dir.offset.saturating_add(dir.size);
+    if (end.records_end as u64) < dir_end {
+        let more = size_implied_records(data, end, max_entries);
+        found.push(Disagreement {
+            what: format!(
+                "the end record counts {} entries, but its directory has room for more ({} of {} bytes read)",
+                dir.entries,
+                end.records_end as u64 - dir.offset,
+                dir.size
+            ),
+            at: end.records_end as u64,
+            entries: known_set.new_among(more),
+        });
+    }
+    let prefix = dir.prefix();
+    if prefix > 0 {
+        let shifted = reading(data, &dir, end.eocd, prefix, max_entries);
+        found.push(Disagreement {
+            what: format!(
+                "the directory ends {prefix} bytes before its end record: Python's zipfile moves every offset by them"
+            ),
+            at: dir_end,
+            entries: known_set.new_among(shifted),
+        });
+    }
+    let (classic, _) = classic_directory(data, end.eocd)?;
+    if classic.end_at != dir.end_at && !agrees_with_zip64(&classic, &dir) {
+        let entries = reading(data, &classic, end.eocd, 0, max_entries);
+        found.push(Disagreement {
+            what: "the ZIP64 end record and the classic one describe different directories"
+                .to_owned(),
+            at: end.eocd as u64,
+            entries: known_set.new_among(entries),
+        });
+    }
+    if let Some(other) = end_record_owning_the_end(data, end.eocd)? {
+        let entries = read_directory(data, other)
+            .map(|d| reading(data, &d, other, 0, max_entries))
+            .unwrap_or_default();
+        found.push(Disagreement {
+            what: format!(
+                "the last end record (byte {}) lies in the comment of another (byte {other})",
+                end.eocd
+            ),
+            at: other as u64,
+            entries: known_set.new_among(entries),
+        });
+    }
+    if payloads == Payloads::FromLocalHeaders {
+        found.extend(hidden_local_headers(data, known, dir.offset, max_entries)?);
+    }
+    Ok(found)
+}
+
+/// The entries of the directory `dir` at `eocd`, offsets moved by `shift`, that
+/// a reader of it could locate: it stops at the first record it cannot read.
+fn reading<D: FileBytes + ?Sized>(
+    data: &D,
+    dir: &Directory,
+    eocd: usize,
+    shift: u64,
+    max_entries: u64,
+) -> Vec<Entry> {
+    let Ok(records) = Records::at(data, dir, eocd, max_entries, shift) else {
+        return Vec::new();
+    };
+    (records.map_while(Result::ok))
+        .map_while(|r| locate_payload(data, &r).ok())
+        .collect()
+}
+
+/// The records after the counted ones, up to the directory's size: what Python's
+/// zipfile reads on to.
+fn size_implied_records<D: FileBytes + ?Sized>(
+    data: &D,
+    end: &End,
+    max_entries: u64,
+) -> Vec<Entry> {
+    let dir = end.dir;
+    let mut records = Records {
+        data,
+        pos: end.records_end,
+        end: dir.offset.saturating_add(dir.size).min(end.eocd as u64),
+        remaining: max_entries,
+        shift: 0,
+        directory_offset: dir.offset,
+    };
+    let mut entries = Vec::new();
+    while (records.pos as u64) < records.end {
+        match records.next() {
+            Some(Ok(r)) => match locate_payload(data, &r) {
+                Ok(e) => entries.push(e),
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    entries
+}
+
+/// Whether the classic end record says what the ZIP64 one says, where it says
+/// anything: a field at its maximum defers to the ZIP64 record.
+fn agrees_with_zip64(classic: &Directory, zip64: &Directory) -> bool {
+    let field = |value: u64, max: u64, wide: u64| value == max || value == wide;
+    field(classic.entries, 0xffff, zip64.entries)
+        && field(classic.size, 0xffff_ffff, zip64.size)
+        && field(classic.offset, 0xffff_ffff, zip64.offset)
+}
+
+/// The comment length the end record at `at` declares, if it is one.
+fn comment_len<D: FileBytes + ?Sized>(data: &D, at: usize) -> Option<usize> {
+    (le32(data, at)? == EOCD_SIG).then_some(())?;
+    le16(data, at + 20).map(usize::from)
+}
+
+/// When the last end record's comment does not reach the file's end, the end
+/// record further back whose comment does: the one a reader that checks comment
+/// lengths takes.
+fn end_record_owning_the_end<D: FileBytes + ?Sized>(
+    data: &D,
+    eocd: usize,
+) -> Result<Option<usize>, Error> {
+    let owns_the_end =
+        |at: usize| comment_len(data, at).is_some_and(|c| at + EOCD_LEN + c == data.len());
+    if owns_the_end(eocd) {
+        return Ok(None);
+    }
+    let lowest = data.len().saturating_sub(EOCD_LEN + MAX_COMMENT);
+    if data.get(lowest..eocd).is_none() {
+        return Err(bad(
+            "the end record's comment does not reach the file's end",
+            eocd as u64,
+        ));
+    }
+    Ok((lowest..eocd).rev().find(|&at| owns_the_end(at)))
+}
+
+/// Gaps between payloads (and before the first, and after the last) that hold
+/// a local header: entries a streaming reader finds and the directory does not
+/// list. A gap shorter than a local header hides nothing: a data descriptor
+/// (12 to 24 bytes) is the one thing a writer puts there.
+fn hidden_local_headers<D: FileBytes + ?Sized>(
+    data: &D,
+    known: &[Entry],
+    directory_offset: u64,
+    max_entries: u64,
+) -> Result<Vec<Disagreement>, Error> {
+    let mut spans: Vec<(u64, u64)> = (known.iter())
+        .map(|e| (e.header_offset, e.data_end()))
+        .collect();
+    spans.sort_unstable();
+    let mut gaps = Vec::new();
+    let mut from = 0u64;
+    for (start, end) in spans {
+        if start > from {
+            gaps.push((from, start));
+        }
+        from = from.max(end);
+    }
+    if directory_offset > from {
+        gaps.push((from, directory_offset));
+    }
+    let mut found = Vec::new();
+    for (start, end) in gaps {
+        if end - start < LFH_LEN as u64 {
+            continue;
+        }
+        let (s, e) = (start as usize, end as usize);
+        let gap = data
+            .get(s..e)
+            .ok_or_else(|| bad("bytes between entries not read", start))?;
+        // After a data descriptor, with or without its signature, 32 or 64-bit.
+        let Some(skip) = [0usize, 12, 16, 20, 24]
+            .into_iter()
+            .find(|&k| le32(gap, k) == Some(LFH_SIG))
+        else {
+            continue;
+        };
+        let entries = walk_local_headers(gap.get(skip..).unwrap_or_default(), max_entries)
+            .into_iter()
+            .map(|mut entry| {
+                let moved = start + skip as u64;
+                entry.header_offset += moved;
+                entry.data_offset += moved;
+                entry
+            })
+            .collect();
+        found.push(Disagreement {
+            what: format!(
+                "a local header at byte {} that the central directory does not list",
+                start + skip as u64
+            ),
+            at: start + skip as u64,
+            entries,
+        });
+    }
+    Ok(found)
+}
+
+/// The entries one reading found, to tell which another reading adds.
+struct Known(BTreeSet<(u64, Vec<u8>)>);
+
+impl Known {
+    fn of(entries: &[Entry]) -> Known {
+        Known(
+            (entries.iter())
+                .map(|e| (e.header_offset, e.name.to_vec()))
+                .collect(),
+        )
+    }
+
+    fn new_among(&self, entries: Vec<Entry>) -> Vec<Entry> {
+        (entries.into_iter())
+            .filter(|e| !self.0.contains(&(e.header_offset, e.name.to_vec())))
+            .collect()
+    }
+}
+
+/// Every other end record within reach of the file's end whose directory a
+/// reader could read, and what it adds to `known`: readers that search forward,
+/// or skip a record they cannot use, take one of them. For scanners, on the
+/// whole file; a load checks only the readers above.
+pub fn other_end_records(data: &[u8], known: &[Entry], max_entries: u64) -> Vec<Disagreement> {
+    let Ok(last) = find_eocd(data) else {
+        return Vec::new();
+    };
+    let lowest = data
+        .len()
+        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    let known_set = Known::of(known);
+    let mut found = Vec::new();
+    for at in (lowest..last).rev() {
+        if le32(data, at) != Some(EOCD_SIG) {
+            continue;
+        }
+        let Ok(dir) = read_directory(data, at) else {
+            continue;
+        };
+        let entries = reading(data, &dir, at, 0, max_entries);
+        let same = entries.len() == known.len() && known_set.new_among(entries.clone()).is_empty();
+        if entries.is_empty() || same {
+            continue;
+        }
+        found.push(Disagreement {
+            what: format!("another end record at byte {at} describes another directory"),
+            at: at as u64,
+            entries: known_set.new_among(entries),
+        });
+        if found.len() >= 8 {
+            break;
+        }
+    }
+    found
+}
