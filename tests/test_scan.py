@@ -367,3 +367,38 @@ def test_every_pickle_of_an_archive_is_scanned(tmp_path):
     assert get_unsafe_globals_in_checkpoint(path) == []
     with pytest.raises(tensorplay.UnsupportedCheckpointError, match="TorchScript"):
         tensorplay.load(path, backend="numpy")
+
+
+GADGETS = [
+    "_ctypes.dlopen", "ctypes.CDLL", "torch.fx.graph_module._exec_with_source",
+    "_xxsubinterpreters.run_string", "_interpreters.exec", "distutils.spawn.spawn",
+    "logging.handlers.SocketHandler", "zipfile.ZipFile", "io.open", "_io.open", "_io.FileIO",
+    "sqlite3.connect", "marshal.loads", "types.FunctionType", "types.CodeType", "numpy.load",
+    "torch.storage._load_from_bytes", "_posixsubprocess.fork_exec", "multiprocessing.Process",
+    "asyncio.create_subprocess_shell", "pdb.run", "code.interact", "idlelib.pyshell.main",
+    "webbrowser.open", "shutil.rmtree", "runpy.run_path", "importlib.import_module",
+    "operator.attrgetter", "_operator.methodcaller", "functools.partial", "pkgutil.resolve_name",
+    "pydoc.locate", "cProfile.run", "timeit.timeit", "venv.__main__.main", "antigravity.fly",
+]
+
+
+@pytest.mark.parametrize("gadget", GADGETS)
+def test_known_gadgets_are_dangerous(gadget):
+    from tensorplay import scanner
+
+    module, _, name = gadget.rpartition(".")
+    data = b"\x80\x02c" + module.encode() + b"\n" + name.encode() + b"\n)R."
+    report = scanner.scan(data)
+    assert report.verdict == "unsafe"
+    assert [(f.name, f.dangerous) for f in report.findings] == [(gadget, True)]
+
+
+def test_the_denylist_names_its_families_and_their_sources():
+    from tensorplay import scanner
+
+    families = scanner.denylist()
+    assert len({f["family"] for f in families}) == len(families) >= 15
+    for f in families:
+        assert f["why"] and f["sources"] and (f["modules"] or f["names"]), f
+    process = next(f for f in families if f["family"] == "process")
+    assert "os" in process["modules"] and "subprocess" in process["modules"]

@@ -120,6 +120,9 @@ def default_limits() -> dict[str, int]: ...
 def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
     """torch's dtypes by name: ``(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)``."""
 
+def denylist() -> list[tuple[str, str, str, list[str], list[str]]]:
+    """The dangerous globals by family: ``(name, why, sources, modules, names)``."""
+
 # `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
 # location, offset)`: the fields of scanner.ScanReport and scanner.GlobalFinding.
 _ScanTuple: TypeAlias = tuple[str, str, tuple[tuple[str, bool, str, int], ...], tuple[str, ...], int]

@@ -161,3 +161,15 @@ def scan_paths(
             if progress is not None:
                 progress(done, len(files))
     return [r for r in reports if r is not None]
+
+
+def denylist() -> list[dict[str, Any]]:
+    """The globals a scan marks ``dangerous``, family by family: what each family
+    does (``why``), which scanners and advisories list it (``sources``), and the
+    ``modules`` (with their submodules) and single ``names`` it covers. Every
+    global outside the allowlist is reported; these are the ones known to run
+    code, touch files or the network, or unpickle nested data."""
+    return [
+        {"family": name, "why": why, "sources": sources, "modules": modules, "names": names}
+        for name, why, sources, modules, names in _core.denylist()
+    ]

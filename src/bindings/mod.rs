@@ -51,6 +51,31 @@ fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// The denylist, family by family: `(name, why, sources, modules, names)`.
+#[pyfunction]
+fn denylist() -> Vec<DenylistRow> {
+    use crate::torch::policy::FAMILIES;
+    (FAMILIES.iter())
+        .map(|f| {
+            (
+                f.name,
+                f.why,
+                f.sources,
+                f.modules.to_vec(),
+                f.names.to_vec(),
+            )
+        })
+        .collect()
+}
+
+type DenylistRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<&'static str>,
+    Vec<&'static str>,
+);
+
 #[pymodule(name = "_core")]
 fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
@@ -58,6 +83,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(denylist, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;

@@ -171,7 +171,8 @@ impl Scan<'_> {
         // What other readers of the archive find that its directory does not list.
         for d in &index.disagreements {
             for entry in &d.entries {
-                let here = nested(location, &entry.name_lossy());
+                let name = format!("{} [{}]", entry.name_lossy(), d.reading);
+                let here = nested(location, &name);
                 if !self.charge_entry(entry, &here) {
                     return;
                 }

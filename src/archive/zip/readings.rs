@@ -20,6 +20,8 @@ use crate::error::{Error, Location};
 /// One way of reading the file that gives another archive than torch's reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disagreement {
+    /// The reading, in a few words: where its entries come from.
+    pub reading: &'static str,
     pub what: String,
     /// The offset of what the other reading starts from.
     pub at: u64,
@@ -64,6 +66,7 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
     if (end.records_end as u64) < dir_end {
         let more = size_implied_records(data, end, max_entries);
         found.push(Disagreement {
+            reading: "the directory by its size",
             what: format!(
                 "the end record counts {} entries, but its directory has room for more ({} of {} bytes read)",
                 dir.entries,
@@ -78,6 +81,7 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
     if prefix > 0 {
         let shifted = reading(data, &dir, end.eocd, prefix, max_entries);
         found.push(Disagreement {
+            reading: "offsets moved by a prefix",
             what: format!(
                 "the directory ends {prefix} bytes before its end record: Python's zipfile moves every offset by them"
             ),
@@ -89,6 +93,7 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
     if classic.end_at != dir.end_at && !agrees_with_zip64(&classic, &dir) {
         let entries = reading(data, &classic, end.eocd, 0, max_entries);
         found.push(Disagreement {
+            reading: "the classic end record",
             what: "the ZIP64 end record and the classic one describe different directories"
                 .to_owned(),
             at: end.eocd as u64,
@@ -100,6 +105,7 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
             .map(|d| reading(data, &d, other, 0, max_entries))
             .unwrap_or_default();
         found.push(Disagreement {
+            reading: "the end record that reaches the end",
             what: format!(
                 "the last end record (byte {}) lies in the comment of another (byte {other})",
                 end.eocd
@@ -248,6 +254,7 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
             })
             .collect();
         found.push(Disagreement {
+            reading: "an unlisted local header",
             what: format!(
                 "a local header at byte {} that the central directory does not list",
                 start + skip as u64
@@ -304,6 +311,7 @@ pub fn other_end_records(data: &[u8], known: &[Entry], max_entries: u64) -> Vec<
             continue;
         }
         found.push(Disagreement {
+            reading: "another end record",
             what: format!("another end record at byte {at} describes another directory"),
             at: at as u64,
             entries: known_set.new_among(entries),

@@ -64,106 +64,401 @@ pub fn blocked(module: &str, name: &str) -> Option<Blocked> {
     None
 }
 
-/// Modules whose every member (and submodule) is dangerous.
-const DANGEROUS_MODULES: &[&str] = &[
-    "os",
-    "posix",
-    "nt",
-    "sys",
-    "subprocess",
-    "_posixsubprocess",
-    "importlib",
-    "runpy",
-    "pickle",
-    "_pickle",
-    "marshal",
-    "shutil",
-    "socket",
-    "ssl",
-    "http",
-    "urllib",
-    "requests",
-    "httpx",
-    "webbrowser",
-    "pty",
-    "code",
-    "codeop",
-    "ctypes",
-    "cffi",
-    "multiprocessing",
-    "asyncio",
-    "signal",
-    "pydoc",
-    "timeit",
-    "trace",
-    "pdb",
-    "bdb",
-    "types",
-    "dill",
-    "cloudpickle",
-    "joblib",
-    "ftplib",
-    "smtplib",
-    "telnetlib",
-    "paramiko",
-    "imp",
-    "zipimport",
-    "sqlite3",
-    "platform",
-    "tempfile",
-    "glob",
-    "pathlib",
-    "linecache",
-    "torch.hub",
-    "torch.jit",
-    "torch.package",
-    "torch.utils.cpp_extension",
+/// A family of dangerous globals: what they do, where the family is documented,
+/// and the modules (every member and submodule) and single names it covers.
+pub struct Family {
+    pub name: &'static str,
+    pub why: &'static str,
+    /// Scanners and advisories that list the family: picklescan's
+    /// `_unsafe_globals` (PS), modelscan's `unsafe_globals` (MS), fickling's
+    /// `UNSAFE_IMPORTS` and ML analyses (FK), GitHub advisories (GHSA), or
+    /// CPython's or torch's own code (source).
+    pub sources: &'static str,
+    pub modules: &'static [&'static str],
+    pub names: &'static [&'static str],
+}
+
+/// Every dangerous global, by family. A global outside the allowlist and in none
+/// of these is reported as merely not allowlisted.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "builtins",
+        why: "evaluate or compile code, import, reach any attribute, open files, start a debugger",
+        sources: "PS, MS, FK",
+        modules: &[],
+        names: &[
+            "builtins.eval",
+            "builtins.exec",
+            "builtins.compile",
+            "builtins.__import__",
+            "builtins.getattr",
+            "builtins.setattr",
+            "builtins.delattr",
+            "builtins.open",
+            "builtins.input",
+            "builtins.breakpoint",
+            "builtins.globals",
+            "builtins.locals",
+            "builtins.vars",
+            "builtins.__build_class__",
+            "builtins.exit",
+            "builtins.quit",
+            "builtins.help",
+            "builtins.memoryview",
+        ],
+    },
+    Family {
+        name: "process",
+        why: "run commands or start processes",
+        sources: "PS, MS, FK",
+        modules: &[
+            "os",
+            "posix",
+            "nt",
+            "subprocess",
+            "_posixsubprocess",
+            "pty",
+            "commands",
+            "multiprocessing",
+            "_multiprocessing",
+            "_winapi",
+            "platform",
+            "popen2",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "hidden shell-outs",
+        why: "standard-library helpers that run a command underneath",
+        sources: "PS (GHSA-g38g-8gr9-h9xp), FK",
+        modules: &["_osx_support", "_aix_support", "_pyrepl"],
+        names: &[
+            "uuid._get_command_stdout",
+            "imaplib.IMAP4_stream",
+            "pydoc.pipepager",
+            "pydoc.tempfilepager",
+        ],
+    },
+    Family {
+        name: "asyncio",
+        why: "subprocesses and network connections",
+        sources: "PS (GHSA-q77w-mwjj-7mqx, GHSA-f7qq-56ww-84cr), MS, FK",
+        modules: &["asyncio", "_asyncio"],
+        names: &[],
+    },
+    Family {
+        name: "foreign functions",
+        why: "call native code and write raw memory",
+        sources: "PS (GHSA-4675-36f9-wf6r), FK",
+        modules: &["ctypes", "_ctypes", "cffi", "_cffi_backend"],
+        names: &["numpy.ctypeslib.load_library"],
+    },
+    Family {
+        name: "code objects",
+        why: "build functions from bytecode or unmarshal it",
+        sources: "PS (GHSA-9m3x-qqw2-h32h), FK",
+        modules: &["types", "marshal", "dill", "cloudpickle", "joblib"],
+        names: &[],
+    },
+    Family {
+        name: "interpreters",
+        why: "run source strings: REPLs, profilers, debuggers, test runners",
+        sources: "PS (GHSA-5qwp, x696, 6vqj, cj3c, 9w88, 49gj, 7wx9, fqq6 and others), MS, FK",
+        modules: &[
+            "code",
+            "codeop",
+            "runpy",
+            "cProfile",
+            "profile",
+            "_lsprof",
+            "timeit",
+            "trace",
+            "pdb",
+            "bdb",
+            "doctest",
+            "idlelib",
+            "lib2to3",
+            "unittest",
+            "test.support",
+            "test.libregrtest",
+            "tkinter",
+            "turtle",
+            "turtledemo",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "subinterpreters",
+        why: "run source strings in another interpreter",
+        sources: "FK (GHSA-6ggj-6f2q-f7mx)",
+        modules: &[
+            "_xxsubinterpreters",
+            "_interpreters",
+            "_xxinterpchannels",
+            "concurrent.interpreters",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "imports",
+        why: "import or resolve any name, so every other rule could be bypassed",
+        sources: "PS (GHSA-vvpj-8cmc-gx39, GHSA-84r2-jw7c-4r5q), MS, FK",
+        modules: &[
+            "importlib",
+            "_imp",
+            "imp",
+            "_frozen_importlib",
+            "_frozen_importlib_external",
+            "zipimport",
+            "pkgutil",
+            "pydoc",
+            "site",
+            "sys",
+            "sysconfig",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "call gadgets",
+        why: "turn data into a call or an attribute lookup on anything",
+        sources: "PS (GHSA-955r-x9j8-7rhh, GHSA-46h3-79wf-xr6c), MS, FK",
+        modules: &["inspect", "gc"],
+        names: &[
+            "operator.attrgetter",
+            "operator.methodcaller",
+            "operator.itemgetter",
+            "_operator.attrgetter",
+            "_operator.methodcaller",
+            "_operator.itemgetter",
+            "functools.partial",
+            "functools.reduce",
+            "_functools.partial",
+            "_functools.reduce",
+            "copyreg._reconstructor",
+            "copyreg.__newobj__",
+            "copyreg.__newobj_ex__",
+        ],
+    },
+    Family {
+        name: "packaging",
+        why: "install packages, run commands, write files",
+        sources: "PS (CVE-2025-1716, GHSA-xp4f-hrf8-rxw7, GHSA-m273-6v24-x4m4), FK",
+        modules: &[
+            "pip",
+            "ensurepip",
+            "venv",
+            "setuptools",
+            "distutils",
+            "numpy.distutils",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "numpy",
+        why: "unpickle nested data, evaluate strings, load native libraries",
+        sources: "PS (GHSA-r8g5-cgf2-4m4m), FK",
+        modules: &["numpy.f2py", "numpy.testing"],
+        names: &[
+            "numpy.load",
+            "numpy.lib.npyio.load",
+            "numpy.lib._npyio_impl.load",
+            "numpy.lib.format.read_array",
+            "numpy.lib.format.read_array_header_1_0",
+        ],
+    },
+    Family {
+        name: "torch unpickling",
+        why: "unpickle attacker bytes with weights_only=False",
+        sources: "PS (GHSA-h3qp-7fh3-f8h4, GHSA-vv6j-3g6g-2pvj), FK",
+        modules: &[
+            "torch.utils._config_module",
+            "torch.utils.data.datapipes.utils.decoder",
+            "torch.utils.data.datapipes.datapipe",
+        ],
+        names: &[
+            "torch.load",
+            "torch.serialization.load",
+            "torch.serialization._load",
+            "torch.serialization._legacy_load",
+            "torch.storage._load_from_bytes",
+            "torch.multiprocessing.reductions.rebuild_storage_filename",
+        ],
+    },
+    Family {
+        name: "torch code",
+        why: "execute, compile or shell out from torch's own helpers",
+        sources: "PS (GHSA-4r9r, 86cj, f4x7, f745, jhph, vr7h, 4whj), FK; pytorch/pytorch#194694",
+        modules: &[
+            "torch.hub",
+            "torch.jit",
+            "torch.package",
+            "torch._dynamo",
+            "torch._inductor",
+            "torch.compiler",
+            "torch.utils.cpp_extension",
+            "torch.utils.collect_env",
+            "torch.utils.bottleneck",
+            "torch.fx.experimental.symbolic_shapes",
+            "torch._C._jit_tree_views",
+            "torch.distributed.rpc",
+        ],
+        names: &[
+            "torch.fx.graph_module._exec_with_source",
+            "torch.fx.graph_module._forward_from_src",
+            "torch.fx.graph_module._method_from_src",
+            "torch.fx.graph_module.reduce_graph_module",
+            "torch.fx.graph_module.reduce_package_graph_module",
+            "torch.fx.graph_module.reduce_deploy_graph_module",
+            "torch.compile",
+            "torch._ops.ops",
+        ],
+    },
+    Family {
+        name: "files",
+        why: "read, write or delete files",
+        sources: "PS (GHSA-9726-w42j-3qjr), FK",
+        modules: &[
+            "shutil",
+            "tempfile",
+            "filecmp",
+            "fileinput",
+            "glob",
+            "linecache",
+            "pathlib",
+            "mmap",
+            "tarfile",
+            "zipfile",
+            "shelve",
+            "dbm",
+            "dumbdbm",
+            "anydbm",
+            "sqlite3",
+            "_sqlite3",
+            "compileall",
+            "py_compile",
+        ],
+        names: &[
+            "io.open",
+            "io.open_code",
+            "io.FileIO",
+            "_io.open",
+            "_io.open_code",
+            "_io.FileIO",
+        ],
+    },
+    Family {
+        name: "logging",
+        why: "create files, open sockets, evaluate configuration",
+        sources: "PS (GHSA-m7j5-r2p5-c39r), FK",
+        modules: &["logging", "syslog"],
+        names: &[],
+    },
+    Family {
+        name: "network",
+        why: "exfiltrate data, make requests, listen on ports",
+        sources: "PS, MS, FK",
+        modules: &[
+            "socket",
+            "_socket",
+            "ssl",
+            "_ssl",
+            "select",
+            "selectors",
+            "http",
+            "httplib",
+            "urllib",
+            "urllib2",
+            "urllib3",
+            "requests",
+            "httpx",
+            "aiohttp",
+            "ftplib",
+            "smtplib",
+            "imaplib",
+            "poplib",
+            "telnetlib",
+            "nntplib",
+            "socketserver",
+            "SocketServer",
+            "xmlrpc",
+            "xmlrpclib",
+            "webbrowser",
+            "paramiko",
+            "SimpleHTTPServer",
+            "BaseHTTPServer",
+            "CGIHTTPServer",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "nested pickles",
+        why: "a second unpickling a scanner never sees",
+        sources: "PS, MS, FK",
+        modules: &["pickle", "_pickle", "cPickle", "pickletools", "copy_reg"],
+        names: &["pandas.read_pickle", "pandas.io.pickle.read_pickle"],
+    },
+    Family {
+        name: "deferred calls",
+        why: "run any callable later or in the background",
+        sources: "FK",
+        modules: &[
+            "threading",
+            "_thread",
+            "thread",
+            "signal",
+            "_signal",
+            "atexit",
+            "sched",
+        ],
+        names: &[],
+    },
+    Family {
+        name: "import side effects",
+        why: "importing the module acts (find_class imports before it looks the name up)",
+        sources: "source (CPython 3.13: antigravity, the __main__ modules)",
+        modules: &["antigravity", "this"],
+        names: &[],
+    },
 ];
 
-/// Individual dangerous names (`module.name`).
-const DANGEROUS_NAMES: &[&str] = &[
-    "builtins.eval",
-    "builtins.exec",
-    "builtins.compile",
-    "builtins.__import__",
-    "builtins.getattr",
-    "builtins.setattr",
-    "builtins.delattr",
-    "builtins.open",
-    "builtins.input",
-    "builtins.breakpoint",
-    "builtins.globals",
-    "builtins.locals",
-    "builtins.vars",
-    "builtins.__build_class__",
-    "builtins.exit",
-    "builtins.quit",
-    "io.open",
-    "io.FileIO",
-    "_io.open",
-    "_io.FileIO",
-    "operator.attrgetter",
-    "operator.methodcaller",
-    "functools.partial",
-    "functools.reduce",
-    "copyreg._reconstructor",
-    "numpy.load",
-    "numpy.lib.npyio.load",
-    "torch.load",
-    "torch.serialization.load",
-    "torch.storage._load_from_bytes",
-];
+/// The family `module.name` belongs to, if any. A dotted name (protocol 4
+/// reaches attributes of attributes) is judged at every split, so
+/// `tempfile` + `_os.system` is `os.system` and `torch._utils` + `torch.load`
+/// is `torch.load`.
+pub fn family(module: &str, name: &str) -> Option<&'static Family> {
+    let segments: Vec<&str> = name.split('.').collect();
+    (0..segments.len()).find_map(|k| {
+        let (path, rest) = segments.split_at_checked(k)?;
+        let (path, rest) = (path.join("."), rest.join("."));
+        let through_module = if k == 0 {
+            module.to_owned()
+        } else {
+            format!("{module}.{path}")
+        };
+        // An attribute that is a module: `_os` is how tempfile names os.
+        let attribute = path.trim_start_matches('_');
+        direct_family(&through_module, &rest)
+            .or_else(|| (k > 0).then(|| direct_family(attribute, &rest)).flatten())
+    })
+}
+
+fn direct_family(module: &str, name: &str) -> Option<&'static Family> {
+    // A package's __main__ runs the package (venv, idlelib, unittest...); a
+    // script's own __main__ classes are ordinary, if not allowlisted.
+    let runs_a_package = module.ends_with(".__main__") || module.contains(".__main__.");
+    FAMILIES.iter().find(|f| {
+        f.modules.iter().any(|m| in_module(module, m))
+            || (f.names.iter()).any(|full| {
+                full.strip_prefix(module).and_then(|r| r.strip_prefix('.')) == Some(name)
+            })
+            || (runs_a_package && f.name == "import side effects")
+    })
+}
 
 /// Is `module.name` dangerous? Blocked globals are, and so are names in `<...>`
-/// (globals that cannot even be resolved).
+/// (globals that cannot even be resolved), and every family's.
 pub fn is_dangerous(module: &str, name: &str) -> bool {
-    if module.starts_with('<') || blocked(module, name).is_some() {
-        return true;
-    }
-    DANGEROUS_MODULES.iter().any(|m| in_module(module, m))
-        || DANGEROUS_NAMES
-            .iter()
-            .any(|full| full.strip_prefix(module).and_then(|r| r.strip_prefix('.')) == Some(name))
+    module.starts_with('<') || blocked(module, name).is_some() || family(module, name).is_some()
 }
 
 #[cfg(test)]
@@ -182,6 +477,59 @@ mod tests {
         assert!(!is_dangerous("osx", "thing"));
         assert!(!is_dangerous("torch.nn.modules.linear", "Linear"));
         assert!(!is_dangerous("collections", "defaultdict"));
+    }
+
+    #[test]
+    fn every_family_of_gadgets_is_dangerous() {
+        for (module, name) in [
+            ("_ctypes", "dlopen"),
+            ("ctypes", "CDLL"),
+            ("torch.fx.graph_module", "_exec_with_source"),
+            ("_xxsubinterpreters", "run_string"),
+            ("_interpreters", "exec"),
+            ("distutils.spawn", "spawn"),
+            ("logging.handlers", "SocketHandler"),
+            ("zipfile", "ZipFile"),
+            ("io", "open"),
+            ("_io", "FileIO"),
+            ("sqlite3", "connect"),
+            ("marshal", "loads"),
+            ("types", "FunctionType"),
+            ("types", "CodeType"),
+            ("numpy", "load"),
+            ("torch.storage", "_load_from_bytes"),
+            ("_posixsubprocess", "fork_exec"),
+            ("multiprocessing.util", "spawnv_passfds"),
+            ("asyncio.subprocess", "create_subprocess_shell"),
+            ("pdb", "run"),
+            ("code", "InteractiveInterpreter"),
+            ("idlelib.pyshell", "ModifiedInterpreter"),
+            ("webbrowser", "open"),
+            ("shutil", "rmtree"),
+            ("_operator", "attrgetter"),
+            ("pkgutil", "resolve_name"),
+            ("antigravity", "x"),
+            ("venv.__main__", "main"),
+            ("tempfile", "_os.system"),
+            ("torch._utils", "torch.load"),
+            ("collections", "_sys.modules"),
+            ("torch", "hub.load"),
+            ("torch", "serialization.load"),
+        ] {
+            assert!(is_dangerous(module, name), "{module}.{name}");
+            assert!(family(module, name).is_some() || blocked(module, name).is_some());
+        }
+        for (module, name) in [
+            ("torch._utils", "_rebuild_tensor_v2"),
+            ("collections", "OrderedDict"),
+            ("mymodel", "Outer.Inner"),
+            ("torch.fx.graph_module", "GraphModule"),
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("__main__", "MyModel"),
+            ("io", "BytesIO"),
+        ] {
+            assert!(!is_dangerous(module, name), "{module}.{name}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod py2_names;
 use std::collections::BTreeMap;
 
 pub use allowlist::{builtin, Builtin, QScheme, RebuildFn};
-pub use denylist::{blocked, is_dangerous, Blocked};
+pub use denylist::{blocked, family, is_dangerous, Blocked, Family, FAMILIES};
 pub use py2_names::map_py2;
 
 /// A resolved global: a built-in, or the index of a user entry.
