@@ -6,6 +6,8 @@ malicious corpus. Run from the repository root: python3 fuzz/seed_corpus.py
   pickles of the malicious corpus, and the pickles of the legacy files.
 - zip_archive, checkpoint_open, round_trip's neighbours: whole files.
 - legacy: the legacy-format files.
+- wrappers: the malicious files, bare and compressed by Python's own modules
+  (gzip, bz2, xz, LZMA-alone, zlib) or put in a tar, and the 7z fixtures.
 Files over MAX_LEN bytes are skipped (libFuzzer runs with -max_len=65536).
 Seeds are named seed-<source>; files a campaign adds keep libFuzzer's hash names.
 """
@@ -100,3 +102,32 @@ round_trip_seeds = {
 }
 for name, data in round_trip_seeds.items():
     put("round_trip", name, data)
+
+import bz2
+import gzip
+import io
+import lzma
+import tarfile
+import zlib
+
+sevenzip = sorted(glob.glob(os.path.join(REPO, "tests/fixtures/sevenzip/*.7z")))
+for path in malicious + sevenzip:
+    base = os.path.basename(path)
+    if base.startswith("deep_"):
+        continue  # resource bombs: the other targets have them; here they only slow replay
+    with open(path, "rb") as f:
+        data = f.read()
+    put("wrappers", base, data)
+    if path in sevenzip or len(data) > 4096:
+        continue
+    put("wrappers", base + ".gz", gzip.compress(data, mtime=0))
+    put("wrappers", base + ".bz2", bz2.compress(data))
+    put("wrappers", base + ".xz", lzma.compress(data))
+    put("wrappers", base + ".lzma", lzma.compress(data, format=lzma.FORMAT_ALONE))
+    put("wrappers", base + ".zlib", zlib.compress(data))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        info = tarfile.TarInfo(base)
+        info.size, info.mtime = len(data), 0
+        t.addfile(info, io.BytesIO(data))
+    put("wrappers", base + ".tar", buf.getvalue())

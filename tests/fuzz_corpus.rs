@@ -91,6 +91,11 @@ fn round_trip() {
     replay("round_trip", fuzzing::round_trip);
 }
 
+#[test]
+fn wrappers() {
+    replay("wrappers", fuzzing::wrappers);
+}
+
 /// Every target of `fuzzing::TARGETS` is replayed above, and has a corpus.
 #[test]
 fn every_target_has_a_corpus() {
@@ -101,6 +106,7 @@ fn every_target_has_a_corpus() {
         "checkpoint_open",
         "legacy",
         "round_trip",
+        "wrappers",
     ];
     for (name, _) in fuzzing::TARGETS {
         assert!(replayed.contains(name), "target {name} is not replayed");

@@ -869,3 +869,17 @@ fn a_pickle_whose_first_bytes_make_a_zlib_header_is_read_as_a_pickle() {
     let r = scan(clean);
     assert_eq!(r.verdict(), Verdict::Clean, "{r:?}");
 }
+
+#[test]
+fn globals_python_resolves_before_a_break_are_reported() {
+    // INST without MARK: pickle.py imports the class before it pops the mark.
+    assert_eq!(names(&scan(b"\x80\x02ios\nsystem\n.")), ["os.system"]);
+    // STACK_GLOBAL fed by py2 strings, which decode to str.
+    for data in [
+        &b"\x80\x04U\x02osU\x06system\x93U\x02ls\x85R."[..],
+        b"\x80\x04T\x02\x00\x00\x00osT\x06\x00\x00\x00system\x93U\x02ls\x85R.",
+        b"\x80\x04S'os'\nS'system'\n\x93U\x02ls\x85R.",
+    ] {
+        assert_eq!(names(&scan(data)), ["os.system"], "{data:?}");
+    }
+}

@@ -16,10 +16,12 @@
 mod archive;
 mod round_trip;
 mod vm;
+mod wrappers;
 
 pub use archive::{checkpoint_open, legacy, zip_archive};
 pub use round_trip::{encode_pickle, round_trip, round_trip_tree, save_checkpoint, Key, Tree};
 pub use vm::{pickle_vm, scanner_differential};
+pub use wrappers::wrappers;
 
 /// A harness: raw bytes in, a panic on a violated invariant.
 pub type Harness = fn(&[u8]);
@@ -32,6 +34,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("checkpoint_open", checkpoint_open),
     ("legacy", legacy),
     ("round_trip", round_trip),
+    ("wrappers", wrappers),
 ];
 
 #[cfg(test)]
