@@ -8,7 +8,7 @@ use crate::torch::dtype::DType;
 use crate::torch::policy::{Builtin, Global, QScheme, RebuildFn};
 use crate::torch::semantics::TorchHooks;
 use crate::torch::storages::IdFormat;
-use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
+use crate::torch::tensor::{numel_fits, numel_overflow, Dense, QParams, TensorKind, TensorNode};
 use crate::torch::value::{Arena, Node, Torch};
 use crate::value::NodeId;
 
@@ -91,6 +91,9 @@ pub fn call(
             let stride = a.dims(2, "stride", h.limits.max_ndim)?;
             if shape.len() != stride.len() {
                 return Err(a.fail("size and stride differ in length"));
+            }
+            if !numel_fits(&shape) {
+                return Err(numel_overflow(&shape, at));
             }
             let requires_grad = a.bool(3, "requires_grad")?;
             check_grad(&a, dtype, requires_grad)?;
