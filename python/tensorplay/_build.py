@@ -98,7 +98,9 @@ def qtensor(untyped, dtype, offset, size, stride, qparams):
 
 def sparse_tensor(layout, parts, size, coalesced):
     """Sparse tensors are always validated: torch 2.13 skips that by default, and a
-    crafted index then corrupts memory on ``to_dense()``."""
+    crafted index then corrupts memory on ``to_dense()``. The core checked the same
+    invariants from the index bytes before anything was built (so a scan refuses
+    the file too); torch's check is the second line."""
     import torch
     try:
         if layout == torch.sparse_coo:
@@ -112,7 +114,8 @@ def sparse_tensor(layout, parts, size, coalesced):
 
 
 def nested_tensor(buffer, sizes, strides, offsets):
-    """A strided nested tensor, each component checked to lie inside its buffer."""
+    """A strided nested tensor, each component checked to lie inside its buffer
+    (the core checked the same from the metadata bytes first)."""
     import torch
     try:
         if buffer.dim() != 1 or sizes.dim() != 2 or strides.shape != sizes.shape or offsets.shape != sizes.shape[:1]:

@@ -68,7 +68,15 @@ pub fn call(
             let requires_grad = a.bool(5, "requires_grad")?;
             check_grad(&a, dense.dtype, requires_grad)?;
             hooks_arg(&a, 6)?;
-            TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad)
+            let per_channel = matches!(params, QParams::PerChannel { .. });
+            let node = TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad);
+            // Per-channel parameters are tensors, checked against the size once
+            // their storages are bound.
+            return if per_channel {
+                arena.push_tensor_to_check(node, offset_of(at))
+            } else {
+                arena.push_tensor(node)
+            };
         }
         RebuildFn::SparseTensor => {
             a.arity(2, 2)?;
@@ -82,7 +90,8 @@ pub fn call(
                 }
             };
             let data = Args::new(arena, a.id(1)?, at, &name)?;
-            sparse(&data, layout, h.limits.max_ndim)?
+            let node = sparse(&data, layout, h.limits.max_ndim)?;
+            return arena.push_tensor_to_check(node, offset_of(at));
         }
         RebuildFn::MetaTensorNoStorage => {
             a.arity(4, 4)?;
@@ -108,7 +117,7 @@ pub fn call(
         }
         RebuildFn::NestedTensor => {
             a.arity(4, 4)?;
-            TensorNode::new(
+            let node = TensorNode::new(
                 TensorKind::Nested {
                     buffer: a.tensor(0, "buffer")?,
                     sizes: a.tensor(1, "nested sizes")?,
@@ -116,7 +125,8 @@ pub fn call(
                     offsets: a.tensor(3, "storage offsets")?,
                 },
                 false,
-            )
+            );
+            return arena.push_tensor_to_check(node, offset_of(at));
         }
         RebuildFn::FromTypeV2 => {
             a.arity(4, 4)?;
@@ -190,6 +200,10 @@ pub fn call(
         }
     };
     arena.push_tensor(node)
+}
+
+fn offset_of(at: &Location) -> u64 {
+    at.offset.unwrap_or(0)
 }
 
 /// Refuse what torch cannot build: a tensor of integers or bools that requires grad.
