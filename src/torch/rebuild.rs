@@ -193,9 +193,12 @@ pub fn call(
             }
             TensorNode::new(TensorKind::FromType { base, cls, state }, false)
         }
-        RebuildFn::WrapperSubclass
-        | RebuildFn::DeviceTensorFromNumpy
-        | RebuildFn::DeviceTensorFromCpuTensor => {
+        RebuildFn::WrapperSubclass => {
+            wrapper_subclass(&a, h.limits.max_ndim)?;
+            TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
+        }
+        RebuildFn::DeviceTensorFromNumpy | RebuildFn::DeviceTensorFromCpuTensor => {
+            device_tensor(&a, f)?;
             TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
         }
     };
@@ -204,6 +207,91 @@ pub fn call(
 
 fn offset_of(at: &Location) -> u64 {
     at.offset.unwrap_or(0)
+}
+
+/// `_rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout,
+/// device, requires_grad)`: `torch.Tensor._make_wrapper_subclass(cls, ...)`,
+/// which only a subclass of `torch.Tensor` can go through. The only such classes
+/// a file can name are the user's (torch's own DTensor comes that way too); a
+/// built-in class or function is refused here, before torch could fail on it.
+fn wrapper_subclass(a: &Args, max_ndim: u64) -> Result<(), Error> {
+    a.arity(8, 8)?;
+    match a.node(0)? {
+        Node::Domain(Torch::Global(Global::User(_))) => {}
+        Node::Domain(Torch::Global(Global::Builtin(b))) => {
+            return Err(a.fail(format!(
+                "{} is not a tensor subclass torch can make a wrapper of",
+                b.full_name()
+            )))
+        }
+        other => {
+            return Err(a.fail(format!(
+                "the class must be an allowlisted tensor subclass, got {}",
+                other.kind_name()
+            )))
+        }
+    }
+    let dtype = a.dtype(1)?;
+    let size = a.dims(2, "size", max_ndim)?;
+    let stride = a.dims(3, "stride", max_ndim)?;
+    if size.len() != stride.len() {
+        return Err(a.fail("size and stride differ in length"));
+    }
+    if !numel_fits(&size) {
+        return Err(numel_overflow(&size, a.at));
+    }
+    a.uint(4, "storage_offset")?;
+    if !matches!(a.node(5)?, Node::Domain(Torch::Layout(_))) {
+        return Err(a.fail(format!("layout must be a torch.layout, got {}", a.kind(5))));
+    }
+    device_arg(a, 6)?;
+    check_grad(a, dtype, a.bool(7, "requires_grad")?)
+}
+
+/// `_rebuild_device_tensor_from_numpy(data, dtype, device, requires_grad)` and
+/// `_rebuild_device_tensor_from_cpu_tensor(...)`: `data` (an array, a tensor)
+/// converted to `dtype` on `device`.
+fn device_tensor(a: &Args, f: RebuildFn) -> Result<(), Error> {
+    a.arity(4, 4)?;
+    let data_ok = matches!(
+        (f, a.node(0)?),
+        (
+            RebuildFn::DeviceTensorFromNumpy,
+            Node::Domain(Torch::NdArray(_))
+        ) | (
+            RebuildFn::DeviceTensorFromCpuTensor,
+            Node::Domain(Torch::Tensor(_))
+        )
+    );
+    if !data_ok {
+        let wanted = match f {
+            RebuildFn::DeviceTensorFromNumpy => "a numpy array",
+            _ => "a tensor",
+        };
+        return Err(a.fail(format!("data must be {wanted}, got {}", a.kind(0))));
+    }
+    let dtype = a.dtype(1)?;
+    device_arg(a, 2)?;
+    check_grad(a, dtype, a.bool(3, "requires_grad")?)
+}
+
+/// A device argument: a `torch.device` or a device string.
+fn device_arg(a: &Args, i: usize) -> Result<(), Error> {
+    match a.node(i)? {
+        Node::Domain(Torch::Device(_)) => Ok(()),
+        Node::Str(_) | Node::Bytes(_) => {
+            let device = a.str(i, "device")?;
+            if crate::torch::semantics::valid_device(device) {
+                Ok(())
+            } else {
+                Err(a.fail(format!("invalid device string {device:?}")))
+            }
+        }
+        other => Err(a.fail(format!(
+            "device must be a torch.device or a str, got {}",
+            other.kind_name()
+        ))),
+    }
 }
 
 /// Refuse what torch cannot build: a tensor of integers or bools that requires grad.
