@@ -489,3 +489,20 @@ def test_if_a_load_refuses_a_file_the_scan_does_not_call_it_clean(path):
     except Exception as e:  # noqa: BLE001 - any refusal counts
         report = scanner.scan(path)
         assert report.verdict != "clean", f"load refused ({type(e).__name__}: {e}) but the scan says clean"
+
+
+@needs_torch
+@pytest.mark.xfail(strict=True, reason=(
+    "torch's _rebuild_qtensor allocates numel * itemsize bytes (_empty_affine_quantized) before it views the "
+    "storage: a zero-stride quantized tensor of 2**62 elements over a 1-byte storage fails that allocation on "
+    "any machine, while the core, which cannot refuse an expanded quantized tensor (torch saves them), sees "
+    "nothing wrong. Needs a limit on the bytes a quantized tensor makes torch allocate."))
+def test_a_quantized_tensor_torch_cannot_allocate_is_not_scanned_clean(tmp_path):
+    import torch
+
+    q = torch.quantize_per_tensor(torch.ones(1), 0.1, 0, torch.quint8)
+    path = _save(tmp_path, {"q": Rebuild(torch._utils._rebuild_qtensor, q.storage(), 0, (1 << 31, 1 << 31), (0, 0),
+                                         (torch.per_tensor_affine, 0.1, 0), False, OrderedDict())})
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="allocate"):
+        tensorplay.load(path, backend="torch")
+    assert scanner.scan(path).verdict != "clean"
