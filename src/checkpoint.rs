@@ -164,7 +164,21 @@ fn read(
         .map_err(|e| e.in_entry(&contents.pickle_entry))?;
     // What torch checks when it builds sparse, nested and per-channel quantized
     // tensors, from the index values in their storages: a load and a scan refuse
-    // such a file here, before anything is built.
+    // such a file here, before anything is built. (Dense tensors never get here.)
+    if contents.arena.tensors_to_check().next().is_some() {
+        check_invariants(data, &contents, options)?;
+    }
+    Ok(contents)
+}
+
+fn check_invariants(data: &[u8], contents: &Contents, options: &LoadOptions) -> Result<(), Error> {
+    let inflated = (contents.storages.iter())
+        .filter(|s| matches!(s.data, StorageData::Deflated { .. }))
+        .fold(0u64, |acc, s| acc.saturating_add(s.decl.nbytes));
+    let budget = invariants::Budget {
+        max_read: options.limits.max_inflated_bytes,
+        data_bytes: (data.len() as u64).saturating_add(inflated),
+    };
     invariants::check(
         &contents.arena,
         &mut BoundBytes {
@@ -172,10 +186,9 @@ fn read(
             storages: &contents.storages,
             entry: &contents.pickle_entry,
         },
-        options.limits.max_inflated_bytes,
+        budget,
         &contents.pickle_entry,
-    )?;
-    Ok(contents)
+    )
 }
 
 /// The bytes of bound storages, for [`invariants::check`]: stored ones borrowed

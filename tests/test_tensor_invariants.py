@@ -506,3 +506,25 @@ def test_a_quantized_tensor_torch_cannot_allocate_is_not_scanned_clean(tmp_path)
     with pytest.raises(tensorplay.MalformedCheckpointError, match="allocate"):
         tensorplay.load(path, backend="torch")
     assert scanner.scan(path).verdict != "clean"
+
+
+@needs_torch
+def test_index_checks_cost_at_most_a_multiple_of_the_file(tmp_path):
+    """Index tensors broadcast with a stride of 0 are read once, whatever their
+    size; index tensors whose rows overlap in memory (which no writer makes) are
+    refused once checking them would visit 16 times the bytes the file holds."""
+    import torch
+
+    n = 1 << 30
+    indices = torch.zeros(1, dtype=torch.long).as_strided((2, n), (0, 0))
+    values = torch.ones(1).as_strided((n,), (0,))
+    path = _save(tmp_path, Rebuild(torch._utils._rebuild_sparse_tensor, torch.sparse_coo, (indices, values, (1, 1))),
+                 "broadcast.pt")
+    assert path.stat().st_size < 4096
+    assert scanner.scan(path).verdict == "clean"  # in microseconds: 2 values read, not 2**31
+    m = 1 << 12
+    crow = torch.zeros(2 * m, dtype=torch.long).as_strided((m, m + 1), (1, 1))
+    empty = torch.zeros(m, 0, dtype=torch.long)
+    data = (crow, empty, torch.zeros(m, 0), (m, m, 1))
+    path = _save(tmp_path, Rebuild(torch._utils._rebuild_sparse_tensor, torch.sparse_csr, data), "overlap.pt")
+    _refused_everywhere(path, "overlap themselves in memory")

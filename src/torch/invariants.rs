@@ -20,12 +20,17 @@
 //!   and 1-D floating scales and 1-D zero points with one entry per channel;
 //! - every size's element count fits torch's 64-bit count.
 //!
-//! Index values live in storages: [`StorageBytes`] reads them, and every byte
-//! read or visited is charged against one budget (`max_inflated_bytes`), so a
-//! tiny file that broadcasts a small index storage to a huge index tensor, or
-//! names one big index storage in many tensors, cannot make the checks run long.
+//! Index values live in storages: [`StorageBytes`] reads them. The work is
+//! linear in the file ([`Budget`]): values repeated by a stride of 0 are
+//! visited once, tensors with the same parts are checked once, and every byte
+//! read or value visited is charged, before the work, against
+//! `max_inflated_bytes` and against [`WORK_PER_BYTE`] times the bytes the file
+//! holds, so a tiny file that broadcasts a small index storage to a huge index
+//! tensor, or names one big index storage in many tensors, cannot make a load
+//! or a scan run long.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use crate::error::{Error, Location};
 use crate::limits::Limit;
@@ -42,28 +47,70 @@ pub trait StorageBytes<'d> {
     fn read(&mut self, id: StorageId, start: u64, len: u64) -> Result<Cow<'d, [u8]>, Error>;
 }
 
+/// The work the checks may do, in bytes read (inflated) and elements visited
+/// (8 bytes each).
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// `max_inflated_bytes`: a limit the user may raise.
+    pub max_read: u64,
+    /// The bytes the file holds: its length and what its compressed storages
+    /// inflate to. The checks do at most [`WORK_PER_BYTE`] times that (plus
+    /// [`WORK_FLOOR`]), so a small file cannot make them run long.
+    pub data_bytes: u64,
+}
+
+/// How much checking one byte of a file may cost. Index tensors written by torch
+/// are read once each, and each index is visited at most three times; only index
+/// tensors that overlap themselves in memory (a stride of 0 or less than a row)
+/// cost more than the bytes they hold.
+pub const WORK_PER_BYTE: u64 = 16;
+pub const WORK_FLOOR: u64 = 1 << 20;
+
 /// Check every tensor of `arena` that has invariants beyond its extent (those
 /// made by [`Arena::push_tensor_to_check`]); `entry` is the pickle's, for
-/// messages, and `max_read` the bytes the checks may read and visit.
+/// messages. Tensors with the same parts (by storage, offset, shape and
+/// stride) are checked once.
 pub fn check<'d>(
     arena: &Arena,
     storages: &mut dyn StorageBytes<'d>,
-    max_read: u64,
+    budget: Budget,
     entry: &str,
 ) -> Result<(), Error> {
     let mut checker = Checker {
         arena,
         storages,
         read: 0,
-        max_read,
+        budget,
         at: Location::default(),
     };
+    let mut done: HashSet<Vec<u64>> = HashSet::new();
     for (t, offset) in arena.tensors_to_check() {
         checker.at = Location {
             entry: Some(entry.to_owned()),
             offset: Some(offset),
             opcode: None,
         };
+        let key = match &t.kind {
+            TensorKind::Sparse {
+                layout,
+                parts,
+                size,
+                coalesced,
+            } => {
+                let extra = [*layout as u64, coalesced.map_or(2, u64::from)];
+                checker.key(parts, &[&extra, size])
+            }
+            TensorKind::Nested {
+                buffer,
+                sizes,
+                strides,
+                offsets,
+            } => checker.key(&[*buffer, *sizes, *strides, *offsets], &[&[u64::MAX]]),
+            _ => Vec::new(),
+        };
+        if !key.is_empty() && done.contains(&key) {
+            continue;
+        }
         match &t.kind {
             TensorKind::Sparse {
                 layout: Layout::SparseCoo,
@@ -94,6 +141,9 @@ pub fn check<'d>(
                     },
             } => checker.per_channel(dense, *scales, *zero_points, *axis)?,
             _ => {}
+        }
+        if !key.is_empty() {
+            done.insert(key);
         }
     }
     Ok(())
@@ -317,7 +367,7 @@ struct Checker<'a, 'd> {
     storages: &'a mut dyn StorageBytes<'d>,
     /// Bytes read and visited so far, and the most allowed.
     read: u64,
-    max_read: u64,
+    budget: Budget,
     /// Where the tensor being checked was made.
     at: Location,
 }
@@ -327,16 +377,59 @@ impl<'a, 'd> Checker<'a, 'd> {
         Error::tensor(format!("{what}: {reason}"), self.at.clone())
     }
 
+    /// Account for `bytes` read or visited, before the work is done.
     fn charge(&mut self, bytes: u64) -> Result<(), Error> {
         self.read = self.read.saturating_add(bytes);
-        if self.read > self.max_read {
+        if self.read > self.budget.max_read {
             return Err(Error::limit(
                 Limit::InflatedBytes,
-                self.max_read,
+                self.budget.max_read,
+                self.at.clone(),
+            ));
+        }
+        let cap = (self.budget.data_bytes)
+            .saturating_mul(WORK_PER_BYTE)
+            .saturating_add(WORK_FLOOR);
+        if self.read > cap {
+            return Err(Error::tensor(
+                format!(
+                    "checking the index tensors would visit more than {cap} bytes, {WORK_PER_BYTE} times what the file holds: index tensors that overlap themselves in memory"
+                ),
                 self.at.clone(),
             ));
         }
         Ok(())
+    }
+
+    /// What a check depends on: for each part, how torch sees it and where its
+    /// values are; then `extra`.
+    fn key(&self, parts: &[NodeId], extra: &[&[u64]]) -> Vec<u64> {
+        let mut key = Vec::new();
+        for id in parts {
+            let op = resolve(self.arena, *id);
+            let kind = match op.kind {
+                Kind::Strided => 0,
+                Kind::Quantized => 1,
+                Kind::Other(_) => 2,
+            };
+            key.extend([kind, u64::from(op.lazy), op.dtype as u64]);
+            match op.dense {
+                Some(d) => key.extend([1, u64::from(d.storage.0), d.offset]),
+                None => key.push(0),
+            }
+            key.push(op.shape.len() as u64);
+            key.extend(op.shape.iter().chain(op.stride));
+        }
+        for e in extra {
+            key.push(e.len() as u64);
+            key.extend(e.iter());
+        }
+        key
+    }
+
+    /// Account for visiting `elements` index values.
+    fn visit(&mut self, elements: u64) -> Result<(), Error> {
+        self.charge(elements.saturating_mul(8))
     }
 
     /// A tensor argument that must be a strided tensor torch reads as it is stored.
@@ -374,9 +467,9 @@ impl<'a, 'd> Checker<'a, 'd> {
         }
         let start = d.offset.checked_mul(itemsize).ok_or_else(overflow)?;
         let len = end.checked_sub(start).ok_or_else(overflow)?;
-        // The bytes read (inflated, for a compressed storage: up to `end`), and
-        // each element visited.
-        self.charge(end.saturating_add(op.numel().saturating_mul(itemsize)))?;
+        // The bytes read (inflated, for a compressed storage: up to `end`); the
+        // elements visited are charged by each check.
+        self.charge(end)?;
         let bytes = self
             .storages
             .read(d.storage, start, len)
@@ -470,8 +563,22 @@ impl<'a, 'd> Checker<'a, 'd> {
             base.saturating_add(d.saturating_mul(s0))
                 .saturating_add(j.saturating_mul(s1))
         };
+        const UNCOALESCED: &str =
+            "cannot set is_coalesced to true if indices correspond to uncoalesced COO tensor";
+        // With a stride of 0 along nnz every index of a dimension is one value:
+        // it is checked once (and such indices are never coalesced).
+        let distinct = if s1 == 0 { 1 } else { nnz };
+        let coalesced_check = coalesced == Some(true) && nnz > 1;
+        if coalesced_check && s1 == 0 {
+            return Err(self.fail(WHAT, UNCOALESCED));
+        }
+        self.visit(
+            sparse_dim
+                .saturating_mul(distinct)
+                .saturating_mul(1 + u64::from(coalesced_check)),
+        )?;
         for (d, &dim_size) in (0u64..).zip(sparse_size) {
-            for j in 0..nnz {
+            for j in 0..distinct {
                 let v = self.value(&ints, at(d, j), "indices")?;
                 if v < 0 {
                     return Err(self.fail(WHAT, format!("found negative index {v} for dim {d}")));
@@ -484,7 +591,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
         }
-        if coalesced == Some(true) && nnz > 1 {
+        if coalesced_check {
             // torch flattens each index to its row-major position in the sparse
             // dimensions (with int64 arithmetic, wrapping as its kernel does) and
             // wants strictly increasing positions.
@@ -502,10 +609,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                     flat = flat.wrapping_add(v.wrapping_mul(k));
                 }
                 if previous.is_some_and(|p| flat.wrapping_sub(p) <= 0) {
-                    return Err(self.fail(
-                        WHAT,
-                        "cannot set is_coalesced to true if indices correspond to uncoalesced COO tensor",
-                    ));
+                    return Err(self.fail(WHAT, UNCOALESCED));
                 }
                 previous = Some(flat);
             }
@@ -699,7 +803,28 @@ impl<'a, 'd> Checker<'a, 'd> {
         let pi = self.ints(&p)?;
         let c_offset = c.dense.map_or(0, |d| d.offset);
         let p_offset = p.dense.map_or(0, |d| d.offset);
-        for_each_index(p.shape, |index| {
+        // A dimension of stride 0 repeats the same values: visited once. Batches
+        // broadcast in both index tensors are one batch.
+        let once = |shape: &[u64], strides: &[&[u64]]| -> Vec<u64> {
+            (shape.iter().enumerate())
+                .map(|(k, &n)| {
+                    let repeated = strides.iter().all(|s| s.get(k) == Some(&0));
+                    if repeated {
+                        n.min(1)
+                    } else {
+                        n
+                    }
+                })
+                .collect()
+        };
+        let p_visited = once(p.shape, &[p.stride]);
+        let batches = once(batch_size, &[c.stride, p.stride]);
+        let count = |shape: &[u64]| shape.iter().fold(1u64, |acc, n| acc.saturating_mul(*n));
+        let per_batch = (cdim.saturating_add(1))
+            .saturating_mul(2)
+            .saturating_add(nnz);
+        self.visit(count(&p_visited).saturating_add(count(&batches).saturating_mul(per_batch)))?;
+        for_each_index(&p_visited, |index| {
             let v = self.value(&pi, element(p_offset, p.stride, index), p_name)?;
             if v < 0 || v >= pdim {
                 return Err(self.fail(
@@ -716,7 +841,7 @@ impl<'a, 'd> Checker<'a, 'd> {
             c.stride.get(..batch).unwrap_or_default(),
             p.stride.get(..batch).unwrap_or_default(),
         );
-        for_each_index(batch_size, |b| {
+        for_each_index(&batches, |b| {
             let c_base = element(c_offset, c_batch_stride, b);
             let p_base = element(p_offset, p_batch_stride, b);
             let cidx = |i: u64| self.value(&ci, c_base.saturating_add(i), c_name);
@@ -808,6 +933,8 @@ impl<'a, 'd> Checker<'a, 'd> {
         }
         let n = b.numel();
         let (si, sti, oi) = (self.ints(&s)?, self.ints(&st)?, self.ints(&o)?);
+        // Contiguous: each value is visited once.
+        self.visit(s.numel().saturating_mul(2).saturating_add(o.numel()))?;
         let first = |op: &Operand| op.dense.map_or(0, |d| d.offset);
         let (s0, st0, o0) = (first(&s), first(&st), first(&o));
         let ndim = s.shape.get(1).copied().unwrap_or(0);
@@ -1020,21 +1147,15 @@ mod tests {
         }
 
         fn check(self) -> Result<(), Error> {
-            check(
-                &self.arena,
-                &mut Mem(self.mem),
-                u64::MAX,
-                "archive/data.pkl",
-            )
+            self.check_with_budget(u64::MAX, u64::MAX)
         }
 
-        fn check_with_budget(self, max_read: u64) -> Result<(), Error> {
-            check(
-                &self.arena,
-                &mut Mem(self.mem),
+        fn check_with_budget(self, max_read: u64, data_bytes: u64) -> Result<(), Error> {
+            let budget = Budget {
                 max_read,
-                "archive/data.pkl",
-            )
+                data_bytes,
+            };
+            check(&self.arena, &mut Mem(self.mem), budget, "archive/data.pkl")
         }
     }
 
@@ -1625,7 +1746,7 @@ mod tests {
 
     #[test]
     fn reading_is_charged_against_the_budget() {
-        // 2 x 1000 int64 indices: 16,000 bytes read, 16,000 visited.
+        // 2 x 1000 int64 indices: 16,000 bytes read, 2,000 values visited.
         let build = || {
             let mut f = File::new();
             let values: Vec<i64> = (0..2000).map(|i| i % 1000).collect();
@@ -1634,16 +1755,45 @@ mod tests {
             f.sparse(Layout::SparseCoo, &[i, v], &[1000, 1000], None);
             f
         };
-        build().check_with_budget(32_000).unwrap();
-        let e = build().check_with_budget(31_999).unwrap_err();
+        build().check_with_budget(32_000, u64::MAX).unwrap();
+        let e = build().check_with_budget(31_999, u64::MAX).unwrap_err();
         assert!(e.is_limit(), "{e}");
-        // A broadcast index tensor is charged for every element visited, not
-        // for the 8 bytes it reads.
+    }
+
+    #[test]
+    fn broadcast_indices_are_visited_once() {
+        // (2, 2**40) indices of stride 0 over one int64: one value per dimension.
+        let coo = |coalesced| {
+            let mut f = File::new();
+            let i = f.view(DType::Int64, &[0], 0, &[2, 1 << 40], &[0, 0]);
+            let v = f.view(DType::Float32, &[1], 0, &[1 << 40], &[0]);
+            f.sparse(Layout::SparseCoo, &[i, v], &[1, 1], coalesced);
+            f.check_with_budget(u64::MAX, 64)
+        };
+        coo(None).unwrap();
+        assert!(message(coo(Some(true))).contains("uncoalesced"));
+        // CSR batches broadcast in both index tensors are one batch.
         let mut f = File::new();
-        let i = f.view(DType::Int64, &[0], 0, &[1, 1 << 40], &[0, 0]);
-        let v = f.view(DType::Float32, &[1], 0, &[1 << 40], &[0]);
-        f.sparse(Layout::SparseCoo, &[i, v], &[1], None);
-        assert!(f.check_with_budget(1 << 30).unwrap_err().is_limit());
+        let c = f.view(DType::Int64, &[0, 1, 2], 0, &[1 << 40, 3], &[0, 1]);
+        let p = f.view(DType::Int64, &[0, 1], 0, &[1 << 40, 2], &[0, 1]);
+        let v = f.view(DType::Float32, &[1], 0, &[1 << 40, 2], &[0, 0]);
+        f.sparse(Layout::SparseCsr, &[c, p, v], &[1 << 40, 2, 2], None);
+        f.check_with_budget(u64::MAX, 64).unwrap();
+    }
+
+    #[test]
+    fn index_tensors_that_overlap_themselves_cost_at_most_a_multiple_of_the_file() {
+        // CSR batches whose rows overlap (a batch stride of 1 over rows of
+        // 2**16 + 1): 2**32 values visited over a storage of about 1 MiB.
+        let n = 1u64 << 16;
+        let mut f = File::new();
+        let cidx: Vec<i64> = vec![0; (2 * n) as usize];
+        let c = f.view(DType::Int64, &cidx, 0, &[n, n + 1], &[1, 1]);
+        let p = f.view(DType::Int64, &[], 0, &[n, 0], &[1, 1]);
+        let v = f.view(DType::Float32, &[], 0, &[n, 0], &[1, 1]);
+        f.sparse(Layout::SparseCsr, &[c, p, v], &[n, n, 1], None);
+        let e = message(f.check_with_budget(u64::MAX, 2 << 20));
+        assert!(e.contains("overlap themselves"), "{e}");
     }
 
     #[test]
