@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::archive::inflate::{check_ratio, inflate_exact};
+use crate::archive::inflate::{check_ratio, inflate_exact, inflate_prefix};
 use crate::archive::method::Method;
 use crate::archive::source::Source;
 use crate::archive::tar::is_tar;
@@ -12,6 +12,7 @@ use crate::archive::zip;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::{self, StringEncoding};
+use crate::torch::invariants::{self, StorageBytes};
 use crate::torch::legacy;
 use crate::torch::policy::UserGlobals;
 use crate::torch::records::{self, ByteOrder, Layout};
@@ -22,6 +23,7 @@ use crate::torch::tensor::{StorageDecl, StorageId};
 use crate::torch::value::Arena;
 use crate::value::NodeId;
 use crate::value::{compact, keys};
+use std::borrow::Cow;
 
 /// torch's `LoadEndianness`: what to assume when a file has no `byteorder` record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,7 +162,91 @@ fn read(
     let contents = read_format(data, options, source, index)?;
     keys::check_keys(&contents.arena, options.limits.max_key_values)
         .map_err(|e| e.in_entry(&contents.pickle_entry))?;
+    // What torch checks when it builds sparse, nested and per-channel quantized
+    // tensors, from the index values in their storages: a load and a scan refuse
+    // such a file here, before anything is built. (Dense tensors never get here.)
+    if contents.arena.tensors_to_check().next().is_some() {
+        check_invariants(data, &contents, options)?;
+    }
     Ok(contents)
+}
+
+fn check_invariants(data: &[u8], contents: &Contents, options: &LoadOptions) -> Result<(), Error> {
+    let inflated = (contents.storages.iter())
+        .filter(|s| matches!(s.data, StorageData::Deflated { .. }))
+        .fold(0u64, |acc, s| acc.saturating_add(s.decl.nbytes));
+    let budget = invariants::Budget {
+        max_read: options.limits.max_inflated_bytes,
+        data_bytes: (data.len() as u64).saturating_add(inflated),
+    };
+    invariants::check(
+        &contents.arena,
+        &mut BoundBytes {
+            data,
+            storages: &contents.storages,
+            entry: &contents.pickle_entry,
+        },
+        budget,
+        &contents.pickle_entry,
+    )
+}
+
+/// The bytes of bound storages, for [`invariants::check`]: stored ones borrowed
+/// from `data`, compressed ones inflated up to the bytes asked for.
+struct BoundBytes<'d, 's> {
+    data: &'d [u8],
+    storages: &'s [Storage],
+    /// The pickle's entry, for messages.
+    entry: &'s str,
+}
+
+impl<'d> StorageBytes<'d> for BoundBytes<'d, '_> {
+    fn read(&mut self, id: StorageId, start: u64, len: u64) -> Result<Cow<'d, [u8]>, Error> {
+        let fail = |reason: &str| Error::tensor(reason.to_owned(), Location::entry(self.entry));
+        let storage =
+            |id: StorageId| (self.storages.get(id.index())).ok_or_else(|| fail("unknown storage"));
+        let mut s = storage(id)?;
+        let mut start = start;
+        if let StorageData::View { root, offset } = s.data {
+            s = storage(root)?;
+            start = start
+                .checked_add(offset)
+                .ok_or_else(|| fail("storage view offset overflows"))?;
+        }
+        let end = (start.checked_add(len))
+            .filter(|end| *end <= s.decl.nbytes)
+            .ok_or_else(|| fail("index tensor reaches outside its storage"))?;
+        let to_usize = |v: u64| usize::try_from(v).map_err(|_| fail("storage too large"));
+        let (start, end) = (to_usize(start)?, to_usize(end)?);
+        let outside = || fail("storage data lies outside the file");
+        let bytes: Cow<'d, [u8]> = match s.data {
+            StorageData::Stored { offset } => {
+                let at = to_usize(offset)?;
+                let range = at.checked_add(start).zip(at.checked_add(end));
+                let slice = range.and_then(|(a, b)| self.data.get(a..b));
+                Cow::Borrowed(slice.ok_or_else(outside)?)
+            }
+            StorageData::Deflated { offset, compressed } => {
+                let at = to_usize(offset)?;
+                let compressed = (at.checked_add(to_usize(compressed)?))
+                    .and_then(|stop| self.data.get(at..stop))
+                    .ok_or_else(outside)?;
+                let mut prefix = vec![0u8; end];
+                inflate_prefix(compressed, &mut prefix, self.entry)?;
+                prefix.drain(..start);
+                Cow::Owned(prefix)
+            }
+            StorageData::View { .. } => return Err(fail("a view of a view storage")),
+        };
+        Ok(match s.swap {
+            Some(unit) => {
+                let mut owned = bytes.into_owned();
+                byteswap(&mut owned, unit as usize);
+                Cow::Owned(owned)
+            }
+            None => bytes,
+        })
+    }
 }
 
 fn read_format(

@@ -482,6 +482,10 @@ def test_inspect_matches_the_manifest(case):
         with pytest.raises(tensorplay.UnsafeCheckpointError):
             tensorplay.inspect(case["path"])
         return
+    if case["name"] == "sparse_coo_out_of_range":  # the core's index checks read the index bytes
+        with pytest.raises(tensorplay.MalformedCheckpointError, match="found index 5"):
+            tensorplay.inspect(case["path"])
+        return
     expected = [t for t in _tensors_in_order(case["expected"], []) if t["kind"] == "tensor"]
     ours = [info for _, info in tensorplay.inspect(case["path"]).tensors()]
     if case["name"] == "bare_storages":  # storages are reported as flat tensors of their dtype

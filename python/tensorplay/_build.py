@@ -92,13 +92,15 @@ def qtensor(untyped, dtype, offset, size, stride, qparams):
     storage = typed_storage(untyped, dtype)
     try:
         return torch._utils._rebuild_qtensor(storage, offset, size, stride, qparams, False, OrderedDict())
-    except (RuntimeError, ValueError, TypeError) as e:
+    except Exception as e:
         raise _malformed("invalid quantized tensor", e) from e
 
 
 def sparse_tensor(layout, parts, size, coalesced):
     """Sparse tensors are always validated: torch 2.13 skips that by default, and a
-    crafted index then corrupts memory on ``to_dense()``."""
+    crafted index then corrupts memory on ``to_dense()``. The core checked the same
+    invariants from the index bytes before anything was built (so a scan refuses
+    the file too); torch's check is the second line."""
     import torch
     try:
         if layout == torch.sparse_coo:
@@ -107,12 +109,13 @@ def sparse_tensor(layout, parts, size, coalesced):
             return torch.sparse_coo_tensor(indices, values, size, check_invariants=True, **kwargs)
         compressed, plain, values = parts
         return torch.sparse_compressed_tensor(compressed, plain, values, size, layout=layout, check_invariants=True)
-    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+    except Exception as e:
         raise _malformed("invalid sparse tensor", e) from e
 
 
 def nested_tensor(buffer, sizes, strides, offsets):
-    """A strided nested tensor, each component checked to lie inside its buffer."""
+    """A strided nested tensor, each component checked to lie inside its buffer
+    (the core checked the same from the metadata bytes first)."""
     import torch
     try:
         if buffer.dim() != 1 or sizes.dim() != 2 or strides.shape != sizes.shape or offsets.shape != sizes.shape[:1]:
@@ -128,7 +131,7 @@ def nested_tensor(buffer, sizes, strides, offsets):
                 if extent > n:
                     raise ValueError(f"a component needs {extent} elements, the buffer has {n}")
         return torch._nested_view_from_buffer(buffer, sizes, strides, offsets)
-    except (RuntimeError, ValueError, TypeError) as e:
+    except Exception as e:
         raise _malformed("invalid nested tensor", e) from e
 
 
@@ -140,10 +143,15 @@ _TORCH_CALLS = {
 
 
 def torch_call(name, args):
+    """A rebuild function whose result only torch can make. The core checked its
+    arguments; whatever torch still refuses is the file's fault."""
     import torch
     if name not in _TORCH_CALLS:
         raise _refuse(f"Trying to call reduce for unrecognized function {name}")
-    return getattr(torch._utils, name.rsplit(".", 1)[1])(*args)
+    try:
+        return getattr(torch._utils, name.rsplit(".", 1)[1])(*args)
+    except Exception as e:
+        raise _malformed(f"{name} failed", e) from e
 
 
 # --- numpy backend --------------------------------------------------------------------

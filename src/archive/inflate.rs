@@ -36,6 +36,21 @@ pub fn inflate_exact(compressed: &[u8], out: &mut [u8], entry: &str) -> Result<(
     }
 }
 
+/// Inflate the first `out.len()` bytes of `compressed`: what a check that needs
+/// only the start of an entry reads (the rest is never produced).
+pub fn inflate_prefix(compressed: &[u8], out: &mut [u8], entry: &str) -> Result<(), Error> {
+    let fail = |reason: String| Error::archive(reason, Location::entry(entry));
+    match decompress_slice_iter_to_slice(out, std::iter::once(compressed), false, true) {
+        Ok(n) if n == out.len() => Ok(()),
+        Err(TINFLStatus::HasMoreOutput) => Ok(()),
+        Ok(n) => Err(fail(format!(
+            "inflated to {n} bytes, fewer than the {} needed",
+            out.len()
+        ))),
+        Err(status) => Err(fail(format!("corrupt deflate stream ({status:?})"))),
+    }
+}
+
 /// How many bytes `compressed` inflates to, counted through a small window so
 /// nothing the size of the output is allocated; stops past `limit`.
 pub fn inflated_len(compressed: &[u8], limit: u64) -> Result<u64, String> {
@@ -77,6 +92,11 @@ mod tests {
         assert!(inflate_exact(HELLO, &mut [0u8; 40], "e").is_err());
         assert!(inflate_exact(b"\xff\xff\xff", &mut [0u8; 4], "e").is_err());
         assert_eq!(inflated_len(HELLO, 100), Ok(17));
+        let mut prefix = vec![0u8; 8];
+        inflate_prefix(HELLO, &mut prefix, "e").unwrap();
+        assert_eq!(&prefix, b"hello he");
+        inflate_prefix(HELLO, &mut [0u8; 17], "e").unwrap();
+        assert!(inflate_prefix(HELLO, &mut [0u8; 18], "e").is_err());
         assert!(inflated_len(HELLO, 10).is_err());
     }
 }

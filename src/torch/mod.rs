@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod dtype;
+pub mod invariants;
 pub mod legacy;
 pub mod numpy;
 pub mod policy;

@@ -8,7 +8,7 @@ use crate::torch::dtype::DType;
 use crate::torch::policy::{Builtin, Global, QScheme, RebuildFn};
 use crate::torch::semantics::TorchHooks;
 use crate::torch::storages::IdFormat;
-use crate::torch::tensor::{Dense, QParams, TensorKind, TensorNode};
+use crate::torch::tensor::{numel_fits, numel_overflow, Dense, QParams, TensorKind, TensorNode};
 use crate::torch::value::{Arena, Node, Torch};
 use crate::value::NodeId;
 
@@ -68,7 +68,15 @@ pub fn call(
             let requires_grad = a.bool(5, "requires_grad")?;
             check_grad(&a, dense.dtype, requires_grad)?;
             hooks_arg(&a, 6)?;
-            TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad)
+            let per_channel = matches!(params, QParams::PerChannel { .. });
+            let node = TensorNode::new(TensorKind::Quantized { dense, params }, requires_grad);
+            // Per-channel parameters are tensors, checked against the size once
+            // their storages are bound.
+            return if per_channel {
+                arena.push_tensor_to_check(node, offset_of(at))
+            } else {
+                arena.push_tensor(node)
+            };
         }
         RebuildFn::SparseTensor => {
             a.arity(2, 2)?;
@@ -82,7 +90,8 @@ pub fn call(
                 }
             };
             let data = Args::new(arena, a.id(1)?, at, &name)?;
-            sparse(&data, layout, h.limits.max_ndim)?
+            let node = sparse(&data, layout, h.limits.max_ndim)?;
+            return arena.push_tensor_to_check(node, offset_of(at));
         }
         RebuildFn::MetaTensorNoStorage => {
             a.arity(4, 4)?;
@@ -91,6 +100,9 @@ pub fn call(
             let stride = a.dims(2, "stride", h.limits.max_ndim)?;
             if shape.len() != stride.len() {
                 return Err(a.fail("size and stride differ in length"));
+            }
+            if !numel_fits(&shape) {
+                return Err(numel_overflow(&shape, at));
             }
             let requires_grad = a.bool(3, "requires_grad")?;
             check_grad(&a, dtype, requires_grad)?;
@@ -105,7 +117,7 @@ pub fn call(
         }
         RebuildFn::NestedTensor => {
             a.arity(4, 4)?;
-            TensorNode::new(
+            let node = TensorNode::new(
                 TensorKind::Nested {
                     buffer: a.tensor(0, "buffer")?,
                     sizes: a.tensor(1, "nested sizes")?,
@@ -113,7 +125,8 @@ pub fn call(
                     offsets: a.tensor(3, "storage offsets")?,
                 },
                 false,
-            )
+            );
+            return arena.push_tensor_to_check(node, offset_of(at));
         }
         RebuildFn::FromTypeV2 => {
             a.arity(4, 4)?;
@@ -180,13 +193,105 @@ pub fn call(
             }
             TensorNode::new(TensorKind::FromType { base, cls, state }, false)
         }
-        RebuildFn::WrapperSubclass
-        | RebuildFn::DeviceTensorFromNumpy
-        | RebuildFn::DeviceTensorFromCpuTensor => {
+        RebuildFn::WrapperSubclass => {
+            wrapper_subclass(&a, h.limits.max_ndim)?;
+            TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
+        }
+        RebuildFn::DeviceTensorFromNumpy | RebuildFn::DeviceTensorFromCpuTensor => {
+            device_tensor(&a, f)?;
             TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
         }
     };
     arena.push_tensor(node)
+}
+
+fn offset_of(at: &Location) -> u64 {
+    at.offset.unwrap_or(0)
+}
+
+/// `_rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout,
+/// device, requires_grad)`: `torch.Tensor._make_wrapper_subclass(cls, ...)`,
+/// which only a subclass of `torch.Tensor` can go through. The only such classes
+/// a file can name are the user's (torch's own DTensor comes that way too); a
+/// built-in class or function is refused here, before torch could fail on it.
+fn wrapper_subclass(a: &Args, max_ndim: u64) -> Result<(), Error> {
+    a.arity(8, 8)?;
+    match a.node(0)? {
+        Node::Domain(Torch::Global(Global::User(_))) => {}
+        Node::Domain(Torch::Global(Global::Builtin(b))) => {
+            return Err(a.fail(format!(
+                "{} is not a tensor subclass torch can make a wrapper of",
+                b.full_name()
+            )))
+        }
+        other => {
+            return Err(a.fail(format!(
+                "the class must be an allowlisted tensor subclass, got {}",
+                other.kind_name()
+            )))
+        }
+    }
+    let dtype = a.dtype(1)?;
+    let size = a.dims(2, "size", max_ndim)?;
+    let stride = a.dims(3, "stride", max_ndim)?;
+    if size.len() != stride.len() {
+        return Err(a.fail("size and stride differ in length"));
+    }
+    if !numel_fits(&size) {
+        return Err(numel_overflow(&size, a.at));
+    }
+    a.uint(4, "storage_offset")?;
+    if !matches!(a.node(5)?, Node::Domain(Torch::Layout(_))) {
+        return Err(a.fail(format!("layout must be a torch.layout, got {}", a.kind(5))));
+    }
+    device_arg(a, 6)?;
+    check_grad(a, dtype, a.bool(7, "requires_grad")?)
+}
+
+/// `_rebuild_device_tensor_from_numpy(data, dtype, device, requires_grad)` and
+/// `_rebuild_device_tensor_from_cpu_tensor(...)`: `data` (an array, a tensor)
+/// converted to `dtype` on `device`.
+fn device_tensor(a: &Args, f: RebuildFn) -> Result<(), Error> {
+    a.arity(4, 4)?;
+    let data_ok = matches!(
+        (f, a.node(0)?),
+        (
+            RebuildFn::DeviceTensorFromNumpy,
+            Node::Domain(Torch::NdArray(_))
+        ) | (
+            RebuildFn::DeviceTensorFromCpuTensor,
+            Node::Domain(Torch::Tensor(_))
+        )
+    );
+    if !data_ok {
+        let wanted = match f {
+            RebuildFn::DeviceTensorFromNumpy => "a numpy array",
+            _ => "a tensor",
+        };
+        return Err(a.fail(format!("data must be {wanted}, got {}", a.kind(0))));
+    }
+    let dtype = a.dtype(1)?;
+    device_arg(a, 2)?;
+    check_grad(a, dtype, a.bool(3, "requires_grad")?)
+}
+
+/// A device argument: a `torch.device` or a device string.
+fn device_arg(a: &Args, i: usize) -> Result<(), Error> {
+    match a.node(i)? {
+        Node::Domain(Torch::Device(_)) => Ok(()),
+        Node::Str(_) | Node::Bytes(_) => {
+            let device = a.str(i, "device")?;
+            if crate::torch::semantics::valid_device(device) {
+                Ok(())
+            } else {
+                Err(a.fail(format!("invalid device string {device:?}")))
+            }
+        }
+        other => Err(a.fail(format!(
+            "device must be a torch.device or a str, got {}",
+            other.kind_name()
+        ))),
+    }
 }
 
 /// Refuse what torch cannot build: a tensor of integers or bools that requires grad.

@@ -187,12 +187,9 @@ impl Dense {
                 at.clone(),
             ));
         }
-        self.numel().ok_or_else(|| {
-            Error::tensor(
-                format!("the element count of size {:?} overflows", self.shape),
-                at.clone(),
-            )
-        })?;
+        if self.numel().is_none_or(|n| n > MAX_NUMEL) {
+            return Err(numel_overflow(&self.shape, at));
+        }
         let extent = self.extent_bytes().ok_or_else(|| {
             Error::tensor(
                 format!(
@@ -219,6 +216,27 @@ impl Dense {
         }
         Ok(())
     }
+}
+
+/// The most elements a tensor may have: torch keeps the count in an `int64_t`
+/// (`TensorImpl::safe_compute_numel`).
+pub const MAX_NUMEL: u64 = i64::MAX as u64;
+
+/// Whether torch can hold a tensor of size `shape`: the product, multiplied out
+/// in order, never overflows and fits an `int64_t` (torch refuses
+/// `(2**62, 4, 0)`, whose product overflows before the 0, but not `(0, 2**62, 4)`).
+pub fn numel_fits(shape: &[u64]) -> bool {
+    (shape.iter())
+        .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+        .is_some_and(|n| n <= MAX_NUMEL)
+}
+
+/// torch's "numel: integer multiplication overflow", for a tensor of size `shape`.
+pub fn numel_overflow(shape: &[u64], at: &Location) -> Error {
+    Error::tensor(
+        format!("the element count of size {shape:?} overflows torch's 64-bit count"),
+        at.clone(),
+    )
 }
 
 /// Quantization parameters of `_rebuild_qtensor`.

@@ -45,9 +45,10 @@ pub type Arena = value::Arena<Torch>;
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<Node>() == 16);
 
-/// The tensor descriptions of an arena.
+/// The tensor descriptions of an arena, and which of them have invariants to
+/// check once the storages are bound (with where in the pickle each was made).
 #[derive(Debug, Default)]
-pub struct Tensors(Vec<TensorNode>);
+pub struct Tensors(Vec<TensorNode>, Vec<(TensorId, u64)>);
 
 static NO_TENSOR: TensorNode = TensorNode {
     kind: TensorKind::Empty {
@@ -135,6 +136,26 @@ impl Arena {
         let node = self.push(Torch::Tensor(id).into())?;
         self.pool.0.push(tensor);
         Ok(node)
+    }
+
+    /// [`Arena::push_tensor`] for a sparse, nested or per-channel quantized
+    /// tensor, made at `offset` of the pickle: its invariants depend on index
+    /// values in storages, checked by [`crate::torch::invariants`] once the
+    /// storages are bound. Dense tensors never come here.
+    pub fn push_tensor_to_check(
+        &mut self,
+        tensor: TensorNode,
+        offset: u64,
+    ) -> Result<NodeId, crate::error::Error> {
+        let id = TensorId(self.pool.0.len() as u32);
+        let node = self.push_tensor(tensor)?;
+        self.pool.1.push((id, offset));
+        Ok(node)
+    }
+
+    /// The tensors [`Arena::push_tensor_to_check`] made, in the order the file made them.
+    pub fn tensors_to_check(&self) -> impl Iterator<Item = (&TensorNode, u64)> {
+        (self.pool.1.iter()).map(|(id, offset)| (self.pool.get(*id), *offset))
     }
 
     pub fn tensor(&self, id: TensorId) -> &TensorNode {
