@@ -43,8 +43,7 @@ pub fn wrappers(data: &[u8]) {
     let bare = scan_bytes(data, &options);
     let bare_names = bare.names();
     // One wrapper per input (a scan is the costly part), chosen by its length.
-    let wrap: [(&str, fn(&[u8]) -> Vec<u8>); 4] =
-        [("gzip", gzip), ("zlib", zlib), ("tar", tar), ("zip", zip)];
+    let wrap: [(&str, Wrap); 4] = [("gzip", gzip), ("zlib", zlib), ("tar", tar), ("zip", zip)];
     if let Some(&(wrapper, make)) = wrap.get(data.len() % wrap.len()) {
         let wrapped = make(data);
         let report = scan_bytes(&wrapped, &options);
@@ -73,6 +72,8 @@ pub fn wrappers(data: &[u8]) {
         }
     }
 }
+
+type Wrap = fn(&[u8]) -> Vec<u8>;
 
 /// DEFLATE stored blocks (at most 65,535 bytes each) holding `data`.
 fn stored_blocks(data: &[u8]) -> Vec<u8> {
