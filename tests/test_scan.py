@@ -336,7 +336,7 @@ def test_directories_are_walked_and_files_recognised_by_content(tmp_path):
     (tmp_path / "model.pt").write_bytes((TORCH_FIXTURES / "seed_tensor.pt").read_bytes())
     reports = {r.path: r for r in scanner.scan_paths([tmp_path], jobs=2)}
     assert reports[str(tmp_path / "sub" / "weights.safetensors")].verdict == "unsafe"
-    assert reports[str(tmp_path / "README.md")].verdict == "clean"
+    assert reports[str(tmp_path / "README.md")].verdict == "skipped"
     assert reports[str(tmp_path / "model.pt")].verdict == "clean"
 
 
@@ -351,7 +351,7 @@ def test_scanning_in_parallel_or_one_by_one_gives_the_same_reports_in_order(tmp_
         runs[jobs] = [r.to_json() for r in reports]
         assert seen == [(1, 3), (2, 3), (3, 3)]
     assert runs[1] == runs[2]
-    assert [r["verdict"] for r in runs[1]] == ["unsafe", "clean", "clean"]
+    assert [r["verdict"] for r in runs[1]] == ["unsafe", "clean", "skipped"]
 
 
 def test_every_pickle_of_an_archive_is_scanned(tmp_path):
