@@ -413,9 +413,10 @@ def _check_deflate(data: bytes, segments) -> None:
 class Entry:
     def __init__(self, name, data, *, method=0, usize=None, crc=None, flags=0, align=True,
                  lfh_name=None, lfh_method=None, lfh_sizes=None, lfh_crc=None,
-                 cd_sizes=None, cd_offset=None, plain=None):
+                 cd_sizes=None, cd_offset=None, plain=None, after=b""):
         """`data` is the payload as stored; `plain` the uncompressed bytes (for the CRC)
-        when it differs. Every `lfh_*`/`cd_*` field overrides one header alone."""
+        when it differs. Every `lfh_*`/`cd_*` field overrides one header alone. `after`
+        is written right after the payload (a data descriptor)."""
         self.name, self.data, self.method = name, data, method
         self.usize = len(data) if usize is None else usize
         if crc is None:
@@ -424,6 +425,7 @@ class Entry:
         self.lfh_name, self.lfh_method, self.lfh_sizes = lfh_name, lfh_method, lfh_sizes
         self.lfh_crc = lfh_crc
         self.cd_sizes, self.cd_offset = cd_sizes, cd_offset
+        self.after = after
 
 
 def _zip64_extra(values: list[int]) -> bytes:
@@ -432,12 +434,13 @@ def _zip64_extra(values: list[int]) -> bytes:
     return struct.pack("<HH", 1, 8 * len(values)) + b"".join(struct.pack("<Q", v) for v in values)
 
 
-def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
-    """Local headers and payloads, then the central directory and end records."""
+def zip_pieces(entries: list[Entry], base: int = 0) -> tuple[bytes, list[bytes]]:
+    """The local headers with their payloads, and one central directory record per
+    entry, for an archive whose first local header sits at file offset `base`."""
     out = bytearray()
     central = []
     for e in entries:
-        offset = len(out)
+        offset = base + len(out)
         name = (e.lfh_name if e.lfh_name is not None else e.name).encode()
         csize, usize = e.lfh_sizes if e.lfh_sizes is not None else (len(e.data), e.usize)
         big = csize >= 0xFFFFFFFF or usize >= 0xFFFFFFFF
@@ -453,9 +456,9 @@ def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
             e.method if e.lfh_method is None else e.lfh_method,
             0, 0x21, e.crc if e.lfh_crc is None else e.lfh_crc, csize, usize, len(name), len(extra),
         )
-        out += name + extra + e.data
+        out += name + extra + e.data + e.after
         central.append((e, offset))
-    cd_start = len(out)
+    records = []
     for e, offset in central:
         name = e.name.encode()
         csize, usize = e.cd_sizes if e.cd_sizes is not None else (len(e.data), e.usize)
@@ -464,19 +467,39 @@ def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
         extra = _zip64_extra(z64)
         usize = min(usize, 0xFFFFFFFF)
         csize = min(csize, 0xFFFFFFFF)
-        out += struct.pack(
+        records.append(struct.pack(
             "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 45 if z64 else 20, e.flags, e.method, 0, 0x21,
             e.crc, csize, usize, len(name), len(extra), 0, 0, 0, 0, offset,
-        )
-        out += name + extra
-    cd_size = len(out) - cd_start
-    count = len(central) if eocd_entries is None else eocd_entries
+        ) + name + extra)
+    return bytes(out), records
+
+
+def zip64_end(count: int, cd_size: int, cd_start: int, at: int) -> bytes:
+    """A ZIP64 end of central directory record at file offset `at`, and its locator."""
+    return (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_start)
+            + struct.pack("<IIQI", 0x07064B50, 0, at, 1))
+
+
+def eocd(count: int, cd_size: int, cd_start: int, *, disk_count: int | None = None, comment: bytes = b"") -> bytes:
+    """An end of central directory record; `disk_count` (entries on this disk) may
+    differ from the total `count`."""
+    disk_count = count if disk_count is None else disk_count
+    return struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(disk_count, 0xFFFF), min(count, 0xFFFF),
+                       cd_size, cd_start, len(comment)) + comment
+
+
+def zip_archive(entries: list[Entry], *, eocd_entries=None, base: int = 0) -> bytes:
+    """Local headers and payloads, then the central directory and end records; `base`
+    is where the archive starts in the file it will be part of."""
+    local, records = zip_pieces(entries, base)
+    out = bytearray(local)
+    cd_start = base + len(out)
+    out += b"".join(records)
+    cd_size = base + len(out) - cd_start
+    count = len(records) if eocd_entries is None else eocd_entries
     if count >= 0xFFFF:
-        z64_at = len(out)
-        out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_start)
-        out += struct.pack("<IIQI", 0x07064B50, 0, z64_at, 1)
-    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
-                       cd_size, cd_start, 0)
+        out += zip64_end(count, cd_size, cd_start, base + len(out))
+    out += eocd(count, cd_size, cd_start)
     return bytes(out)
 
 
