@@ -355,6 +355,20 @@ def test_a_pickles_only_scan_flags_every_global_the_full_scan_flags(entry):
         assert quick.verdict in ("clean", "unreadable") and not quick.findings
 
 
+WITH_DANGEROUS = [e for e in MANIFEST if e["dangerous_globals"]]
+
+
+@pytest.mark.parametrize("entry", WITH_DANGEROUS, ids=[e["file"] for e in WITH_DANGEROUS])
+def test_get_unsafe_globals_in_checkpoint_lists_every_dangerous_global(entry, tmp_path, monkeypatch):
+    """torch's function, answered for every file: a file it cannot list is no answer."""
+    from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    found = get_unsafe_globals_in_checkpoint(FILES / entry["file"])
+    assert not (tmp_path / MARKER).exists()
+    assert set(entry["dangerous_globals"]) <= set(found), found
+
+
 def test_the_scan_command_exits_1_on_the_corpus():
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(FILES)],
                             capture_output=True, text=True)
