@@ -9,14 +9,23 @@ and the test both work in the test's tmp_path, where every payload would create
 """
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
 import json
+import lzma
 import os
 import pathlib
 import select
+import struct
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import zipfile
+import zlib
+from collections.abc import Iterator
 
 import pytest
 import tensorplay
@@ -32,7 +41,9 @@ LOAD_TIMEOUT = 20.0
 START_TIMEOUT = 60.0
 EXTRA_GIB = 4.0
 ERRORS = ("UnsafeCheckpointError", "MalformedCheckpointError", "LimitExceededError", "UnsupportedCheckpointError")
-FAMILIES = ("code_execution", "scanner_evasion", "numpy", "legacy", "resource", "tensor_metadata")
+FAMILIES = ("code_execution", "scanner_evasion", "numpy", "legacy", "resource", "tensor_metadata",
+            "compressed_wrapper", "zip_confusion", "pickle_differential", "nested_payload", "gadget")
+EXIT_CODES = {"unsafe": 1, "unreadable": 2}  # `tensorplay scan`'s exit code for one file of that verdict
 BIG_FILES = {"zipbomb_record_past_declared.pt"}  # a DEFLATE bomb needs ~64 KiB to inflate to 64 MiB
 
 # Where tensorplay disagrees with the manifest today: bugs for the core, tracked here so
@@ -182,10 +193,106 @@ def test_worker_failures_are_reported(tmp_path):
 
 # --- the corpus itself --------------------------------------------------------------
 
+def _sevenzip_members(data: bytes) -> list[bytes]:
+    """The files of a 7z archive as make_corpus.py writes them (a plain header, one
+    folder of one coder per file), decoded with Python's own lzma, bz2 and zlib."""
+    next_offset, next_size = struct.unpack_from("<QQ", data, 12)
+    header = data[32 + next_offset:32 + next_offset + next_size]
+    pos = 0
+
+    def byte() -> int:
+        nonlocal pos
+        pos += 1
+        return header[pos - 1]
+
+    def number() -> int:  # 7z's: leading one bits of the first byte count the bytes that follow
+        first, value = byte(), 0
+        for k in range(8):
+            if not first & (0x80 >> k):
+                return value | ((first & ((0x80 >> k) - 1)) << (8 * k))
+            value |= byte() << (8 * k)
+        return value
+
+    assert [byte(), byte(), byte()] == [0x01, 0x04, 0x06], "not a plain 7z header"
+    pack_pos, count = number(), number()
+    assert byte() == 0x09
+    sizes = [number() for _ in range(count)]
+    assert byte() == 0x00 and [byte(), byte()] == [0x07, 0x0B]
+    folders = number()
+    assert byte() == 0 and folders == count
+    coders = []
+    for _ in range(folders):
+        assert number() == 1, "one coder a folder"
+        flags = byte()
+        method = bytes(byte() for _ in range(flags & 0x0F))
+        props = bytes(byte() for _ in range(number())) if flags & 0x20 else b""
+        coders.append((method, props))
+    assert byte() == 0x0C
+    unpacked = [number() for _ in range(folders)]
+    out, at = [], 32 + pack_pos
+    for size, (method, props), usize in zip(sizes, coders, unpacked):
+        packed, at = data[at:at + size], at + size
+        if method == b"\x00":
+            out.append(packed)
+        elif method == b"\x21":
+            out.append(lzma.decompress(packed, lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA2,
+                                                                         "dict_size": 1 << 20}]))
+        elif method == b"\x03\x01\x01":
+            lc, rest = props[0] % 9, props[0] // 9
+            filters = [{"id": lzma.FILTER_LZMA1, "lc": lc, "lp": rest % 5, "pb": rest // 5,
+                        "dict_size": struct.unpack_from("<I", props, 1)[0]}]
+            # No end marker: the folder's unpacked size ends the stream.
+            out.append(lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters).decompress(packed, usize))
+        elif method == b"\x04\x02\x02":
+            out.append(bz2.decompress(packed))
+        elif method == b"\x04\x01\x08":
+            out.append(zlib.decompress(packed, -15))
+        else:
+            raise AssertionError(f"7z method {method.hex()}")
+    return out
+
+
+def _unwrapped(data: bytes) -> list[bytes]:
+    """What Python's own decompressors and archive readers make of `data` (gzip, bzip2,
+    xz, LZMA-alone, zlib, tar, zip, and make_corpus's 7z). zstd has no module before
+    Python 3.14: the corpus writes it as raw blocks, whose bytes are the file's own."""
+    found = []
+    attempts = [
+        (data[:2] == b"\x1f\x8b", lambda: [gzip.decompress(data)]),
+        (data[:3] == b"BZh", lambda: [bz2.decompress(data)]),
+        (data[:6] == b"\xfd7zXZ\x00", lambda: [lzma.decompress(data)]),
+        (data[:1] == b"\x5d", lambda: [lzma.decompress(data, lzma.FORMAT_ALONE)]),
+        (len(data) > 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0,
+         lambda: [zlib.decompress(data)]),
+        (data[:6] == b"7z\xbc\xaf\x27\x1c", lambda: _sevenzip_members(data)),
+        (True, lambda: [tar.extractfile(m).read() for tar in [tarfile.open(fileobj=io.BytesIO(data))]
+                        for m in tar.getmembers() if m.isfile()]),
+        (b"PK\x05\x06" in data, lambda: [z.read(info) for z in [zipfile.ZipFile(io.BytesIO(data))]
+                                         for info in z.infolist()]),
+    ]
+    for applies, unwrap in attempts:
+        if applies:
+            try:
+                found += unwrap()
+            except Exception:  # noqa: BLE001 - not that format after all (or a hostile header)
+                pass
+    return found
+
+
+def _views(data: bytes, depth: int = 0) -> Iterator[bytes]:
+    """The file's bytes, then, recursively and only as far as the caller reads on,
+    everything unwrapped from them (lazily: the corpus's zip bombs would otherwise be
+    inflated, and a zip listing one member 40 times four levels deep read 40**4 times)."""
+    yield data
+    if depth < 4:
+        for inner in _unwrapped(data):
+            yield from _views(inner, depth + 1)
+
+
 def test_manifest_describes_a_complete_corpus():
     names = [e["file"] for e in MANIFEST]
     assert len(names) == len(set(names)), "duplicate file names"
-    assert len(names) >= 45
+    assert len(names) >= 200
     assert {e["family"] for e in MANIFEST} == set(FAMILIES)
     assert sorted(p.name for p in FILES.iterdir()) == sorted(names), "files/ and the manifest differ"
     for e in MANIFEST:
@@ -196,13 +303,17 @@ def test_manifest_describes_a_complete_corpus():
         assert len(data) < 64 * 1024 or e["file"] in BIG_FILES, f"{e['file']} is {len(data)} bytes"
         if e["dangerous_globals"]:
             assert e["scan_verdict"] == "unsafe", e
+        # Compressed and archived payloads are looked for in what Python's own readers unwrap.
         if e["scan_verdict"] == "unsafe":
-            assert MARKER.encode() in data, f"{e['file']}: the payload does not target the marker"
+            found = any(MARKER.encode() in v for v in _views(data))
+            assert found, f"{e['file']}: the payload does not target the marker"
         for name in e["dangerous_globals"]:
             module, _, attr = name.rpartition(".")
-            assert module and attr.encode() in data, f"{e['file']}: {name} not found in the file"
+            found = any(attr.encode() in v for v in _views(data))
+            assert module and found, f"{e['file']}: {name} not found in the file"
 
 
+@pytest.mark.skipif(not has_torch(), reason="the generator saves some tensor_metadata cases with torch")
 def test_corpus_on_disk_matches_the_generator(tmp_path):
     """Nobody edits the corpus by hand: regenerating it gives the same bytes."""
     subprocess.run([sys.executable, str(GENERATOR), "--out", str(tmp_path)], check=True,
@@ -250,9 +361,69 @@ def test_a_pickles_only_scan_flags_every_global_the_full_scan_flags(entry):
         assert quick.verdict in ("clean", "unreadable") and not quick.findings
 
 
+WITH_DANGEROUS = [e for e in MANIFEST if e["dangerous_globals"]]
+
+
+@pytest.mark.parametrize("entry", WITH_DANGEROUS, ids=[e["file"] for e in WITH_DANGEROUS])
+def test_get_unsafe_globals_in_checkpoint_lists_every_dangerous_global(entry, tmp_path, monkeypatch):
+    """torch's function, answered for every file: a file it cannot list is no answer."""
+    from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    found = get_unsafe_globals_in_checkpoint(FILES / entry["file"])
+    assert not (tmp_path / MARKER).exists()
+    assert set(entry["dangerous_globals"]) <= set(found), found
+
+
 def test_the_scan_command_exits_1_on_the_corpus():
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(FILES)],
                             capture_output=True, text=True)
     assert result.returncode == 1
     verdicts = {pathlib.Path(r["path"]).name: r["verdict"] for r in json.loads(result.stdout)}
     assert verdicts == {e["file"]: e["scan_verdict"] for e in MANIFEST}
+
+
+# --- the command line on every file: from a pipe, and through symbolic links -----------
+# `scan -` and links inside a scanned folder are specified in the command's issue; until
+# they land, these fail (today `-` is a missing path, and folder walks skip links).
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_the_scan_command_reads_each_file_from_stdin(entry, tmp_path):
+    """`tensorplay scan -` with the file piped in: the manifest's exit code, and the
+    report a scan of the same bytes gives (a pipe has no name to go by)."""
+    from tensorplay import scanner
+
+    data = (FILES / entry["file"]).read_bytes()
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", "-"], input=data,
+                            capture_output=True, cwd=tmp_path, timeout=60)
+    assert not (tmp_path / MARKER).exists()
+    assert result.returncode == EXIT_CODES[entry["scan_verdict"]], (result.stdout[-2000:], result.stderr[-2000:])
+    (report,) = json.loads(result.stdout)
+    expected = scanner.scan(data)
+    assert report["verdict"] == entry["scan_verdict"]
+    assert [g["name"] for g in report["globals"]] == [f.name for f in expected.findings]
+    assert report["problems"] == list(expected.problems)
+
+
+@pytest.fixture(scope="module")
+def scan_of_linked_folder(tmp_path_factory):
+    """`tensorplay scan --json` of a folder holding one symbolic link per corpus file."""
+    folder = tmp_path_factory.mktemp("links")
+    for entry in MANIFEST:
+        (folder / entry["file"]).symlink_to(FILES / entry["file"])
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(folder)],
+                            capture_output=True, text=True, cwd=folder, timeout=600)
+    reports = {pathlib.Path(r["path"]).name: r for r in json.loads(result.stdout or "[]")}
+    return result, reports
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_a_folder_of_links_is_scanned_like_the_files(entry, scan_of_linked_folder):
+    """A link in a scanned folder is scanned as the file it points to."""
+    result, reports = scan_of_linked_folder
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert entry["file"] in reports, f"no report for the link {entry['file']}"
+    report = reports[entry["file"]]
+    assert report["verdict"] == entry["scan_verdict"], report
+    dangerous = {g["name"] for g in report["globals"] if g["dangerous"]}
+    assert set(entry["dangerous_globals"]) <= dangerous, report["globals"]

