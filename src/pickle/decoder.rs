@@ -188,8 +188,24 @@ pub struct Divergence {
     pub op: u8,
     pub what: &'static str,
     /// Where another reader would go on reading opcodes, when not right after
-    /// this one (the end of a frame).
+    /// this one (at or past the end of a frame).
     pub resumes_at: Option<usize>,
+}
+
+impl Divergence {
+    /// Whether another reader reads other opcodes from here on, not only
+    /// another value: what a load refuses.
+    pub fn changes_the_stream(&self) -> bool {
+        self.resumes_at.is_some()
+    }
+
+    /// A load's refusal of the pickle.
+    pub fn error(&self) -> Error {
+        Error::pickle(
+            format!("CPython's unpicklers read this pickle apart: {}", self.what),
+            Location::op(self.offset as u64, opcode(self.op)),
+        )
+    }
 }
 
 impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
@@ -501,11 +517,10 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
                     self.diverge("a FRAME begins before the previous frame ends", Some(outer));
                 }
                 let end = start + len as usize;
-                let frame = self.data.get(start..end).unwrap_or_default();
-                if !opcodes::tiles(frame) {
-                    // The Python unpickler stops; the C one reads across the end,
-                    // or (from a file) skips to it.
-                    self.diverge("an opcode crosses the end of its frame", Some(end));
+                // The Python unpickler stops; the C one reads across the end
+                // from memory, and from a file skips to it.
+                if let Some(resumes_at) = opcodes::crossing(self.data, start, end) {
+                    self.diverge("an opcode crosses the end of its frame", Some(resumes_at));
                 }
                 self.frame_end = Some(end);
                 Ok(None)

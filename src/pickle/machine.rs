@@ -71,10 +71,16 @@ pub trait Hooks {
     /// Called once with the pickle's length before it runs, as the arena is sized.
     fn reserve_for_pickle(&mut self, _len: usize) {}
     /// Called once the pickle has run (to its STOP or to an error) with each
-    /// place CPython's own readers would read it differently. A load reads as
-    /// torch's weights-only unpickler does (frames ignored, text as pickle.py
-    /// parses it) and goes on; a scan records them.
-    fn diverged(&mut self, _divergence: Divergence) {}
+    /// place CPython's own readers would read it differently: a scan records
+    /// them; a load refuses those where readers read other opcodes (frames), and
+    /// reads text as pickle.py parses it.
+    fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
+        if divergence.changes_the_stream() {
+            Err(divergence.error())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// How the py2 `str` opcodes (STRING, BINSTRING, SHORT_BINSTRING) decode: pickle's
@@ -144,10 +150,9 @@ pub fn run<H: Hooks>(
     let root = decoder.run(&mut machine);
     // A scan records the divergences before a break too: a reader that went on
     // past them may reach what this one did not.
-    for divergence in decoder.divergences() {
-        machine.hooks.diverged(*divergence);
-    }
+    let diverged = (decoder.divergences().iter()).try_for_each(|d| machine.hooks.diverged(*d));
     let root = root?;
+    diverged?;
     Ok(Parsed {
         root,
         protocol: decoder.protocol(),

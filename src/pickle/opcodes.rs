@@ -186,25 +186,71 @@ pub fn arg_len(arg: Arg, rest: &[u8]) -> Option<usize> {
     }
 }
 
-/// Whether the opcodes of `frame`, read one after another by their argument
-/// shapes, end exactly at its end: none crosses out of it (a STOP, an unknown
-/// byte or a nested FRAME ends the look; those are judged elsewhere).
-pub fn tiles(frame: &[u8]) -> bool {
-    let mut pos = 0usize;
-    while let Some(&op) = frame.get(pos) {
-        let Some((_, arg)) = info(op) else {
-            return true;
-        };
+/// Where a reader of a file goes on when an opcode of the frame `start..end` of
+/// `data` reads past the frame's end, if one does (a STOP, an unknown byte or a
+/// nested FRAME ends the look; those are judged elsewhere). CPython's C
+/// unpickler holds the frame in a buffer; a read the buffer cannot satisfy is
+/// made afresh from the file, which stands at the frame's end: the bytes left
+/// in the frame are skipped and the read takes its bytes (or its line) from
+/// there. A reader of memory reads straight across instead.
+pub fn crossing(data: &[u8], start: usize, end: usize) -> Option<usize> {
+    let line_end = |from: usize| {
+        let rest = data.get(from..).unwrap_or_default();
+        rest.iter()
+            .position(|b| *b == b'\n')
+            .map_or(data.len(), |n| from + n + 1)
+    };
+    let mut pos = start;
+    while pos < end {
+        let op = *data.get(pos)?;
+        let (_, arg) = info(op)?;
         if matches!(op, STOP | FRAME) {
-            return true;
+            return None;
         }
-        let rest = frame.get(pos + 1..).unwrap_or_default();
-        match arg_len(arg, rest) {
-            Some(len) => pos += 1 + len,
-            None => return false,
+        let mut at = pos + 1;
+        // One read of `n` bytes at `at`: on past it, or the crossing's outcome.
+        let sized = |at: usize, n: usize| -> Result<usize, Option<usize>> {
+            if at >= end {
+                Err(None)
+            } else if at.checked_add(n).is_some_and(|stop| stop <= end) {
+                Ok(at + n)
+            } else {
+                Err(Some(end.saturating_add(n)))
+            }
+        };
+        let line = |at: usize| -> Result<usize, Option<usize>> {
+            let frame = data.get(at..end).unwrap_or_default();
+            match frame.iter().position(|b| *b == b'\n') {
+                _ if at >= end => Err(None),
+                Some(n) => Ok(at + n + 1),
+                None => Err(Some(line_end(end))),
+            }
+        };
+        let step = match arg {
+            Arg::None => Ok(at),
+            Arg::Fixed(n) => sized(at, usize::from(n)),
+            Arg::Line => line(at),
+            Arg::TwoLines => line(at).and_then(line),
+            Arg::Counted(width) => {
+                let width = usize::from(width);
+                sized(at, width).and_then(|body| {
+                    let mut le = [0u8; 8];
+                    let prefix = data.get(at..body).unwrap_or_default();
+                    le.get_mut(..width)
+                        .unwrap_or_default()
+                        .copy_from_slice(prefix);
+                    let len = usize::try_from(u64::from_le_bytes(le)).unwrap_or(usize::MAX);
+                    sized(body, len)
+                })
+            }
+        };
+        match step {
+            Ok(next) => at = next,
+            Err(outcome) => return outcome,
         }
+        pos = at;
     }
-    true
+    None
 }
 
 /// The opcode's name, or `unknown` for a byte that is no opcode.

@@ -364,7 +364,13 @@ pub fn scan_file(
 ) -> Report {
     let mut scan = Scan::new(data.len(), options, name);
     match entries {
-        Some(index) if Kind::of(data) == Kind::Zip => {
+        Some(mut index) if Kind::of(data) == Kind::Zip => {
+            let more = archive_zip::other_end_records(
+                data,
+                &index.entries,
+                options.limits.max_zip_entries,
+            );
+            index.disagreements.extend(more);
             let layout = ZipLayout::of(&index);
             scan.zip_entries(data, index, &layout, &ZipReading::whole_file());
         }

@@ -173,10 +173,17 @@ impl Scan<'_> {
             for entry in &d.entries {
                 let name = format!("{} [{}]", entry.name_lossy(), d.reading);
                 let here = nested(location, &name);
-                if !self.charge_entry(entry, &here) {
+                let entry = match zip::locate_entry(data, entry) {
+                    Ok(located) => located,
+                    Err(e) => {
+                        self.problem(&here, e);
+                        continue;
+                    }
+                };
+                if !self.charge_entry(&entry, &here) {
                     return;
                 }
-                self.member(data, entry, &here, depth);
+                self.member(data, &entry, &here, depth);
             }
         }
     }

@@ -562,9 +562,14 @@ pub(crate) fn valid_device(device: &str) -> bool {
 impl Hooks for TorchHooks<'_> {
     type Domain = Torch;
 
-    fn diverged(&mut self, divergence: Divergence) {
-        if self.refusals == Refusals::Record {
-            self.divergences.push(divergence);
+    fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
+        match self.refusals {
+            Refusals::Raise if divergence.changes_the_stream() => Err(divergence.error()),
+            Refusals::Raise => Ok(()),
+            Refusals::Record => {
+                self.divergences.push(divergence);
+                Ok(())
+            }
         }
     }
 

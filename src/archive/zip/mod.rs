@@ -695,6 +695,11 @@ pub fn read_directory_by_reading(
 ) -> Option<(Index, Pieces)> {
     let pieces = read_end_and_directory(len, read_at)?;
     let eocd = find_eocd(&pieces).ok()?;
+    // Another end record in what was read (the directory and the file's last
+    // page): the readings of other readers are for a scan of the whole file.
+    if readings::other_end_record_signature(&pieces, eocd) {
+        return None;
+    }
     let dir = read_directory(&pieces, eocd).ok()?;
     let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;

@@ -11,9 +11,8 @@
 use std::collections::BTreeSet;
 
 use super::{
-    bad, classic_directory, find_eocd, le16, le32, locate_payload, read_directory,
-    walk_local_headers, Directory, Entry, FileBytes, Payloads, Records, EOCD_LEN, EOCD_SIG,
-    LFH_LEN, LFH_SIG, MAX_COMMENT,
+    bad, classic_directory, find_eocd, le16, le32, read_directory, walk_local_headers, Directory,
+    Entry, FileBytes, Payloads, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG, MAX_COMMENT,
 };
 use crate::error::{Error, Location};
 
@@ -120,8 +119,9 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
     Ok(found)
 }
 
-/// The entries of the directory `dir` at `eocd`, offsets moved by `shift`, that
-/// a reader of it could locate: it stops at the first record it cannot read.
+/// The entries of the directory `dir` at `eocd`, offsets moved by `shift`, up
+/// to the first record a reader of it cannot read; not located (a scan locates
+/// the ones it reads).
 fn reading<D: FileBytes + ?Sized>(
     data: &D,
     dir: &Directory,
@@ -133,8 +133,18 @@ fn reading<D: FileBytes + ?Sized>(
         return Vec::new();
     };
     (records.map_while(Result::ok))
-        .map_while(|r| locate_payload(data, &r).ok())
+        .map(|r| r.unlocated())
         .collect()
+}
+
+/// Whether an end record other than the last lies within reach of the file's
+/// end, in the bytes `data` holds: a reader holding pieces of the file leaves
+/// such an archive to one that reads it whole.
+pub(super) fn other_end_record_signature<D: FileBytes + ?Sized>(data: &D, last: usize) -> bool {
+    let lowest = data
+        .len()
+        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    (lowest..last).any(|at| le32(data, at) == Some(EOCD_SIG))
 }
 
 /// The records after the counted ones, up to the directory's size: what Python's
@@ -156,10 +166,7 @@ fn size_implied_records<D: FileBytes + ?Sized>(
     let mut entries = Vec::new();
     while (records.pos as u64) < records.end {
         match records.next() {
-            Some(Ok(r)) => match locate_payload(data, &r) {
-                Ok(e) => entries.push(e),
-                Err(_) => break,
-            },
+            Some(Ok(r)) => entries.push(r.unlocated()),
             _ => break,
         }
     }
