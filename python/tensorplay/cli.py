@@ -36,17 +36,18 @@ def _print_table(reports: list[scanner.ScanReport]) -> None:
             print(f"{'':<11} {f.name}  [{kind}]  {where}")
         for p in r.problems:
             print(f"{'':<11} {p}")
-    counts = {v: sum(r.verdict == v for r in reports) for v in ("clean", "unsafe", "unreadable")}
+    counts = {v: sum(r.verdict == v for r in reports) for v in ("clean", "unsafe", "unreadable", "skipped")}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     print(f"\n{len(reports)} files: {summary}")
 
 
 def exit_code(reports: list[scanner.ScanReport]) -> int:
-    """1 if anything is unsafe (it outranks unreadable), 2 if something could not be read, else 0."""
+    """1 if anything is unsafe (it outranks unreadable), 2 if something could not be
+    read or there was nothing to scan, else 0 (every file clean or skipped)."""
     verdicts = {r.verdict for r in reports}
     if "unsafe" in verdicts:
         return EXIT_UNSAFE
-    if "unreadable" in verdicts:
+    if "unreadable" in verdicts or not reports:
         return EXIT_UNREADABLE
     return EXIT_CLEAN
 
@@ -55,6 +56,8 @@ def _scan(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr.isatty() and not args.json)
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
                                  pickles_only=args.pickles_only)
+    if not reports:
+        sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
     if args.json:
         import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
 
@@ -156,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     scan = sub.add_parser("scan", help="scan files for globals that could run code", formatter_class=_HelpFormatter,
                           description="Exit codes: 0 all clean, 1 something unsafe, 2 something unreadable.")
-    scan.add_argument("paths", nargs="+", help="files or directories (walked recursively)")
+    scan.add_argument("paths", nargs="+",
+                      help="files or directories (walked recursively, following links); - reads standard input")
     scan.add_argument("--json", action="store_true", help="machine-readable output")
     scan.add_argument("--jobs", type=int, default=None, help="files scanned in parallel (default: cores)")
     scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",

@@ -111,22 +111,76 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only))
 
 
+STDIN = "-"
+
+
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every file under the given paths; directories are walked without following links.
-    TensorDict leaves (``*.memmap`` next to a ``meta.json``) are raw tensor bytes that
-    no reader unpickles, and are skipped."""
+    """Every file a scan of ``paths`` reports on, in order: a named path as given
+    (``-`` is standard input; pipes and devices are read as streams), and the files
+    under a named directory, following symbolic links as a loader opening the file
+    by its name would (a Hugging Face cache snapshot is links into ``blobs/``).
+    A directory reached twice (a link loop) is walked once. TensorDict leaves
+    (``*.memmap`` next to a ``meta.json``) are raw tensor bytes that no reader
+    unpickles, and are skipped."""
+    for path, _ in _targets(paths):
+        yield path
+
+
+def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str | None]]:
+    """What :func:`iter_files` yields, each with the reason it cannot be read when a
+    walk already knows it (an unlistable folder, a pipe or device inside a folder:
+    reading one could wait forever), else None."""
+    import stat
+
     for p in paths:
         p = os.fspath(p)
-        if os.path.isdir(p) and not os.path.islink(p):
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                names = set(files)
-                for name in sorted(files):
-                    full = os.path.join(root, name)
-                    if not os.path.islink(full) and not _core.is_tensordict_leaf(name, names):
-                        yield full
-        else:
-            yield p
+        if p == STDIN or not os.path.isdir(p):
+            yield p, None
+            continue
+        seen: set[tuple[int, int]] = set()
+        failures: list[OSError] = []
+        for root, dirs, files in os.walk(p, followlinks=True, onerror=failures.append):
+            while failures:
+                e = failures.pop()
+                yield e.filename or root, f"{type(e).__name__}: {e}"
+            try:
+                st = os.stat(root)
+            except OSError as e:
+                dirs.clear()
+                yield root, f"{type(e).__name__}: {e}"
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                dirs.clear()
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            dirs.sort()
+            names = set(files)
+            for name in sorted(files):
+                if _core.is_tensordict_leaf(name, names):
+                    continue
+                full = os.path.join(root, name)
+                try:
+                    mode = os.stat(full).st_mode
+                except OSError as e:
+                    # A dangling link or a loop of links: named, never passed over.
+                    yield full, f"{type(e).__name__}: {e}"
+                    continue
+                if stat.S_ISREG(mode):
+                    yield full, None
+                else:
+                    yield full, ("not a regular file: a pipe, socket or device inside a folder is not read "
+                                 "(it could wait forever); name it to scan it as a stream")
+        while failures:
+            e = failures.pop()
+            yield e.filename or p, f"{type(e).__name__}: {e}"
+
+
+def _scan_target(path: str, problem: str | None, allow: list[str], pickles_only: bool) -> ScanReport:
+    if problem is not None:
+        return ScanReport(path, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only)
+    if path == STDIN:
+        return scan("/dev/stdin", allow=allow, pickles_only=pickles_only)._replace(path=STDIN)
+    return scan(path, allow=allow, pickles_only=pickles_only)
 
 
 def scan_paths(
@@ -138,16 +192,18 @@ def scan_paths(
     pickles_only: bool = False,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
-    ``pickles_only`` as for :func:`scan`."""
-    files = list(iter_files(paths))
+    which files, as :func:`iter_files` walks them; ``pickles_only`` as for
+    :func:`scan`. A path that cannot be read is reported ``unreadable``, never
+    passed over."""
+    files = list(_targets(paths))
     allow = list(allow)
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers <= 1:
         # One file, the common case of a hub's per-upload call: no pool to start
         # (concurrent.futures alone was a tenth of `tensorplay scan FILE`).
         in_order = []
-        for path in files:
-            in_order.append(scan(path, allow=allow, pickles_only=pickles_only))
+        for path, problem in files:
+            in_order.append(_scan_target(path, problem, allow, pickles_only))
             if progress is not None:
                 progress(len(in_order), len(files))
         return in_order
@@ -155,7 +211,9 @@ def scan_paths(
 
     reports: list[ScanReport | None] = [None] * len(files)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(scan, path, allow=allow, pickles_only=pickles_only): i for i, path in enumerate(files)}
+        futures = {
+            pool.submit(_scan_target, path, problem, allow, pickles_only): i for i, (path, problem) in enumerate(files)
+        }
         for done, future in enumerate(as_completed(futures), 1):
             reports[futures[future]] = future.result()
             if progress is not None:
