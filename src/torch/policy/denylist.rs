@@ -255,7 +255,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: "numpy",
-        why: "unpickle nested data, evaluate strings, load native libraries",
+        why: "unpickle nested data, evaluate strings, load native libraries, read, write or map files",
         sources: "PS (GHSA-r8g5-cgf2-4m4m), FK",
         modules: &["numpy.f2py", "numpy.testing"],
         names: &[
@@ -264,6 +264,20 @@ pub const FAMILIES: &[Family] = &[
             "numpy.lib._npyio_impl.load",
             "numpy.lib.format.read_array",
             "numpy.lib.format.read_array_header_1_0",
+            "numpy.lib.format.open_memmap",
+            "numpy.save",
+            "numpy.savez",
+            "numpy.savez_compressed",
+            "numpy.savetxt",
+            "numpy.loadtxt",
+            "numpy.genfromtxt",
+            "numpy.fromfile",
+            "numpy.fromregex",
+            "numpy.memmap",
+            "numpy.ndarray.tofile",
+            "numpy.ndarray.dump",
+            "numpy.core.memmap",
+            "numpy._core.memmap",
         ],
     },
     Family {
@@ -344,6 +358,13 @@ pub const FAMILIES: &[Family] = &[
             "_io.open",
             "_io.open_code",
             "_io.FileIO",
+            "codecs.open",
+            "gzip.open",
+            "gzip.GzipFile",
+            "bz2.open",
+            "bz2.BZ2File",
+            "lzma.open",
+            "lzma.LZMAFile",
         ],
     },
     Family {
@@ -423,11 +444,13 @@ pub const FAMILIES: &[Family] = &[
 
 /// The family `module.name` belongs to, if any. A dotted name (protocol 4
 /// reaches attributes of attributes) is judged at every split, so
-/// `tempfile` + `_os.system` is `os.system` and `torch._utils` + `torch.load`
-/// is `torch.load`.
+/// `tempfile` + `_os.system` is `os.system`, `torch._utils` + `torch.load`
+/// is `torch.load` and `torch` + `os.system` is `os.system`.
 pub fn family(module: &str, name: &str) -> Option<&'static Family> {
     let segments: Vec<&str> = name.split('.').collect();
-    (0..segments.len()).find_map(|k| {
+    // Up to the whole name: a global that is itself a module is judged as that
+    // module (`torch.serialization.pickle` is pickle).
+    (0..=segments.len()).find_map(|k| {
         let (path, rest) = segments.split_at_checked(k)?;
         let (path, rest) = (path.join("."), rest.join("."));
         let through_module = if k == 0 {
@@ -515,6 +538,14 @@ mod tests {
             ("collections", "_sys.modules"),
             ("torch", "hub.load"),
             ("torch", "serialization.load"),
+            ("torch.serialization", "pickle"),
+            ("torch", "os.system"),
+            ("numpy", "savetxt"),
+            ("numpy", "memmap"),
+            ("numpy", "ndarray.tofile"),
+            ("codecs", "open"),
+            ("gzip", "open"),
+            ("lzma", "LZMAFile"),
         ] {
             assert!(is_dangerous(module, name), "{module}.{name}");
             assert!(family(module, name).is_some() || blocked(module, name).is_some());
