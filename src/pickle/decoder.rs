@@ -175,6 +175,9 @@ pub struct Decoder<'a, S> {
     /// Where CPython's readers (the C and the Python unpickler, 3.9 to 3.14) would
     /// read these bytes differently, and how.
     divergences: Vec<Divergence>,
+    /// Read on as CPython's C unpickler does where pickle.py refuses (a scan
+    /// reports what any reader reaches); a load refuses there, as torch does.
+    c_readings: bool,
 }
 
 /// A place where CPython's unpicklers part ways: one reads on where another
@@ -190,15 +193,12 @@ pub struct Divergence {
     /// Where another reader would go on reading opcodes, when not right after
     /// this one (at or past the end of a frame).
     pub resumes_at: Option<usize>,
+    /// Whether readers read other opcodes of this pickle from here on, not
+    /// only another value or another next pickle: what a load refuses.
+    pub changes_the_stream: bool,
 }
 
 impl Divergence {
-    /// Whether another reader reads other opcodes from here on, not only
-    /// another value: what a load refuses.
-    pub fn changes_the_stream(&self) -> bool {
-        self.resumes_at.is_some()
-    }
-
     /// A load's refusal of the pickle.
     pub fn error(&self) -> Error {
         Error::pickle(
@@ -228,6 +228,23 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             op: 0,
             frame_end: None,
             divergences: Vec::new(),
+            c_readings: false,
+        }
+    }
+
+    /// Read numbers in text on as the C unpickler does where pickle.py refuses
+    /// them: what a scan does.
+    pub fn read_on_as_c(&mut self) {
+        self.c_readings = true;
+    }
+
+    /// The number in a text argument, as the reader this decoder follows parses
+    /// it: C copies the line into a NUL-terminated buffer and parses up to the
+    /// NUL; pickle.py parses the whole line (and refuses a NUL).
+    fn number_text(&self, line: &'a str) -> &'a str {
+        match line.find('\0') {
+            Some(nul) if self.c_readings => line.get(..nul).unwrap_or(line),
+            _ => line,
         }
     }
 
@@ -238,12 +255,18 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
 
     #[cold]
     fn diverge(&mut self, what: &'static str, resumes_at: Option<usize>) {
+        self.record(what, resumes_at, resumes_at.is_some());
+    }
+
+    #[cold]
+    fn record(&mut self, what: &'static str, resumes_at: Option<usize>, changes_the_stream: bool) {
         if self.divergences.len() < 64 {
             self.divergences.push(Divergence {
                 offset: self.op_offset,
                 op: self.op,
                 what,
                 resumes_at,
+                changes_the_stream,
             });
         }
     }
@@ -414,13 +437,26 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
     }
 
     fn text_line(&mut self) -> Result<&'a str, Error> {
-        let line = self.cursor.line()?;
+        let rest = self.data.get(self.cursor.position()..).unwrap_or_default();
+        let line = if !rest.is_empty() && !rest.contains(&b'\n') {
+            // pickle.py's `readline()[:-1]` drops the last byte as if it were
+            // the newline; C refuses the line.
+            self.diverge(
+                "a last line without its newline (pickle.py drops its last byte)",
+                None,
+            );
+            let rest = self.cursor.take(rest.len())?;
+            rest.get(..rest.len().saturating_sub(1)).unwrap_or_default()
+        } else {
+            self.cursor.line()?
+        };
         std::str::from_utf8(line).map_err(|_| self.err("a text argument that is not UTF-8"))
     }
 
     fn memo_key(&mut self) -> Result<u64, Error> {
         let line = self.text_line()?;
         self.check_text(line);
+        let line = self.number_text(line);
         text::parse_memo_key(line).ok_or_else(|| self.err(format!("invalid memo key {line:?}")))
     }
 
@@ -491,9 +527,9 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
                     .pop()
                     .map_err(|_| self.err("STOP with an empty stack"))?;
                 // A next pickle starts after STOP for one reader, at the frame's
-                // end for the others.
+                // end for the others; this one reads the same either way.
                 if let Some(end) = self.frame_end.filter(|e| *e > self.cursor.position()) {
-                    self.diverge("the pickle stops inside a frame", Some(end));
+                    self.record("the pickle stops inside a frame", Some(end), false);
                 }
                 Ok(Some(root))
             }
@@ -599,7 +635,7 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             INT => {
                 let line = self.text_line()?;
                 self.check_text(line);
-                match line {
+                match self.number_text(line) {
                     "00" => emit!(Op::Bool(false)),
                     "01" => emit!(Op::Bool(true)),
                     line => emit!(self.int_text(line)?),
@@ -608,7 +644,9 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             LONG => {
                 let line = self.text_line()?;
                 self.check_text(line);
-                emit!(self.int_text(line.strip_suffix('L').unwrap_or(line))?)
+                // C drops the L before the NUL cut.
+                let line = self.number_text(line.strip_suffix('L').unwrap_or(line));
+                emit!(self.int_text(line)?)
             }
             BININT => emit!(Op::Int(i64::from(self.cursor.i32_le()?))),
             BININT1 => emit!(Op::Int(i64::from(self.cursor.u8()?))),
@@ -624,6 +662,7 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             FLOAT => {
                 let line = self.text_line()?;
                 self.check_text(line);
+                let line = self.number_text(line);
                 emit!(Op::Float(text::parse_float_literal(line).ok_or_else(
                     || self.err(format!("invalid float literal {line:?}"))
                 )?,))
@@ -738,6 +777,10 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
             INST => {
                 let module = self.text_line()?;
                 let name = self.text_line()?;
+                if self.marks.is_empty() {
+                    // pickle.py resolves the class before it looks for the mark.
+                    interpreter.op(self, Op::Global { module, name })?;
+                }
                 let start = self.pop_mark()?;
                 emit!(Op::Inst {
                     module,

@@ -70,12 +70,17 @@ pub trait Hooks {
     ) -> Result<NodeId, Error>;
     /// Called once with the pickle's length before it runs, as the arena is sized.
     fn reserve_for_pickle(&mut self, _len: usize) {}
+    /// Whether the pickle is read on as CPython's C unpickler reads it where
+    /// pickle.py refuses it (a scan); else such a pickle is refused.
+    fn reads_on_as_c(&self) -> bool {
+        false
+    }
     /// Called once the pickle has run (to its STOP or to an error) with each
     /// place CPython's own readers would read it differently: a scan records
     /// them; a load refuses those where readers read other opcodes (frames), and
     /// reads text as pickle.py parses it.
     fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
-        if divergence.changes_the_stream() {
+        if divergence.changes_the_stream {
             Err(divergence.error())
         } else {
             Ok(())
@@ -147,6 +152,9 @@ pub fn run<H: Hooks>(
         max_container_len: limits.max_container_len,
     };
     let mut decoder = Decoder::new(data, limits);
+    if machine.hooks.reads_on_as_c() {
+        decoder.read_on_as_c();
+    }
     let root = decoder.run(&mut machine);
     // A scan records the divergences before a break too: a reader that went on
     // past them may reach what this one did not.

@@ -101,6 +101,7 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
         found: Vec::new(),
     };
     let mut decoder = Decoder::new(data, limits);
+    decoder.read_on_as_c();
     decoder.run(&mut walker).ok()?;
     Some(Walk {
         found: walker.found,
