@@ -93,8 +93,8 @@ impl<'u> TorchHooks<'u> {
         }
     }
 
-    /// Keep the bytes among a refused call's arguments (the call's tuple and the
-    /// tuples and lists in it), each node once.
+    /// Keep the bytes among a refused call's arguments or a refused object's
+    /// state (the tuples, lists and dict values in them), each node once.
     fn keep_payloads(&mut self, arena: &Arena, args: NodeId, at: &Location) {
         let mut pending = vec![args];
         let mut seen = 0usize;
@@ -112,6 +112,7 @@ impl<'u> TorchHooks<'u> {
                 }
                 Node::Tuple(items) => pending.extend(arena.items(*items)),
                 Node::List(items) => pending.extend(items.iter()),
+                Node::Dict(_, d) => pending.extend(arena.dict(*d).items.iter().map(|(_, v)| *v)),
                 _ => {}
             }
         }
@@ -538,18 +539,39 @@ fn encode(text: &str, codec: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// `type[:index]` with a lowercase identifier type, as torch.device parses it
-/// (an index has no leading zeros).
+/// The device types torch.device parses (c10's `parse_type`), the private
+/// backend under its own name.
+const DEVICE_TYPES: &[&str] = &[
+    "cpu",
+    "cuda",
+    "ipu",
+    "xpu",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "ve",
+    "fpga",
+    "maia",
+    "xla",
+    "lazy",
+    "vulkan",
+    "mps",
+    "meta",
+    "hpu",
+    "mtia",
+    "privateuseone",
+];
+
+/// `type[:index]` as torch.device parses it: one of its device types, an index
+/// without leading zeros.
 pub(crate) fn valid_device(device: &str) -> bool {
     let (kind, index) = match device.split_once(':') {
         Some((k, i)) => (k, Some(i)),
         None => (device, None),
     };
-    let kind_ok = !kind.is_empty()
-        && kind.len() <= 64
-        && kind
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let kind_ok = DEVICE_TYPES.contains(&kind);
     let index_ok = index.is_none_or(|i| {
         !i.is_empty()
             && i.len() <= 9
@@ -562,9 +584,13 @@ pub(crate) fn valid_device(device: &str) -> bool {
 impl Hooks for TorchHooks<'_> {
     type Domain = Torch;
 
+    fn reads_on_as_c(&self) -> bool {
+        self.refusals == Refusals::Record
+    }
+
     fn diverged(&mut self, divergence: Divergence) -> Result<(), Error> {
         match self.refusals {
-            Refusals::Raise if divergence.changes_the_stream() => Err(divergence.error()),
+            Refusals::Raise if divergence.changes_the_stream => Err(divergence.error()),
             Refusals::Raise => Ok(()),
             Refusals::Record => {
                 self.divergences.push(divergence);
