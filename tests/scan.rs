@@ -3,7 +3,7 @@
 mod common;
 
 use common::zipw::{self, Entry, Options};
-use tensorplay::archive::zip::read_entries_by_reading;
+use tensorplay::archive::zip::{read_directory_only, read_entries_by_reading};
 use tensorplay::scan::{
     scan_bytes, scan_file, scan_pickles_by_reading, unsafe_globals, unsafe_globals_by_reading,
     Report, ScanOptions, Verdict,
@@ -310,9 +310,12 @@ fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
                     path.display()
                 );
             }
-            // Legacy files and raw pickles are not zips; the map answers those.
+            // Legacy files and raw pickles are not zips, and directories with
+            // more local headers than reads are worth: the map answers those.
             None => assert!(
-                !data.starts_with(b"PK\x03\x04") || whole.is_err(),
+                !data.starts_with(b"PK\x03\x04")
+                    || whole.is_err()
+                    || read_directory_only(&data, u64::MAX).is_ok_and(|i| i.entries.len() > 1024),
                 "{}",
                 path.display()
             ),
@@ -349,13 +352,27 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     };
     let reads = std::cell::Cell::new(Vec::new());
     let read_at = recording_reader(&data, &reads);
-    // The end (the directory), then data.pkl's local header and payload, which
-    // torch writes first, so that read holds the signature too.
+    // The end (the directory), each local header (no entry the directory does
+    // not list hides between the payloads), then data.pkl's local header and
+    // payload, which torch writes first, so that read holds the signature too.
     let len = data.len() as u64;
+    let headers = |data: &[u8], reads: &std::cell::Cell<Vec<u64>>| -> Vec<u64> {
+        let index =
+            read_entries_by_reading(data.len() as u64, &recording_reader(data, reads), u64::MAX);
+        reads.take();
+        index
+            .expect("an index")
+            .entries
+            .iter()
+            .map(|e| e.header_offset)
+            .collect()
+    };
+    let local_headers = headers(&data, &reads);
     assert!(unsafe_globals_by_reading(len, &read_at, &ScanOptions::default()).is_some());
-    assert_eq!(reads.take().len(), 2);
+    assert_eq!(reads.take().len(), 2 + local_headers.len());
     assert!(scan_pickles_by_reading(len, &read_at, &pickles_only).is_some());
-    assert_eq!(reads.take(), [len.saturating_sub(4 << 10), 0]);
+    let expected = [&[len.saturating_sub(4 << 10)][..], &local_headers, &[0]].concat();
+    assert_eq!(reads.take(), expected);
 
     // A directory bigger than the first read's page costs one more read: of it.
     let names: Vec<String> = (0..200).map(|i| format!("data/{i}")).collect();
@@ -368,8 +385,15 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
         .directory_offset;
     reads.take();
     assert!(len - directory_offset > 4 << 10);
+    let local_headers = headers(&big, &reads);
     assert!(scan_pickles_by_reading(len, &read_big, &pickles_only).is_some());
-    assert_eq!(reads.take(), [len - (4 << 10), directory_offset, 0]);
+    let expected = [
+        &[len - (4 << 10), directory_offset][..],
+        &local_headers,
+        &[0],
+    ]
+    .concat();
+    assert_eq!(reads.take(), expected);
 
     // Bytes before the first entry: torch does not read it as a zip checkpoint,
     // so neither do the reads; the whole-file scan decides.
@@ -562,9 +586,11 @@ fn a_pickles_only_scan_from_reads_gives_the_report_of_the_whole_file() {
             zips += usize::from(data.starts_with(b"PK\x03\x04"));
             let Some(pieces) = scan_pickles_by_reading(data.len() as u64, &read_at, &options)
             else {
-                // Left to the whole-file scan: broken archives, and archives
-                // other readers read apart. Never a clean one.
-                if data.starts_with(b"PK\x03\x04") {
+                // Left to the whole-file scan: broken archives, archives other
+                // readers read apart, and directories with more local headers
+                // than reads are worth. Never another clean one.
+                let listed = read_directory_only(&data, u64::MAX).map_or(0, |i| i.entries.len());
+                if data.starts_with(b"PK\x03\x04") && listed <= 1024 {
                     let whole = scan_bytes(&data, &options);
                     assert_ne!(whole.verdict(), Verdict::Clean, "{}", path.display());
                 }

@@ -35,7 +35,6 @@ use kind::{named_like_a_model, NotAPickle};
 pub use report::{Finding, Format, Report, Verdict};
 
 use budget::MAX_DEPTH;
-use report::first_appearances;
 use zip::{TorchPayloads, ZipLayout, ZipReading};
 
 #[derive(Debug, Clone, Default)]
@@ -429,54 +428,53 @@ pub fn scan_pickles_by_reading(
 
 /// torch's `get_unsafe_globals_in_checkpoint`, for every format: the globals of a
 /// checkpoint's pickles that the allowlist (built-in plus user) does not cover.
-/// A torch zip checkpoint is judged by its `data.pkl`, which is all `load` reads.
+/// torch lists those of a zip checkpoint's `data.pkl`, all that its `load`
+/// reads; these are the globals of every pickle a pickles-only scan finds in the
+/// file (`data.pkl` first), so that `[]` also means no other reader of the
+/// archive reaches one: entries readers disagree on, bytes after a STOP, nested
+/// payloads.
 pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>, Error> {
+    let options = &ScanOptions {
+        pickles_only: true,
+        ..options.clone()
+    };
     match Kind::of(data) {
         Kind::Zip => {
             let max = options.limits.max_zip_entries;
-            match archive_zip::find_record(data, max, &Record(records::DATA_PKL)) {
-                Ok(entry) => globals_of_main_pickle(&entry, data, options),
+            let refusal = archive_zip::find_record(data, max, &Record(records::DATA_PKL)).err();
+            let report = scan_file(data, None, options, None);
+            match refusal {
                 // An archive a load refuses may still hold what other readers
-                // unpickle (readers that disagree, a broken directory): the
-                // globals a whole scan finds, or the refusal.
-                Err(refusal) => {
-                    let mut scan = Scan::new(data.len(), options, None);
-                    scan.bytes(data, "", 0, true);
-                    if scan.report.findings.is_empty() {
-                        Err(refusal)
-                    } else {
-                        outcome(scan.report)
-                    }
-                }
+                // unpickle: the globals a scan finds, or the refusal.
+                Some(refusal) if report.findings.is_empty() => Err(refusal),
+                _ => outcome(report),
             }
         }
         Kind::Empty => Err(Error::archive("the file is empty", Location::default())),
-        _ => {
-            let mut scan = Scan::new(data.len(), options, None);
-            scan.bytes(data, "", 0, true);
-            outcome(scan.report)
-        }
+        _ => outcome(scan_file(data, None, options, None)),
     }
 }
 
 /// `unsafe_globals` of a zip checkpoint of `len` bytes, reading only the pieces
-/// it needs with `read_at` (see [`archive_zip::read_record`]). `None` when those
-/// pieces do not settle it, or the answer is an error: the caller then runs
-/// `unsafe_globals` on the whole file for the same answer or the precise error.
+/// a pickles-only scan needs with `read_at` (see [`scan_pickles_by_reading`]).
+/// `None` when those pieces do not settle it, or the answer is an error: the
+/// caller then runs `unsafe_globals` on the whole file for the same answer or
+/// the precise error.
 pub fn unsafe_globals_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     options: &ScanOptions,
 ) -> Option<Vec<String>> {
-    let limits = &options.limits;
-    let (entry, pieces) = archive_zip::read_record(
-        len,
-        read_at,
-        limits.max_zip_entries,
-        &Record(records::DATA_PKL),
-        pickle_cap(limits),
-    )?;
-    globals_of_main_pickle(&entry, &pieces, options).ok()
+    let options = &ScanOptions {
+        pickles_only: true,
+        ..options.clone()
+    };
+    let report = scan_pickles_by_reading(len, read_at, options)?;
+    // A load needs data.pkl: without one, the whole-file answer says why.
+    if report.pickles == 0 {
+        return None;
+    }
+    outcome(report).ok()
 }
 
 /// The most bytes a pickle read from an archive entry may decompress to.
@@ -492,21 +490,6 @@ fn entry_data<'d, D: FileBytes + ?Sized>(
     limits: &Limits,
 ) -> Result<std::borrow::Cow<'d, [u8]>, Error> {
     entry.read(data, Limit::InflatedBytes, pickle_cap(limits))
-}
-
-/// The globals outside the allowlist in a zip checkpoint's data.pkl, `entry`.
-fn globals_of_main_pickle<D: FileBytes + ?Sized>(
-    entry: &Entry,
-    data: &D,
-    options: &ScanOptions,
-) -> Result<Vec<String>, Error> {
-    let bytes = entry_data(entry, data, &options.limits)?;
-    if let Some(walk) = walker::walk(&bytes, &options.user_globals, &options.limits) {
-        return Ok(first_appearances(walk.found.into_iter().map(|f| f.name)));
-    }
-    let mut scan = Scan::new(bytes.len(), options, None);
-    scan.stream(&bytes, &entry.name_lossy(), 0, IdFormat::Zip, Some(1));
-    outcome(scan.report)
 }
 
 /// The findings of a scan, or why it could not read the pickle when it found none.

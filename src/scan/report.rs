@@ -125,7 +125,7 @@ impl Report {
 
 /// Each name once, in order of first appearance. A B-tree set, not a hash set:
 /// see `UserGlobals` for the cost a `RandomState` adds to a one-file scan.
-pub fn first_appearances(names: impl Iterator<Item = String>) -> Vec<String> {
+fn first_appearances(names: impl Iterator<Item = String>) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     names.filter(|n| seen.insert(n.clone())).collect()
 }

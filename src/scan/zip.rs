@@ -41,6 +41,14 @@ impl Scan<'_> {
             zip::read_entries
         };
         let index = match read(data, max) {
+            // Entries only a streaming reader finds: the one part of the layout a
+            // scan of the listed pickles must still look at.
+            Ok(mut index) if self.options.pickles_only => {
+                let unlisted =
+                    zip::unlisted_local_headers(data, &index.entries, index.directory_offset, max);
+                index.disagreements.extend(unlisted);
+                index
+            }
             Ok(index) => index,
             // Other readers still extract something: a zip after a prefix (Python's
             // zipfile shifts the offsets), or, with no directory, the local headers.

@@ -18,7 +18,7 @@ use crate::limits::Limit;
 
 mod readings;
 
-pub use readings::{other_end_records, Disagreement};
+pub use readings::{other_end_records, unlisted_local_headers, Disagreement};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD_LEN: usize = 22;
@@ -704,8 +704,10 @@ pub fn read_directory_by_reading(
     let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::new();
+    let mut spans = Vec::new();
     for record in records.by_ref() {
         let r = record.ok()?;
+        spans.push((r.header_offset, r.compressed_size));
         if !skip(r.name) || unsupported_flags(r.flags).is_some() {
             entries.push(r.unlocated());
         }
@@ -719,6 +721,13 @@ pub fn read_directory_by_reading(
     let disagreements =
         readings::disagreements(&pieces, &end, &[], Payloads::Unlocated, max_entries).ok()?;
     if !disagreements.is_empty() {
+        return None;
+    }
+    // Entries only a streaming reader finds, between the listed ones: a
+    // pickles-only scan still reads those, from the whole file.
+    if spans.len() > MAX_READ_HEADERS
+        || has_unlisted_local_header_by_reading(&spans, directory_offset, read_at)?
+    {
         return None;
     }
     let index = Index {
@@ -859,6 +868,38 @@ fn ensure(
         pieces.add(start, read_at(offset, n)?);
     }
     Some(())
+}
+
+/// Whether a local header the directory does not list lies between the
+/// payloads of the records `spans` lists (each record's local header offset and
+/// compressed size) in an archive whose directory starts at `directory_offset`,
+/// found with one read of each local header and one of each gap's start: what
+/// [`unlisted_local_headers`] finds in a whole file. `None` when a read fails
+/// or a local header cannot be read.
+fn has_unlisted_local_header_by_reading(
+    spans: &[(u64, u64)],
+    directory_offset: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<bool> {
+    let mut payloads = Vec::with_capacity(spans.len());
+    for &(header_offset, compressed_size) in spans {
+        let lfh = read_at(header_offset, LFH_LEN)?;
+        let lfh = lfh.as_slice();
+        if le32(lfh, 0) != Some(LFH_SIG) {
+            return None;
+        }
+        let header = LFH_LEN as u64 + u64::from(le16(lfh, 26)?) + u64::from(le16(lfh, 28)?);
+        let end = (header_offset.checked_add(header))?.checked_add(compressed_size)?;
+        payloads.push((header_offset, end));
+    }
+    for (start, end) in readings::gaps(payloads, directory_offset) {
+        let look =
+            usize::try_from(end - start).map_or(readings::GAP_LOOK, |n| n.min(readings::GAP_LOOK));
+        if readings::header_in_gap(read_at(start, look)?.as_slice()).is_some() {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// What [`read_record`] reads of the end first: one page, which holds the end

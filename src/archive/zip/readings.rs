@@ -210,19 +210,13 @@ fn end_record_owning_the_end<D: FileBytes + ?Sized>(
     Ok((lowest..eocd).rev().find(|&at| owns_the_end(at)))
 }
 
-/// Gaps between payloads (and before the first, and after the last) that hold
-/// a local header: entries a streaming reader finds and the directory does not
-/// list. A gap shorter than a local header hides nothing: a data descriptor
-/// (12 to 24 bytes) is the one thing a writer puts there.
-fn hidden_local_headers<D: FileBytes + ?Sized>(
-    data: &D,
-    known: &[Entry],
-    directory_offset: u64,
-    max_entries: u64,
-) -> Result<Vec<Disagreement>, Error> {
-    let mut spans: Vec<(u64, u64)> = (known.iter())
-        .map(|e| (e.header_offset, e.data_end()))
-        .collect();
+/// The spans between payloads (and before the first, and after the last, up to
+/// the directory) long enough to hold a local header: where entries a
+/// streaming reader finds and the directory does not list would lie. A shorter
+/// gap hides nothing: a data descriptor (12 to 24 bytes) is the one thing a
+/// writer puts there. `spans` are each entry's local header offset and
+/// payload end.
+pub fn gaps(mut spans: Vec<(u64, u64)>, directory_offset: u64) -> Vec<(u64, u64)> {
     spans.sort_unstable();
     let mut gaps = Vec::new();
     let mut from = 0u64;
@@ -235,20 +229,39 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
     if directory_offset > from {
         gaps.push((from, directory_offset));
     }
+    gaps.retain(|(start, end)| end - start >= LFH_LEN as u64);
+    gaps
+}
+
+/// The bytes of a gap's start that [`header_in_gap`] looks at.
+pub const GAP_LOOK: usize = 24 + 4;
+
+/// Where in a gap (starting with `gap`) a local header begins, if one does:
+/// after a data descriptor, with or without its signature, 32 or 64-bit.
+pub fn header_in_gap(gap: &[u8]) -> Option<usize> {
+    [0usize, 12, 16, 20, 24]
+        .into_iter()
+        .find(|&k| le32(gap, k) == Some(LFH_SIG))
+}
+
+/// The local headers in the gaps between the payloads of `known`: entries a
+/// streaming reader finds and the directory does not list.
+fn hidden_local_headers<D: FileBytes + ?Sized>(
+    data: &D,
+    known: &[Entry],
+    directory_offset: u64,
+    max_entries: u64,
+) -> Result<Vec<Disagreement>, Error> {
+    let spans = (known.iter())
+        .map(|e| (e.header_offset, e.data_end()))
+        .collect();
     let mut found = Vec::new();
-    for (start, end) in gaps {
-        if end - start < LFH_LEN as u64 {
-            continue;
-        }
+    for (start, end) in gaps(spans, directory_offset) {
         let (s, e) = (start as usize, end as usize);
         let gap = data
             .get(s..e)
             .ok_or_else(|| bad("bytes between entries not read", start))?;
-        // After a data descriptor, with or without its signature, 32 or 64-bit.
-        let Some(skip) = [0usize, 12, 16, 20, 24]
-            .into_iter()
-            .find(|&k| le32(gap, k) == Some(LFH_SIG))
-        else {
+        let Some(skip) = header_in_gap(gap) else {
             continue;
         };
         let entries = walk_local_headers(gap.get(skip..).unwrap_or_default(), max_entries)
@@ -271,6 +284,20 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
         });
     }
     Ok(found)
+}
+
+/// [`hidden_local_headers`] for a reader that located none of `entries`: each
+/// is located here, and one whose local header cannot be read bounds no gap.
+pub fn unlisted_local_headers<D: FileBytes + ?Sized>(
+    data: &D,
+    entries: &[Entry],
+    directory_offset: u64,
+    max_entries: u64,
+) -> Vec<Disagreement> {
+    let located: Vec<Entry> = (entries.iter())
+        .filter_map(|e| super::locate_entry(data, e).ok())
+        .collect();
+    hidden_local_headers(data, &located, directory_offset, max_entries).unwrap_or_default()
 }
 
 /// The entries one reading found, to tell which another reading adds.
