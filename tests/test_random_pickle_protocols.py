@@ -389,20 +389,16 @@ def test_the_reference_loads_what_torchs_weights_only_loader_loads(value):
     b"\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00M\x00\x00\x95\x02\x00\x00\x00\x00\x00\x00\x00\x85.",
     b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8f2\x86.",
 ])
-def test_frames_are_read_as_pickle_loads_reads_them(data, tmp_path):
-    """A frame that ends mid-opcode (pickle.loads reads through it; the pure-Python
-    unpickler refuses) and one that claims more bytes than follow (pickle.loads
-    refuses; the pure-Python unpickler reads what is there). tensorplay reads
-    frames as pickle.loads does."""
+def test_frames_are_read_apart_are_refused(data, tmp_path):
+    """A frame that ends mid-opcode (pickle.loads reads through it, the pure-Python
+    unpickler refuses it, the C unpickler reading a file re-reads from the frame's
+    end) and one that claims more bytes than follow (pickle.loads refuses; the
+    pure-Python unpickler reads what is there). Readers that read other opcodes
+    may reach other globals: tensorplay refuses both, saying where."""
     path = tmp_path / "ckpt.pt"
     write_checkpoint(torch, path, data, {})
-    try:
-        expected = pickle.loads(data)
-    except pickle.UnpicklingError:
-        with pytest.raises(tensorplay.MalformedCheckpointError, match="FRAME"):
-            tensorplay.load(path)
-    else:
-        assert_same_description(describe(tensorplay.load(path)), describe(expected))
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="FRAME|frame"):
+        tensorplay.load(path)
 
 
 # Cases the random programs found, each once loaded differently from the reference.

@@ -1355,8 +1355,9 @@ def zip_confusion_family(c: Corpus) -> None:
                                                           lfh_crc=0, after=descriptor(body))), ["os.system"])
     add("descriptor_sizes_disagree.pt", fam,
         "data.pkl (flag bit 3) is followed by a data descriptor declaring 0 bytes and CRC 0, while the "
-        "central directory gives the real size of a pickle calling os.system",
-        MALFORMED, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(
+        "central directory gives the real size of a pickle calling os.system (a load reads the "
+        "directory's sizes, as torch does, and refuses the global)",
+        UNSAFE, tensor_checkpoint(MALICIOUS_PKL, pkl_entry=Entry(
             "archive/data.pkl", MALICIOUS_PKL, flags=0x0808, lfh_sizes=(0, 0), lfh_crc=0,
             after=struct.pack("<IIII", 0x08074B50, 0, 0, 0))), ["os.system"])
 
@@ -1410,26 +1411,28 @@ def pickle_differential_family(c: Corpus) -> None:
 
     # Text arguments: the payload follows the argument, so it runs only under the
     # unpickler that reads the argument.
-    for file, line, who in (
+    # A load reads text as pickle.py (torch's weights-only unpickler) does: where
+    # pickle.py reads on, it reaches os.system and refuses it as unsafe.
+    for file, line, who, load_error in (
         ("int_leading_zero.pt", b"I010\n", "C reads 010 as octal 8 and runs os.system after it; pickle.py "
-                                           "(int(s, 0)) refuses"),
+                                           "(int(s, 0)) refuses", MALFORMED),
         ("int_nul_suffix.pt", b"I1\x00zz\n", "C parses up to the NUL (1) and runs os.system after it; "
-                                              "pickle.py refuses"),
+                                              "pickle.py refuses", MALFORMED),
         ("long_nul_suffix.pt", b"L7\x00zL\n", "C parses up to the NUL (7) and runs os.system after it; "
-                                               "pickle.py refuses"),
+                                               "pickle.py refuses", MALFORMED),
         ("float_overflow.pt", b"F1e500\n", "pickle.py reads infinity and runs os.system after it; C raises "
-                                           "OverflowError"),
+                                           "OverflowError", UNSAFE),
         ("float_underscore.pt", b"F1_0.5\n", "pickle.py reads 10.5 and runs os.system after it; C refuses "
-                                             "the underscore"),
+                                             "the underscore", UNSAFE),
     ):
         body = proto(2) + line + POP + os_system() + STOP
-        zipped(file, f"text argument {line[:-1]!r}: {who}", body, ["os.system"])
+        zipped(file, f"text argument {line[:-1]!r}: {who}", body, ["os.system"], load_error)
     body = (proto(4) + su("os") + su("system") + b"p99999999999\n" + POP + b"g99999999999\n" + STACK_GLOBAL
             + su(TOUCH) + TUPLE1 + REDUCE + STOP)
     zipped("memo_key_huge.pt",
            "text PUT and GET of memo key 99999999999 around STACK_GLOBAL's name: pickle.py's dict memo "
            "holds it and reaches os.system; C's memo array cannot grow that far (MemoryError)",
-           body, ["os.system"])
+           body, ["os.system"], UNSAFE)
     body = (proto(4) + su("os") + b"p1\x00zz\n" + POP + su("system") + b"p2\n" + POP + b"g1\n" + b"g2\x00q\n"
             + STACK_GLOBAL + su(TOUCH) + TUPLE1 + REDUCE + STOP)
     zipped("memo_key_nul.pt",
