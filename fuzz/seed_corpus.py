@@ -11,10 +11,16 @@ malicious corpus. Run from the repository root: python3 fuzz/seed_corpus.py
 Files over MAX_LEN bytes are skipped (libFuzzer runs with -max_len=65536).
 Seeds are named seed-<source>; files a campaign adds keep libFuzzer's hash names.
 """
+import bz2
 import glob
+import gzip
+import io
+import lzma
 import os
 import struct
+import tarfile
 import zipfile
+import zlib
 
 MAX_LEN = 65536
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -102,13 +108,6 @@ round_trip_seeds = {
 }
 for name, data in round_trip_seeds.items():
     put("round_trip", name, data)
-
-import bz2
-import gzip
-import io
-import lzma
-import tarfile
-import zlib
 
 sevenzip = sorted(glob.glob(os.path.join(REPO, "tests/fixtures/sevenzip/*.7z")))
 for path in malicious + sevenzip:

@@ -28,6 +28,7 @@ __all__ = [
     "plan_archive",
     "inspect",
     "unsafe_globals",
+    "denylist",
     "is_tensordict_leaf",
     "loads",
     "zip_entries",
