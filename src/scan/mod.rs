@@ -440,15 +440,14 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
     };
     match Kind::of(data) {
         Kind::Zip => {
-            let max = options.limits.max_zip_entries;
-            let refusal = archive_zip::find_record(data, max, &Record(records::DATA_PKL)).err();
             let report = scan_file(data, None, options, None);
-            match refusal {
-                // An archive a load refuses may still hold what other readers
-                // unpickle: the globals a scan finds, or the refusal.
-                Some(refusal) if report.findings.is_empty() => Err(refusal),
-                _ => outcome(report),
+            // An archive a load refuses may still hold what other readers
+            // unpickle: the globals a scan finds, or the load's refusal.
+            if report.findings.is_empty() {
+                let max = options.limits.max_zip_entries;
+                archive_zip::find_record(data, max, &Record(records::DATA_PKL))?;
             }
+            outcome(report)
         }
         Kind::Empty => Err(Error::archive("the file is empty", Location::default())),
         _ => outcome(scan_file(data, None, options, None)),

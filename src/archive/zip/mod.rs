@@ -884,13 +884,11 @@ fn has_unlisted_local_header_by_reading(
     let mut payloads = Vec::with_capacity(spans.len());
     for &(header_offset, compressed_size) in spans {
         let lfh = read_at(header_offset, LFH_LEN)?;
-        let lfh = lfh.as_slice();
-        if le32(lfh, 0) != Some(LFH_SIG) {
-            return None;
-        }
-        let header = LFH_LEN as u64 + u64::from(le16(lfh, 26)?) + u64::from(le16(lfh, 28)?);
-        let end = (header_offset.checked_add(header))?.checked_add(compressed_size)?;
-        payloads.push((header_offset, end));
+        payloads.push(readings::payload_span(
+            header_offset,
+            compressed_size,
+            &lfh,
+        )?);
     }
     for (start, end) in readings::gaps(payloads, directory_offset) {
         let look =

@@ -114,7 +114,10 @@ pub(super) fn disagreements<D: FileBytes + ?Sized>(
         });
     }
     if payloads == Payloads::FromLocalHeaders {
-        found.extend(hidden_local_headers(data, known, dir.offset, max_entries)?);
+        let spans = (known.iter())
+            .map(|e| (e.header_offset, e.data_end()))
+            .collect();
+        found.extend(hidden_local_headers(data, spans, dir.offset, max_entries)?);
     }
     Ok(found)
 }
@@ -244,17 +247,15 @@ pub fn header_in_gap(gap: &[u8]) -> Option<usize> {
         .find(|&k| le32(gap, k) == Some(LFH_SIG))
 }
 
-/// The local headers in the gaps between the payloads of `known`: entries a
-/// streaming reader finds and the directory does not list.
+/// The local headers in the gaps between the payloads `spans` (each entry's
+/// local header offset and payload end): entries a streaming reader finds and
+/// the directory does not list.
 fn hidden_local_headers<D: FileBytes + ?Sized>(
     data: &D,
-    known: &[Entry],
+    spans: Vec<(u64, u64)>,
     directory_offset: u64,
     max_entries: u64,
 ) -> Result<Vec<Disagreement>, Error> {
-    let spans = (known.iter())
-        .map(|e| (e.header_offset, e.data_end()))
-        .collect();
     let mut found = Vec::new();
     for (start, end) in gaps(spans, directory_offset) {
         let (s, e) = (start as usize, end as usize);
@@ -287,34 +288,59 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
 }
 
 /// [`hidden_local_headers`] for a reader that located none of `entries`: each
-/// is located here, and one whose local header cannot be read bounds no gap.
+/// one's payload end comes from its local header's fixed part, and one whose
+/// local header cannot be read bounds no gap.
 pub fn unlisted_local_headers<D: FileBytes + ?Sized>(
     data: &D,
     entries: &[Entry],
     directory_offset: u64,
     max_entries: u64,
 ) -> Vec<Disagreement> {
-    let located: Vec<Entry> = (entries.iter())
-        .filter_map(|e| super::locate_entry(data, e).ok())
+    let spans = (entries.iter())
+        .filter_map(|e| {
+            let start = usize::try_from(e.header_offset).ok()?;
+            let lfh = data.get(start..start.checked_add(LFH_LEN)?)?;
+            payload_span(e.header_offset, e.compressed_size, lfh)
+        })
         .collect();
-    hidden_local_headers(data, &located, directory_offset, max_entries).unwrap_or_default()
+    hidden_local_headers(data, spans, directory_offset, max_entries).unwrap_or_default()
+}
+
+/// The local header offset and payload end of a record whose local header's
+/// fixed part is `lfh`: `None` when that is no local header.
+pub fn payload_span(header_offset: u64, compressed_size: u64, lfh: &[u8]) -> Option<(u64, u64)> {
+    if le32(lfh, 0) != Some(LFH_SIG) {
+        return None;
+    }
+    let header = LFH_LEN as u64 + u64::from(le16(lfh, 26)?) + u64::from(le16(lfh, 28)?);
+    let end = (header_offset.checked_add(header))?.checked_add(compressed_size)?;
+    Some((header_offset, end))
 }
 
 /// The entries one reading found, to tell which another reading adds.
-struct Known(BTreeSet<(u64, Vec<u8>)>);
+/// The directory's entries, as a set built the first time another reading
+/// needs comparing: an archive every reader agrees on never builds it.
+struct Known<'e> {
+    entries: &'e [Entry],
+    set: std::cell::OnceCell<BTreeSet<(u64, &'e [u8])>>,
+}
 
-impl Known {
-    fn of(entries: &[Entry]) -> Known {
-        Known(
-            (entries.iter())
-                .map(|e| (e.header_offset, e.name.to_vec()))
-                .collect(),
-        )
+impl<'e> Known<'e> {
+    fn of(entries: &'e [Entry]) -> Known<'e> {
+        Known {
+            entries,
+            set: std::cell::OnceCell::new(),
+        }
     }
 
     fn new_among(&self, entries: Vec<Entry>) -> Vec<Entry> {
+        let set = self.set.get_or_init(|| {
+            (self.entries.iter())
+                .map(|e| (e.header_offset, &e.name[..]))
+                .collect()
+        });
         (entries.into_iter())
-            .filter(|e| !self.0.contains(&(e.header_offset, e.name.to_vec())))
+            .filter(|e| !set.contains(&(e.header_offset, &e.name[..])))
             .collect()
     }
 }
