@@ -340,21 +340,25 @@ def test_scan_flags_every_file(entry, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
 def test_a_pickles_only_scan_flags_every_global_the_full_scan_flags(entry):
-    """Reading only the directory, the local headers and the pickles misses no
-    global: every unsafe file is unsafe with the same findings, entries in local
-    headers no directory lists included (the local headers bound the payloads,
-    and only the gaps between them are read). What it gives up is the load's
+    """Reading only the directory, the pickles and a few local headers misses no
+    global the directory leads to: every unsafe file is unsafe with the full scan's
+    findings, but for entries in local headers no directory lists, which it finds
+    only before the first entry, after the pickles and before the directory (the
+    full scan looks between every two payloads). What it gives up is the load's
     other refusals (limits, tensors outside their storage, compressed payloads),
     so a file only a load would refuse is clean or unreadable, never unsafe."""
     from tensorplay import scanner
 
     full = scanner.scan(FILES / entry["file"])
     quick = scanner.scan(FILES / entry["file"], pickles_only=True)
-    if full.findings:
+    listed = {f for f in full.findings if "[an unlisted local header]" not in f.location}
+    if listed:
         assert quick.verdict == "unsafe", (quick.findings, quick.problems)
-        assert quick.findings == full.findings
+    elif full.findings:
+        assert quick.verdict in ("unsafe", "unreadable"), (quick.findings, quick.problems)
     else:
         assert quick.verdict in ("clean", "unreadable") and not quick.findings
+    assert listed <= set(quick.findings) <= set(full.findings)
 
 
 WITH_DANGEROUS = [e for e in MANIFEST if e["dangerous_globals"]]

@@ -401,7 +401,7 @@ pub fn scan_pickles_by_reading(
     }
     let max_entries = options.limits.max_zip_entries;
     let mut payloads = TorchPayloads::default();
-    let (index, mut pieces) =
+    let (index, mut pieces, listed) =
         archive_zip::read_directory_by_reading(len, read_at, max_entries, &mut |name| {
             payloads.skip(name)
         })?;
@@ -414,13 +414,36 @@ pub fn scan_pickles_by_reading(
     if wanted.len() > MAX_READ_ENTRIES || bytes? > MAX_READ_ENTRY_BYTES {
         return None;
     }
+    // The last entry's local header bounds the gap before the directory, where
+    // an entry no directory lists may hide.
+    let last = listed.last().map(|&(offset, _)| offset);
+    if let Some(last) = last {
+        archive_zip::read_local_header_into(&mut pieces, last, read_at)?;
+    }
     // The directory is spent once indexed.
-    let headers: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
+    let mut headers: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
+    headers.extend(last);
     pieces.keep_holding(&headers);
-    for entry in wanted {
+    for entry in &wanted {
         archive_zip::read_entry_into(&mut pieces, entry, read_at)?;
     }
     archive_zip::check_signature(&mut pieces, read_at)?;
+    // Entries only a streaming reader finds, near those read: left to the
+    // whole-file scan, which reads and reports them.
+    let read: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
+    let directory = index.directory_offset;
+    archive_zip::read_gaps_near_into(&mut pieces, &listed, &read, directory, read_at)?;
+    let unlisted = archive_zip::unlisted_local_headers_near(
+        &pieces,
+        &listed,
+        read.iter().copied(),
+        directory,
+        max_entries,
+    )
+    .ok()?;
+    if !unlisted.is_empty() {
+        return None;
+    }
     let mut scan = Scan::new(usize::try_from(len).ok()?, options, None);
     scan.zip_entries(&pieces, index, &layout, &ZipReading::whole_file());
     Some(scan.finish())

@@ -41,14 +41,6 @@ impl Scan<'_> {
             zip::read_entries
         };
         let index = match read(data, max) {
-            // Entries only a streaming reader finds: the one part of the layout a
-            // scan of the listed pickles must still look at.
-            Ok(mut index) if self.options.pickles_only => {
-                let unlisted =
-                    zip::unlisted_local_headers(data, &index.entries, index.directory_offset, max);
-                index.disagreements.extend(unlisted);
-                index
-            }
             Ok(index) => index,
             // Other readers still extract something: a zip after a prefix (Python's
             // zipfile shifts the offsets), or, with no directory, the local headers.
@@ -77,11 +69,23 @@ impl Scan<'_> {
             },
         };
         let mut index = index;
+        let layout = ZipLayout::of(&index);
+        if strict && self.options.pickles_only {
+            // Entries only a streaming reader finds, near those a pickles-only
+            // scan reads (the full scan located every entry and looked between all).
+            let mut listed: Vec<(u64, u64)> = (index.entries.iter())
+                .map(|e| (e.header_offset, e.compressed_size))
+                .collect();
+            listed.sort_unstable();
+            let read = layout.pickles(&index).map(|e| e.header_offset);
+            let near =
+                zip::unlisted_local_headers_near(data, &listed, read, index.directory_offset, max);
+            index.disagreements.extend(near.unwrap_or_default());
+        }
         if strict {
             let more = zip::other_end_records(data, &index.entries, max);
             index.disagreements.extend(more);
         }
-        let layout = ZipLayout::of(&index);
         let reading = ZipReading {
             strict,
             location,

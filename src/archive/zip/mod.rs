@@ -18,7 +18,7 @@ use crate::limits::Limit;
 
 mod readings;
 
-pub use readings::{other_end_records, unlisted_local_headers, Disagreement};
+pub use readings::{other_end_records, unlisted_local_headers_near, Disagreement};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD_LEN: usize = 22;
@@ -686,13 +686,14 @@ pub fn read_record<W: Wanted + ?Sized>(
 /// record's name in directory order. `None` when the reads cannot settle it. The
 /// caller checks the signature ([`check_signature`]) once it has read the
 /// entries it wants: torch writes data.pkl first, so its read usually holds the
-/// signature too.
+/// signature too. Also every record's local header offset and compressed size,
+/// sorted by offset, for [`read_gaps_near_into`].
 pub fn read_directory_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
     skip: &mut dyn FnMut(&[u8]) -> bool,
-) -> Option<(Index, Pieces)> {
+) -> Option<(Index, Pieces, Vec<(u64, u64)>)> {
     let pieces = read_end_and_directory(len, read_at)?;
     let eocd = find_eocd(&pieces).ok()?;
     // Another end record in what was read (the directory and the file's last
@@ -704,10 +705,10 @@ pub fn read_directory_by_reading(
     let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::new();
-    let mut spans = Vec::new();
+    let mut listed = Vec::new();
     for record in records.by_ref() {
         let r = record.ok()?;
-        spans.push((r.header_offset, r.compressed_size));
+        listed.push((r.header_offset, r.compressed_size));
         if !skip(r.name) || unsupported_flags(r.flags).is_some() {
             entries.push(r.unlocated());
         }
@@ -723,19 +724,13 @@ pub fn read_directory_by_reading(
     if !disagreements.is_empty() {
         return None;
     }
-    // Entries only a streaming reader finds, between the listed ones: a
-    // pickles-only scan still reads those, from the whole file.
-    if spans.len() > MAX_READ_HEADERS
-        || has_unlisted_local_header_by_reading(&spans, directory_offset, read_at)?
-    {
-        return None;
-    }
+    listed.sort_unstable();
     let index = Index {
         entries,
         directory_offset,
         disagreements: Vec::new(),
     };
-    Some((index, pieces))
+    Some((index, pieces, listed))
 }
 
 /// `Some` when the file starts with a local header, as torch requires of a zip
@@ -870,34 +865,33 @@ fn ensure(
     Some(())
 }
 
-/// Whether a local header the directory does not list lies between the
-/// payloads of the records `spans` lists (each record's local header offset and
-/// compressed size) in an archive whose directory starts at `directory_offset`,
-/// found with one read of each local header and one of each gap's start: what
-/// [`unlisted_local_headers`] finds in a whole file. `None` when a read fails
-/// or a local header cannot be read.
-fn has_unlisted_local_header_by_reading(
-    spans: &[(u64, u64)],
+/// Read into `pieces` the fixed part of the local header at `offset`.
+pub fn read_local_header_into(
+    pieces: &mut Pieces,
+    offset: u64,
+    read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<()> {
+    let left = pieces.len().checked_sub(usize::try_from(offset).ok()?)?;
+    ensure(pieces, offset, LFH_LEN.min(left), read_at)
+}
+
+/// Read into `pieces` the start of each gap [`unlisted_local_headers_near`]
+/// looks at, once it holds the local headers of the entries `read` and of the
+/// last one. `listed` as for [`readings::gaps_near`].
+pub fn read_gaps_near_into(
+    pieces: &mut Pieces,
+    listed: &[(u64, u64)],
+    read: &[u64],
     directory_offset: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
-) -> Option<bool> {
-    let mut payloads = Vec::with_capacity(spans.len());
-    for &(header_offset, compressed_size) in spans {
-        let lfh = read_at(header_offset, LFH_LEN)?;
-        payloads.push(readings::payload_span(
-            header_offset,
-            compressed_size,
-            &lfh,
-        )?);
-    }
-    for (start, end) in readings::gaps(payloads, directory_offset) {
+) -> Option<()> {
+    let gaps = readings::gaps_near(pieces, listed, read.iter().copied(), directory_offset).ok()?;
+    for (start, end) in gaps {
         let look =
             usize::try_from(end - start).map_or(readings::GAP_LOOK, |n| n.min(readings::GAP_LOOK));
-        if readings::header_in_gap(read_at(start, look)?.as_slice()).is_some() {
-            return Some(true);
-        }
+        ensure(pieces, start, look, read_at)?;
     }
-    Some(false)
+    Some(())
 }
 
 /// What [`read_record`] reads of the end first: one page, which holds the end

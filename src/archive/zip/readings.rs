@@ -219,7 +219,7 @@ fn end_record_owning_the_end<D: FileBytes + ?Sized>(
 /// gap hides nothing: a data descriptor (12 to 24 bytes) is the one thing a
 /// writer puts there. `spans` are each entry's local header offset and
 /// payload end.
-pub fn gaps(mut spans: Vec<(u64, u64)>, directory_offset: u64) -> Vec<(u64, u64)> {
+fn gaps(mut spans: Vec<(u64, u64)>, directory_offset: u64) -> Vec<(u64, u64)> {
     spans.sort_unstable();
     let mut gaps = Vec::new();
     let mut from = 0u64;
@@ -237,11 +237,11 @@ pub fn gaps(mut spans: Vec<(u64, u64)>, directory_offset: u64) -> Vec<(u64, u64)
 }
 
 /// The bytes of a gap's start that [`header_in_gap`] looks at.
-pub const GAP_LOOK: usize = 24 + 4;
+pub(super) const GAP_LOOK: usize = 24 + 4;
 
 /// Where in a gap (starting with `gap`) a local header begins, if one does:
 /// after a data descriptor, with or without its signature, 32 or 64-bit.
-pub fn header_in_gap(gap: &[u8]) -> Option<usize> {
+fn header_in_gap(gap: &[u8]) -> Option<usize> {
     [0usize, 12, 16, 20, 24]
         .into_iter()
         .find(|&k| le32(gap, k) == Some(LFH_SIG))
@@ -256,15 +256,24 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
     directory_offset: u64,
     max_entries: u64,
 ) -> Result<Vec<Disagreement>, Error> {
+    headers_in_gaps(data, gaps(spans, directory_offset), max_entries)
+}
+
+fn headers_in_gaps<D: FileBytes + ?Sized>(
+    data: &D,
+    gaps: Vec<(u64, u64)>,
+    max_entries: u64,
+) -> Result<Vec<Disagreement>, Error> {
     let mut found = Vec::new();
-    for (start, end) in gaps(spans, directory_offset) {
-        let (s, e) = (start as usize, end as usize);
-        let gap = data
-            .get(s..e)
+    for (start, end) in gaps {
+        let s = start as usize;
+        let look = data
+            .get(s..s.saturating_add(GAP_LOOK).min(end as usize))
             .ok_or_else(|| bad("bytes between entries not read", start))?;
-        let Some(skip) = header_in_gap(gap) else {
+        let Some(skip) = header_in_gap(look) else {
             continue;
         };
+        let gap = data.get(s..end as usize).unwrap_or(look);
         let entries = walk_local_headers(gap.get(skip..).unwrap_or_default(), max_entries)
             .into_iter()
             .map(|mut entry| {
@@ -287,28 +296,58 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
     Ok(found)
 }
 
-/// [`hidden_local_headers`] for a reader that located none of `entries`: each
-/// one's payload end comes from its local header's fixed part, and one whose
-/// local header cannot be read bounds no gap.
-pub fn unlisted_local_headers<D: FileBytes + ?Sized>(
+/// The gaps a reader that reads only some local headers checks for entries the
+/// directory does not list: before the first listed local header, and after
+/// the payload of each entry in `read` and of the last one, up to the next
+/// listed local header or the directory. `listed` holds every record's local
+/// header offset and compressed size, sorted by offset. A pickles-only scan
+/// reads the headers of the pickles and of the entry before the directory, not
+/// every tensor's: an entry hidden between two tensors is the full scan's to
+/// find. `Err` when a header needed is not in `data`.
+pub fn gaps_near<D: FileBytes + ?Sized>(
     data: &D,
-    entries: &[Entry],
+    listed: &[(u64, u64)],
+    read: impl Iterator<Item = u64>,
+    directory_offset: u64,
+) -> Result<Vec<(u64, u64)>, Error> {
+    let next_after = |offset: u64| {
+        let i = listed.partition_point(|&(o, _)| o <= offset);
+        listed.get(i).map_or(directory_offset, |&(o, _)| o)
+    };
+    let mut gaps = vec![(0, listed.first().map_or(directory_offset, |&(o, _)| o))];
+    for offset in read.chain(listed.last().map(|&(o, _)| o)) {
+        let i = listed.partition_point(|&(o, _)| o < offset);
+        let Some(&(_, compressed_size)) = listed.get(i).filter(|&&(o, _)| o == offset) else {
+            continue;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let lfh = (data.get(start..start.saturating_add(LFH_LEN)))
+            .ok_or_else(|| bad("a local header not read", offset))?;
+        if let Some((_, end)) = payload_span(offset, compressed_size, lfh) {
+            gaps.push((end, next_after(offset)));
+        }
+    }
+    gaps.retain(|&(start, end)| end.saturating_sub(start) >= LFH_LEN as u64);
+    gaps.sort_unstable();
+    gaps.dedup();
+    Ok(gaps)
+}
+
+/// The local headers in the [`gaps_near`] of the entries `read` and the last.
+pub fn unlisted_local_headers_near<D: FileBytes + ?Sized>(
+    data: &D,
+    listed: &[(u64, u64)],
+    read: impl Iterator<Item = u64>,
     directory_offset: u64,
     max_entries: u64,
-) -> Vec<Disagreement> {
-    let spans = (entries.iter())
-        .filter_map(|e| {
-            let start = usize::try_from(e.header_offset).ok()?;
-            let lfh = data.get(start..start.checked_add(LFH_LEN)?)?;
-            payload_span(e.header_offset, e.compressed_size, lfh)
-        })
-        .collect();
-    hidden_local_headers(data, spans, directory_offset, max_entries).unwrap_or_default()
+) -> Result<Vec<Disagreement>, Error> {
+    let gaps = gaps_near(data, listed, read, directory_offset)?;
+    headers_in_gaps(data, gaps, max_entries)
 }
 
 /// The local header offset and payload end of a record whose local header's
 /// fixed part is `lfh`: `None` when that is no local header.
-pub fn payload_span(header_offset: u64, compressed_size: u64, lfh: &[u8]) -> Option<(u64, u64)> {
+fn payload_span(header_offset: u64, compressed_size: u64, lfh: &[u8]) -> Option<(u64, u64)> {
     if le32(lfh, 0) != Some(LFH_SIG) {
         return None;
     }
