@@ -494,7 +494,7 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
         interpreter: &mut I,
     ) -> Result<S, Error> {
         loop {
-            if MEASURED && self.cursor.position() as u64 > self.limits.max_pickle_bytes {
+            if MEASURED && self.cursor.position() as u64 >= self.limits.max_pickle_bytes {
                 return Err(self.past_limit(Limit::PickleBytes));
             }
             self.op_offset = self.cursor.position();

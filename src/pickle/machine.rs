@@ -137,14 +137,13 @@ pub fn run<H: Hooks>(
     limits: &Limits,
     encoding: StringEncoding,
 ) -> Result<Parsed, Error> {
-    check_limit(
-        Limit::PickleBytes,
-        data.len() as u64,
-        limits.max_pickle_bytes,
-        Location::default,
-    )?;
-    arena.reserve_for_pickle(data.len());
-    hooks.reserve_for_pickle(data.len());
+    // `data` may run on past the pickle (a legacy file's storages follow its
+    // pickles): the decoder measures what the pickle consumes against
+    // max_pickle_bytes, and the arena is sized for at most that.
+    let len =
+        usize::try_from(limits.max_pickle_bytes).map_or(data.len(), |max| data.len().min(max));
+    arena.reserve_for_pickle(len);
+    hooks.reserve_for_pickle(len);
     let mut machine = Machine {
         hooks,
         arena,
