@@ -28,11 +28,13 @@ def entry_name(entry: Any) -> str:
         if not isinstance(entry[1], str):
             raise TypeError(f"Expected second item in tuple to be str of callable full path, but got: {type(entry[1])}")
         return entry[1]
-    module = getattr(entry, "__module__", None)
     qualname = getattr(entry, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        raise TypeError(f"{entry!r} has no __module__ and __qualname__; allowlist it as (object, 'module.qualname')")
-    return f"{module}.{qualname}"
+    if not isinstance(qualname, str):
+        raise TypeError(f"{entry!r} has no __qualname__; allowlist it as (object, 'module.qualname')")
+    # torch names an entry f"{__module__}.{__qualname__}" whatever __module__ is: a
+    # builtin method (zoneinfo.ZoneInfo._unpickle) has None, and its entry, which
+    # no GLOBAL names, breaks no load.
+    return f"{getattr(entry, '__module__', None)}.{qualname}"
 
 
 def _entry_object(entry: Any) -> Any:
