@@ -15,8 +15,10 @@ How this reader differs from tensordict's own ``load_memmap``, for safety:
   tensorplay's restricted VM with the safe-globals allowlist, never by pickle;
 - no symbolic link inside the folder is ever followed, and only regular files
   are opened;
-- a leaf file whose size differs from what ``meta.json`` declares is an error (it
-  is never grown, truncated or written);
+- a leaf file shorter than ``meta.json`` declares is an error, and one longer is
+  read as its declared prefix, as tensordict does (tensordict's own compatibility
+  fixtures have leaves a byte or two longer); a file is never grown, truncated or
+  written, and an archive's entry must have the declared size exactly;
 - a key becomes a file name only through its percent-encoding (or, for a key
   that is already a safe name, itself): no key can name a path outside the folder.
 """
@@ -316,7 +318,7 @@ class _Folder:
         """Check the leaf file's size and map it (copy-on-write, or shared for r+)."""
         fd, size = self.open_file(name, write=self.writable and not meta_only)
         try:
-            if size != nbytes:
+            if size < nbytes:
                 raise _malformed(self.path(name), f"the file has {size} bytes, meta.json declares {nbytes}")
             if meta_only or nbytes == 0:
                 return
