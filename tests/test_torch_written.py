@@ -1,0 +1,55 @@
+"""Files and settings torch itself produces that tensorplay once refused: each case
+is made by the real torch (or tensordict's own layout) and read back as torch reads
+it (issue: checkpoints at scale, "files torch writes that fail today")."""
+from __future__ import annotations
+
+import io
+import zoneinfo
+
+import pytest
+import tensorplay
+import torch  # the cases are written by torch: the test environment installs it
+
+
+def _legacy(tensor, path):
+    torch.save(tensor, path, _use_new_zipfile_serialization=False)
+
+
+@pytest.mark.parametrize("source", ["path", "file", "bytesio"])
+def test_a_legacy_checkpoint_whose_storages_pass_max_pickle_bytes_loads(tmp_path, source):
+    """The limit is on what the pickles consume, not on the storages after them:
+    torch.save(torch.zeros(2**28 + 1024), f, _use_new_zipfile_serialization=False)
+    is this with the default 1 GiB limit, here a 2 MiB tensor under a 1 MiB one."""
+    path = tmp_path / "legacy.pt"
+    tensor = torch.arange(2**19, dtype=torch.float32)
+    _legacy(tensor, path)
+    limits = {"max_pickle_bytes": 1 << 20}
+    if source == "path":
+        loaded = tensorplay.load(path, limits=limits)
+    elif source == "file":
+        with open(path, "rb") as f:
+            loaded = tensorplay.load(f, limits=limits)
+    else:
+        loaded = tensorplay.load(io.BytesIO(path.read_bytes()), limits=limits)
+    assert torch.equal(loaded, tensor)
+
+
+def test_a_pickle_longer_than_max_pickle_bytes_is_still_refused(tmp_path):
+    path = tmp_path / "legacy.pt"
+    _legacy({f"key{i}": i for i in range(2000)}, path)
+    with pytest.raises(tensorplay.LimitExceededError, match="max_pickle_bytes"):
+        tensorplay.load(path, limits={"max_pickle_bytes": 4096})
+
+
+@pytest.mark.parametrize("register", ["tensorplay", "torch"])
+def test_a_safe_global_without_a_module_breaks_no_load(tmp_path, register):
+    """zoneinfo.ZoneInfo._unpickle is a builtin method: its __module__ is None. torch
+    names such an entry "None.ZoneInfo._unpickle", which matches no GLOBAL."""
+    path = tmp_path / "plain.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    scope = (tensorplay.serialization.safe_globals if register == "tensorplay"
+             else torch.serialization.safe_globals)
+    with scope([zoneinfo.ZoneInfo._unpickle]):
+        loaded = tensorplay.load(path)
+        expected = torch.load(path, weights_only=True)
+    assert torch.equal(loaded["w"], expected["w"])
