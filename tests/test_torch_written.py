@@ -53,3 +53,19 @@ def test_a_safe_global_without_a_module_breaks_no_load(tmp_path, register):
         loaded = tensorplay.load(path)
         expected = torch.load(path, weights_only=True)
     assert torch.equal(loaded["w"], expected["w"])
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_storages_typed_differently_on_one_empty_storage_keep_their_types(tmp_path, backend):
+    """torch caches no empty storage, so each id of one gets its own dtype."""
+    a = torch.tensor([], dtype=torch.float32)
+    s = torch.TypedStorage(wrap_storage=a.untyped_storage(), dtype=torch.float64)
+    path = tmp_path / "typed.pt"
+    torch.save([a, s], path)
+    expected = torch.load(path, weights_only=True)
+    loaded = tensorplay.load(path, backend=backend)
+    if backend == "torch":
+        assert (loaded[0].dtype, loaded[1].dtype) == (expected[0].dtype, expected[1].dtype)
+        assert (loaded[0].dtype, loaded[1].dtype) == (torch.float32, torch.float64)
+    else:
+        assert [str(x.dtype) for x in loaded] == ["float32", "float64"]

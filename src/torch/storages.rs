@@ -200,8 +200,16 @@ impl Storages {
         let key = storage_key(arena, item(2))
             .ok_or_else(|| Error::tensor("the storage key must be a str or an int", at.clone()))?;
         // As in torch, a key seen before names its storage, whatever else the id
-        // says; only a legacy id's view metadata still makes a view of it.
+        // says; only a legacy id's view metadata still makes a view of it. But
+        // torch caches no empty storage (its data pointer is null): a zip
+        // checkpoint's later id of one loads the record afresh, with its own
+        // dtype and size.
+        let mut afresh = false;
         if let Some(id) = self.by_key.get(&key) {
+            let empty = self.get(id).is_some_and(|d| d.nbytes == 0);
+            afresh = format == IdFormat::Zip && empty;
+        }
+        if let Some(id) = self.by_key.get(&key).filter(|_| !afresh) {
             return match (format, item(5)) {
                 (IdFormat::Legacy, Node::Tuple(view)) => {
                     let root = self.declared(id, &key, at)?;
@@ -257,6 +265,9 @@ impl Storages {
             view_itemsize: None,
             view_alignment: 0,
         };
+        if afresh {
+            return self.push_unnamed(decl, max_storages, at);
+        }
         if format == IdFormat::Zip {
             return self.declare(decl, max_storages, at);
         }
