@@ -679,6 +679,9 @@ pub fn read_record<W: Wanted + ?Sized>(
     Some((located, pieces))
 }
 
+/// Every record's local header offset and compressed size, sorted by offset.
+pub type Listed = Vec<(u64, u64)>;
+
 /// What [`read_directory_only`] gives on the whole file, from a read of its end,
 /// with that piece for [`read_entry_into`] to add to, less the entries `skip`
 /// names: a caller that will never open them need not build them (an encrypted
@@ -693,7 +696,7 @@ pub fn read_directory_by_reading(
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
     skip: &mut dyn FnMut(&[u8]) -> bool,
-) -> Option<(Index, Pieces, Vec<(u64, u64)>)> {
+) -> Option<(Index, Pieces, Listed)> {
     let pieces = read_end_and_directory(len, read_at)?;
     let eocd = find_eocd(&pieces).ok()?;
     // Another end record in what was read (the directory and the file's last
