@@ -296,6 +296,12 @@ impl<'o> Scan<'o> {
         if !self.charge(data.len() as u64, Work::Read, location) {
             return;
         }
+        // Said even when nothing else is found: bytes a refused call may unpickle
+        // and the scan cannot look into are never passed over.
+        if depth > MAX_DEPTH {
+            self.problem(location, "archives nested too deeply to inspect");
+            return;
+        }
         let before = self.report.findings.len();
         self.unless_nothing_found(|scan| {
             scan.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));

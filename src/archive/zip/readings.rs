@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use super::{
     bad, classic_directory, find_eocd, le16, le32, read_directory, walk_local_headers, Directory,
-    Entry, FileBytes, Payloads, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG, MAX_COMMENT,
+    Entry, FileBytes, Payloads, Pieces, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG, MAX_COMMENT,
 };
 use crate::error::{Error, Location};
 
@@ -143,11 +143,21 @@ fn reading<D: FileBytes + ?Sized>(
 /// Whether an end record other than the last lies within reach of the file's
 /// end, in the bytes `data` holds: a reader holding pieces of the file leaves
 /// such an archive to one that reads it whole.
-pub(super) fn other_end_record_signature<D: FileBytes + ?Sized>(data: &D, last: usize) -> bool {
+pub(super) fn other_end_record_signature(data: &Pieces, last: usize) -> bool {
     let lowest = data
         .len()
         .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
-    (lowest..last).any(|at| le32(data, at) == Some(EOCD_SIG))
+    let signature = EOCD_SIG.to_le_bytes();
+    // Searched piece by piece, in their bytes: a byte-by-byte look through the
+    // pieces was most of a first get_unsafe_globals_in_checkpoint.
+    (data.pieces.iter()).any(|(start, bytes)| {
+        let from = lowest.max(*start) - start;
+        let to = last
+            .min(start.saturating_add(bytes.len()))
+            .saturating_sub(*start);
+        let window = bytes.get(from..to.saturating_add(3).min(bytes.len()));
+        from < to && window.is_some_and(|w| w.windows(4).any(|w| w == signature))
+    })
 }
 
 /// The records after the counted ones, up to the directory's size: what Python's
