@@ -60,6 +60,9 @@ struct Scan<'o> {
     /// Why a load would refuse the file, kept until the scan shows whether an
     /// unsafe global explains it: (location, reason).
     pending_refusal: Option<(String, String)>,
+    /// How many times the scan stopped short of something (the nesting depth,
+    /// the work budget): never dropped with a speculative reading's problems.
+    stopped_short: usize,
 }
 
 impl<'o> Scan<'o> {
@@ -70,7 +73,14 @@ impl<'o> Scan<'o> {
             budget: Budget::for_file(len, &options.limits),
             report: Report::default(),
             pending_refusal: None,
+            stopped_short: 0,
         }
+    }
+
+    /// A problem that means the scan did not look at everything.
+    fn stop_short(&mut self, location: &str, problem: impl Into<String>) {
+        self.stopped_short += 1;
+        self.problem(location, problem.into());
     }
 
     /// The report, with a load's refusal as a problem when no unsafe global
@@ -94,7 +104,7 @@ impl<'o> Scan<'o> {
         match self.budget.charge(bytes, work) {
             Ok(()) => true,
             Err(Some(problem)) => {
-                self.problem(location, problem);
+                self.stop_short(location, problem);
                 false
             }
             Err(None) => false,
@@ -118,7 +128,7 @@ impl<'o> Scan<'o> {
             };
         }
         if depth > MAX_DEPTH {
-            self.problem(location, "archives nested too deeply to inspect");
+            self.stop_short(location, "archives nested too deeply to inspect");
             return;
         }
         match kind {
@@ -299,7 +309,7 @@ impl<'o> Scan<'o> {
         // Said even when nothing else is found: bytes a refused call may unpickle
         // and the scan cannot look into are never passed over.
         if depth > MAX_DEPTH {
-            self.problem(location, "archives nested too deeply to inspect");
+            self.stop_short(location, "archives nested too deeply to inspect");
             return;
         }
         let before = self.report.findings.len();
@@ -315,10 +325,13 @@ impl<'o> Scan<'o> {
 
     /// Run `scan`, keeping the problems it reports only if it found something:
     /// for a reading of bytes that need not be what it looks for.
+    /// A reading that stopped short of something keeps its problems: what it
+    /// could not look at is never passed over.
     fn unless_nothing_found(&mut self, scan: impl FnOnce(&mut Self)) {
         let (findings, problems) = (self.report.findings.len(), self.report.problems.len());
+        let stopped_short = self.stopped_short;
         scan(self);
-        if self.report.findings.len() == findings {
+        if self.report.findings.len() == findings && self.stopped_short == stopped_short {
             self.report.problems.truncate(problems);
         }
     }
