@@ -6,7 +6,7 @@
 set -eu
 fuzz=$(cd "$(dirname "$0")" && pwd)
 cd "$fuzz"
-targets=${*:-pickle_vm scanner_differential zip_archive checkpoint_open legacy round_trip}
+targets=${*:-pickle_vm scanner_differential zip_archive checkpoint_open legacy round_trip wrappers}
 for target in $targets; do
     dir="corpus/$target"
     keep=$(mktemp -d)
