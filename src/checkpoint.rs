@@ -35,12 +35,27 @@ pub enum Endianness {
     Big,
 }
 
+/// What may follow a checkpoint in the bytes that hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Trailing {
+    /// A file of its own: bytes after a legacy checkpoint's last storage are a
+    /// second reading of the file (a polyglot), refused. (After a zip's end record
+    /// they are tolerated, as every zip reader does.)
+    #[default]
+    Refused,
+    /// A stream read on from its current position: the checkpoint ends where its
+    /// own records say ([`Checkpoint::end`]), and what follows is the caller's,
+    /// as `torch.load` leaves it on a file object.
+    Left,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub limits: Limits,
     pub user_globals: UserGlobals,
     pub encoding: StringEncoding,
     pub endianness: Endianness,
+    pub trailing: Trailing,
 }
 
 /// Where a storage's bytes live.
@@ -71,6 +86,9 @@ pub struct Checkpoint {
     /// The pickle's entry name, for error messages.
     pub pickle_entry: String,
     pub format: Format,
+    /// Just past the checkpoint's last byte: a legacy stream's last storage, or a
+    /// zip's end record and comment.
+    pub end: u64,
 }
 
 /// The container a checkpoint came in.
@@ -88,11 +106,15 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     // would keep the page-cache folio holding a header (up to 2 MiB of payload) in
     // this process. Files with many small records, and anything irregular, are
     // read through the map, which gives the same index or the precise error.
-    let index = zip::read_entries_by_reading(
-        source.bytes().len() as u64,
-        &|offset, len| source.read_file_at(offset, len),
-        options.limits.max_zip_entries,
-    );
+    let index = (options.trailing == Trailing::Refused)
+        .then(|| {
+            zip::read_entries_by_reading(
+                source.bytes().len() as u64,
+                &|offset, len| source.read_file_at(offset, len),
+                options.limits.max_zip_entries,
+            )
+        })
+        .flatten();
     let c = read(source.bytes(), options, Some(&source), index)?;
     // The pickle's pages too: storages are read from the file, not the map.
     source.release_pages();
@@ -106,6 +128,7 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
         protocol: c.protocol,
         pickle_entry: c.pickle_entry,
         format: c.format,
+        end: c.end,
     })
 }
 
@@ -149,6 +172,7 @@ struct Contents {
     protocol: Option<u8>,
     pickle_entry: String,
     format: Format,
+    end: u64,
 }
 
 /// `source`, when given, holds `data` and may let go of the pages already read;
@@ -259,6 +283,11 @@ fn read_format(
         return Err(Error::archive("the file is empty", Location::default()));
     }
     if data.starts_with(b"PK\x03\x04") {
+        if options.trailing == Trailing::Left {
+            // What a stream holds after the archive may hold other end records.
+            let end = zip::first_archive_end(data).unwrap_or(data.len());
+            return open_zip(data.get(..end).unwrap_or(data), options, source, None);
+        }
         return open_zip(data, options, source, index);
     }
     if legacy::is_legacy(data) {
@@ -290,6 +319,7 @@ fn open_zip(
         }
         None => zip::read_index(data, options.limits.max_zip_entries)?,
     };
+    let archive_end = index.archive_end;
     let layout = Layout::new(index, data)?;
     // Checking the local headers touched a page of the map for each record. The
     // storages are copied with reads of the file, not through the map, so those
@@ -411,6 +441,7 @@ fn open_zip(
         protocol: parsed.protocol,
         pickle_entry,
         format: Format::Zip,
+        end: archive_end,
     })
 }
 
@@ -421,6 +452,15 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
         &options.limits,
         options.encoding,
     )?;
+    if options.trailing == Trailing::Refused && parsed.end < data.len() as u64 {
+        return Err(Error::archive(
+            format!(
+                "the file goes on for {} bytes after the last storage",
+                data.len() as u64 - parsed.end
+            ),
+            Location::at(parsed.end),
+        ));
+    }
     let offsets = parsed.offsets;
     // Legacy payloads are always little-endian, whatever machine wrote them.
     let storages = bind_storages(parsed.storages, ByteOrder::Little, |id, decl| {
@@ -442,6 +482,7 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
         protocol: parsed.protocol,
         pickle_entry: "legacy main pickle".into(),
         format: Format::Legacy,
+        end: parsed.end,
     })
 }
 

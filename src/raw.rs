@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::archive::source::Source;
-use crate::checkpoint::{Checkpoint, Format, LoadOptions};
+use crate::checkpoint::{Checkpoint, Format, LoadOptions, Trailing};
 use crate::error::{Error, Location};
 use crate::pickle::machine;
 use crate::torch::semantics::{Refusals, TorchHooks};
@@ -35,7 +35,7 @@ pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Che
         options.encoding,
     )
     .map_err(|e| e.in_entry(name))?;
-    if parsed.end < data.len() {
+    if options.trailing == Trailing::Refused && parsed.end < data.len() {
         return Err(Error::pickle(
             format!("{} bytes follow the pickle's STOP", data.len() - parsed.end),
             Location {
@@ -55,6 +55,7 @@ pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Che
         pickle_entry: name.to_owned(),
         // A pickle of the zip generation: protocol 2 and later, no legacy framing.
         format: Format::Zip,
+        end: parsed.end as u64,
     })
 }
 

@@ -4,6 +4,7 @@ it (issue: checkpoints at scale, "files torch writes that fail today")."""
 from __future__ import annotations
 
 import io
+import pickle
 import zoneinfo
 
 import pytest
@@ -69,3 +70,40 @@ def test_storages_typed_differently_on_one_empty_storage_keep_their_types(tmp_pa
         assert (loaded[0].dtype, loaded[1].dtype) == (torch.float32, torch.float64)
     else:
         assert [str(x.dtype) for x in loaded] == ["float32", "float64"]
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+@pytest.mark.parametrize("kind", ["file", "bytesio", "file-from-start"])
+def test_objects_after_a_checkpoint_in_one_stream_stay_readable(tmp_path, zip_format, kind):
+    """pickle.dump(41, f); torch.save(t, f); pickle.dump(43, f): a load from after
+    41 returns t and leaves f right after the checkpoint, at 43. (torch leaves a
+    legacy stream there, and a zip one at its last read: tensorplay reads a zip in
+    a stream up to its first end record, so the next checkpoint loads too.)"""
+    f = io.BytesIO() if kind == "bytesio" else open(tmp_path / "stream", "w+b")  # noqa: SIM115
+    with f:
+        if kind != "file-from-start":
+            pickle.dump(41, f)
+        tensor = torch.arange(6.0)
+        torch.save({"t": tensor}, f, _use_new_zipfile_serialization=zip_format)
+        end = f.tell()
+        pickle.dump(43, f)
+        torch.save(tensor * 2, f, _use_new_zipfile_serialization=zip_format)
+        f.seek(0)
+        if kind != "file-from-start":
+            assert pickle.load(f) == 41
+        loaded = tensorplay.load(f)
+        assert torch.equal(loaded["t"], tensor)
+        assert f.tell() == end
+        assert pickle.load(f) == 43
+        assert torch.equal(tensorplay.load(f), tensor * 2)
+
+
+def test_bytes_after_a_legacy_checkpoint_in_a_file_of_its_own_are_refused(tmp_path):
+    """A path is a file of its own: bytes after the last storage are another
+    reading of it (a polyglot), so they are refused there, not left over."""
+    path = tmp_path / "legacy.pt"
+    _legacy(torch.arange(3.0), path)
+    with open(path, "ab") as f:
+        pickle.dump(43, f)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="goes on for .* bytes after the last storage"):
+        tensorplay.load(path)

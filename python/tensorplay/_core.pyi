@@ -112,9 +112,12 @@ def load(
     restore_all: bool = False,
     restore_cpu: bool = False,
     fake: Callable[[Any], object] | None = None,
+    stream: bool = False,
 ) -> Any:
     """Load a checkpoint; ``user_names`` and ``user_objects`` have one item per entry
-    of the user's allowlist. ``restore(storage, location)`` is torch's restore_location."""
+    of the user's allowlist. ``restore(storage, location)`` is torch's restore_location.
+    With ``stream``, what follows the checkpoint is left alone and the result is
+    ``(object, bytes the checkpoint took)``."""
 
 def default_limits() -> dict[str, int]: ...
 

@@ -73,7 +73,7 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None) -> Inspection:
     the file's bytes."""
     from .serialization import _source
 
-    source = f if isinstance(f, bytes) else _source(f, mmap=False)
+    source = f if isinstance(f, bytes) else _source(f, mmap=False)[0]
     names, objects = _allowlist.resolved()
     fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits))
     return Inspection(fmt, tree)

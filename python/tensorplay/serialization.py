@@ -182,12 +182,14 @@ def _resolve_backend(backend: _Backend | None) -> _Backend:
     return backend
 
 
-def _source(f: Any, mmap: bool) -> str | int | bytes:
+def _source(f: Any, mmap: bool) -> tuple[str | int | bytes, int | None]:
     """A path to map; for a file object, the descriptor of the regular file it
     reads from its start (mapped, not copied), or else its bytes from its current
-    position. Either way the object is left at its end, as reading it would."""
+    position. With it, where the checkpoint starts in a seekable file object (None
+    for a path or a pipe), so the load can leave the object right after it, as
+    ``torch.load`` does; meanwhile the object is at its end."""
     if isinstance(f, (str, os.PathLike)):
-        return os.fspath(f)
+        return os.fspath(f), None
     if mmap:
         raise ValueError("f must be a file path in order to use the mmap argument")
     read = getattr(f, "read", None)
@@ -197,15 +199,24 @@ def _source(f: Any, mmap: bool) -> str | int | bytes:
         start = f.tell()
         f.seek(0, os.SEEK_END)
         # From its start, the bytes object it was made from, when it was never written to.
-        return f.getvalue() if start == 0 else f.getbuffer()[start:].tobytes()
+        return (f.getvalue() if start == 0 else f.getbuffer()[start:].tobytes()), start
     fd = _whole_file_descriptor(f)
     if fd is not None:
         f.seek(0, os.SEEK_END)
-        return fd
+        return fd, 0
+    start = _position(f)
     data = read()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("f must be opened in binary mode")
-    return bytes(data)
+    return bytes(data), start
+
+
+def _position(f: Any) -> int | None:
+    """Where a file object reads from, when it can be sought back to."""
+    try:
+        return f.tell() if f.seekable() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _whole_file_descriptor(f: Any) -> int | None:
@@ -393,8 +404,9 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
             placement["data"] = "skip"
             mmap = False
     names, objects = _allowlist.resolved()
-    return _core.load(
-        _source(f, mmap),
+    source, start = _source(f, mmap)
+    loaded = _core.load(
+        source,
         backend=backend,
         mmap=mmap,
         shared=mmap and shared,
@@ -404,8 +416,14 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         encoding=encoding,
         endianness=endianness,
         threads=_copy_threads(),
+        stream=start is not None,
         **placement,
     )
+    if start is None:
+        return loaded
+    obj, taken = loaded
+    f.seek(start + taken)
+    return obj
 
 
 def _is_safetensors(path: str) -> bool:
@@ -493,7 +511,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     """
     # Positional arguments: a scan takes tens of microseconds, and matching
     # keywords is a measurable part of a first call.
-    source = f if isinstance(f, str) else _source(f, mmap=False)
+    source = f if isinstance(f, str) else _source(f, mmap=False)[0]
     return _core.unsafe_globals(source, _allowlist.names(), _limits.merged(None))
 
 

@@ -20,7 +20,7 @@ use crate::bindings::options::{load_options, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Endianness, Format};
+use crate::checkpoint::{self, Endianness, Format, Trailing};
 use crate::fill::{self, FillJob};
 
 /// The user's allowlist comes as names and the objects they name, in order.
@@ -104,9 +104,12 @@ fn return_freed_memory() {
 /// `restore(storage, location)` is torch's restore_location: the caller's mapping,
 /// called for every storage, when `restore_all`; else torch's default placement,
 /// called for the storages not saved on the CPU, and for those too when
-/// `restore_cpu` (a package registered ahead of torch's CPU entry).
+/// `restore_cpu` (a package registered ahead of torch's CPU entry). With `stream`,
+/// `source` is a stream read from its current position: bytes after the
+/// checkpoint are left alone, and the result is `(object, bytes the checkpoint
+/// took)`, for the caller to put the stream's position right after it.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -125,10 +128,14 @@ pub fn load<'py>(
     restore_all: bool,
     restore_cpu: bool,
     fake: Option<Bound<'py, PyAny>>,
+    stream: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_user_globals(&user_names, &user_objects)?;
     let mode = data;
-    let options = load_options(user_names, limits, encoding, endianness);
+    let mut options = load_options(user_names, limits, encoding, endianness);
+    if stream {
+        options.trailing = Trailing::Left;
+    }
     let map_mode = match (mmap, shared) {
         (false, _) => MapMode::ReadOnly,
         (true, false) => MapMode::Private,
@@ -209,11 +216,15 @@ pub fn load<'py>(
     let helpers = py.import("tensorplay._build")?;
     let builder = Builder::new(&checkpoint, tensors, user_objects, helpers);
     let loaded = builder.build(checkpoint.root);
+    let end = checkpoint.end;
     // The checkpoint's parsed form lies below the objects just built, where the
     // heap cannot shrink on its own: 10 MiB kept for 50,000 tensors without this.
     py.detach(move || {
         drop(checkpoint);
         return_freed_memory();
     });
+    if stream {
+        return Ok((loaded?, end).into_pyobject(py)?.into_any());
+    }
     loaded
 }

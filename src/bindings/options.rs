@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::bindings::storages::DataMode;
-use crate::checkpoint::{Endianness, LoadOptions};
+use crate::checkpoint::{Endianness, LoadOptions, Trailing};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::StringEncoding;
 use crate::torch::policy::UserGlobals;
@@ -112,5 +112,6 @@ pub fn load_options(
         user_globals: UserGlobals::new(user_names),
         encoding: encoding.0,
         endianness,
+        trailing: Trailing::Refused,
     }
 }

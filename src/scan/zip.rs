@@ -64,6 +64,7 @@ impl Scan<'_> {
                         entries,
                         directory_offset: data.len() as u64,
                         disagreements: Vec::new(),
+                        archive_end: data.len() as u64,
                     }
                 }
             },

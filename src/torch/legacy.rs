@@ -55,6 +55,9 @@ pub struct Legacy {
     pub offsets: HashMap<StorageId, u64>,
     /// The byte offset of each of the five pickles, for scanners and error messages.
     pub pickle_offsets: [u64; 5],
+    /// Just past the last storage: where the checkpoint ends. What follows is the
+    /// caller's to judge (a file's trailing bytes, or a stream's next object).
+    pub end: u64,
 }
 
 /// Does the stream begin with the legacy magic number (whatever protocol wrote it)?
@@ -281,15 +284,6 @@ pub fn parse(
         offsets.insert(id, start);
         pos = end;
     }
-    if pos < data.len() as u64 {
-        return Err(bad(
-            format!(
-                "the file goes on for {} bytes after the last storage",
-                data.len() as u64 - pos
-            ),
-            pos,
-        ));
-    }
     for (i, decl) in storages.decls().iter().enumerate() {
         let id = StorageId(i as u32);
         if offsets.contains_key(&id) || views.contains(&id) {
@@ -314,6 +308,7 @@ pub fn parse(
         storages,
         offsets,
         pickle_offsets,
+        end: pos,
     })
 }
 

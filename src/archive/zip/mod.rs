@@ -134,6 +134,9 @@ pub struct Index {
     pub directory_offset: u64,
     /// Where other zip readers read the file differently (see [`readings`]).
     pub disagreements: Vec<Disagreement>,
+    /// Just past the end record and its comment: where the archive ends in a
+    /// stream that goes on after it.
+    pub archive_end: u64,
 }
 
 /// The bytes of an archive file as the reader sees them, addressed by file
@@ -305,6 +308,29 @@ fn find_eocd<D: FileBytes + ?Sized>(data: &D) -> Result<usize, Error> {
         }
         pos -= 1;
     }
+}
+
+/// Where the first whole archive at the start of `data` ends, when more follows
+/// it (a stream that goes on with other objects, even other archives): just past
+/// the first end record whose directory ends right before it (or before its
+/// ZIP64 records), as a writer that started at offset 0 leaves them.
+pub fn first_archive_end(data: &[u8]) -> Option<usize> {
+    let sig = EOCD_SIG.to_le_bytes();
+    let mut from = 0usize;
+    while let Some(found) = data.get(from..)?.windows(4).position(|w| w == sig) {
+        let eocd = from + found;
+        if read_directory(data, eocd).is_ok_and(|dir| dir.prefix() == 0) {
+            return usize::try_from(archive_end(data, eocd)).ok();
+        }
+        from = eocd + 1;
+    }
+    None
+}
+
+/// Just past the end record at `eocd` and the comment it declares, within the file.
+fn archive_end<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> u64 {
+    let comment = le16(data, eocd + 20).map_or(0, usize::from);
+    (eocd.saturating_add(EOCD_LEN).saturating_add(comment)).min(data.len()) as u64
 }
 
 /// The directory the classic end record at `eocd` describes, and whether it
@@ -732,6 +758,7 @@ pub fn read_directory_by_reading(
         entries,
         directory_offset,
         disagreements: Vec::new(),
+        archive_end: archive_end(&pieces, eocd),
     };
     Some((index, pieces, listed))
 }
@@ -939,6 +966,7 @@ fn read_entries_with<D: FileBytes + ?Sized>(
         entries,
         directory_offset,
         disagreements: Vec::new(),
+        archive_end: archive_end(data, eocd),
     };
     // A zip after a prefix is already another reader's reading of the file.
     if !prefix {
