@@ -106,15 +106,11 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     // would keep the page-cache folio holding a header (up to 2 MiB of payload) in
     // this process. Files with many small records, and anything irregular, are
     // read through the map, which gives the same index or the precise error.
-    let index = (options.trailing == Trailing::Refused)
-        .then(|| {
-            zip::read_entries_by_reading(
-                source.bytes().len() as u64,
-                &|offset, len| source.read_file_at(offset, len),
-                options.limits.max_zip_entries,
-            )
-        })
-        .flatten();
+    let index = zip::read_entries_by_reading(
+        source.bytes().len() as u64,
+        &|offset, len| source.read_file_at(offset, len),
+        options.limits.max_zip_entries,
+    );
     let c = read(source.bytes(), options, Some(&source), index)?;
     // The pickle's pages too: storages are read from the file, not the map.
     source.release_pages();
@@ -284,9 +280,7 @@ fn read_format(
     }
     if data.starts_with(b"PK\x03\x04") {
         if options.trailing == Trailing::Left {
-            // What a stream holds after the archive may hold other end records.
-            let end = zip::first_archive_end(data).unwrap_or(data.len());
-            return open_zip(data.get(..end).unwrap_or(data), options, source, None);
+            return open_zip_in_stream(data, options, source, index);
         }
         return open_zip(data, options, source, index);
     }
@@ -306,6 +300,27 @@ fn read_format(
     ))
 }
 
+/// A zip at the start of a stream that may go on after it. Read from its end, a
+/// stream of several archives gives the last one's end records, whose directory
+/// then lies far before them: the archive is read up to the first end record
+/// instead. (Searched for first, that end would cost a walk through every entry
+/// of the usual stream, a file of its own.)
+fn open_zip_in_stream(
+    data: &[u8],
+    options: &LoadOptions,
+    source: Option<&Source>,
+    index: Option<zip::Index>,
+) -> Result<Contents, Error> {
+    let index = index.map_or_else(|| zip::read_index(data, options.limits.max_zip_entries), Ok);
+    if !index.as_ref().is_ok_and(|i| i.archive_end.is_some()) {
+        let first_end = zip::first_archive_end(data, options.limits.max_zip_entries);
+        if let Some(end) = first_end.filter(|end| *end < data.len()) {
+            return open_zip(data.get(..end).unwrap_or(data), options, source, None);
+        }
+    }
+    open_zip(data, options, source, Some(index?))
+}
+
 fn open_zip(
     data: &[u8],
     options: &LoadOptions,
@@ -319,7 +334,7 @@ fn open_zip(
         }
         None => zip::read_index(data, options.limits.max_zip_entries)?,
     };
-    let archive_end = index.archive_end;
+    let archive_end = index.archive_end.unwrap_or(data.len() as u64);
     let layout = Layout::new(index, data)?;
     // Checking the local headers touched a page of the map for each record. The
     // storages are copied with reads of the file, not through the map, so those

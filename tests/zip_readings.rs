@@ -255,3 +255,26 @@ fn archives_writers_make_are_read_alike() {
     }
     assert!(zips >= 10, "{zips}");
 }
+
+/// Checkpoints written one after another into one stream, as a distributed
+/// checkpoint's `.distcp` files are: the end records read from the file's end are
+/// the last archive's, whose ZIP64 locator points into another one.
+#[test]
+fn archives_one_after_another_are_each_read() {
+    use tensorplay::archive::zip::{archive_sequence, first_archive_end};
+    let first = zipw::checkpoint(BENIGN, &[]);
+    let second = zipw::checkpoint(HOSTILE, &[]);
+    let stream = [&first[..], &second[..]].concat();
+    assert_eq!(first_archive_end(&stream, 100), Some(first.len()));
+    assert_eq!(
+        archive_sequence(&stream, 100),
+        Some(vec![0..first.len(), first.len()..stream.len()])
+    );
+    assert_eq!(archive_sequence(&first, 100), None);
+    let report = scan_bytes(&stream, &ScanOptions::default());
+    assert_eq!(report.verdict(), Verdict::Unsafe, "{report:?}");
+    assert!(report.findings.iter().any(|f| f.name == "posix.system" || f.name == "os.system"));
+    // Followed by anything but an archive, the file is not a sequence.
+    let trailing = [&first[..], b"junk"].concat();
+    assert_eq!(archive_sequence(&trailing, 100), None);
+}

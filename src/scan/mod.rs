@@ -382,7 +382,8 @@ pub fn scan_file(
 ) -> Report {
     let mut scan = Scan::new(data.len(), options, name);
     match entries {
-        Some(mut index) if Kind::of(data) == Kind::Zip => {
+        // End records apart from their directory: the file may be several archives.
+        Some(mut index) if Kind::of(data) == Kind::Zip && index.archive_end.is_some() => {
             let more = archive_zip::other_end_records(
                 data,
                 &index.entries,

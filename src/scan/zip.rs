@@ -40,7 +40,19 @@ impl Scan<'_> {
         } else {
             zip::read_entries
         };
-        let index = match read(data, max) {
+        let index = read(data, max);
+        if !index.as_ref().is_ok_and(|i| i.archive_end.is_some()) {
+            if let Some(parts) = zip::archive_sequence(data, max) {
+                for part in parts {
+                    let here = nested(location, &format!("archive at byte {}", part.start));
+                    if let Some(archive) = data.get(part) {
+                        self.zip(archive, &here, depth, top);
+                    }
+                }
+                return;
+            }
+        }
+        let index = match index {
             Ok(index) => index,
             // Other readers still extract something: a zip after a prefix (Python's
             // zipfile shifts the offsets), or, with no directory, the local headers.
@@ -64,7 +76,7 @@ impl Scan<'_> {
                         entries,
                         directory_offset: data.len() as u64,
                         disagreements: Vec::new(),
-                        archive_end: data.len() as u64,
+                        archive_end: None,
                     }
                 }
             },

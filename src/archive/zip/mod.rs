@@ -135,8 +135,10 @@ pub struct Index {
     /// Where other zip readers read the file differently (see [`readings`]).
     pub disagreements: Vec<Disagreement>,
     /// Just past the end record and its comment: where the archive ends in a
-    /// stream that goes on after it.
-    pub archive_end: u64,
+    /// stream that goes on after it. None when the directory does not end where
+    /// its end records begin: then the end records may be those of something
+    /// after the archive (a stream of several, read from the last one's end).
+    pub archive_end: Option<u64>,
 }
 
 /// The bytes of an archive file as the reader sees them, addressed by file
@@ -276,6 +278,9 @@ struct Directory {
     offset: u64,
     /// Where the directory must end: the (ZIP64) end record that follows it.
     end_at: u64,
+    /// The ZIP64 end record runs up to its locator, as writers leave it (always
+    /// so without one). Not so when the locator is another archive's, after it.
+    end_records_adjoin: bool,
 }
 
 impl Directory {
@@ -283,6 +288,12 @@ impl Directory {
     /// takes for a prefix glued before the archive, moving every offset by them.
     fn prefix(&self) -> u64 {
         (self.end_at).saturating_sub(self.offset.saturating_add(self.size))
+    }
+
+    /// Directory and end records one after another, nothing between them: the
+    /// archive ends with the end record that was read.
+    fn is_contiguous(&self) -> bool {
+        self.end_records_adjoin && self.offset.saturating_add(self.size) == self.end_at
     }
 }
 
@@ -313,18 +324,39 @@ fn find_eocd<D: FileBytes + ?Sized>(data: &D) -> Result<usize, Error> {
 /// Where the first whole archive at the start of `data` ends, when more follows
 /// it (a stream that goes on with other objects, even other archives): just past
 /// the first end record whose directory ends right before it (or before its
-/// ZIP64 records), as a writer that started at offset 0 leaves them.
-pub fn first_archive_end(data: &[u8]) -> Option<usize> {
+/// ZIP64 records), as a writer that started at offset 0 leaves them. The search
+/// starts after the entries, walked by their local headers.
+pub fn first_archive_end(data: &[u8], max_entries: u64) -> Option<usize> {
+    let entries = walk_local_headers(data, max_entries);
+    let mut from = entries.last().map_or(0, |e| e.data_end() as usize);
     let sig = EOCD_SIG.to_le_bytes();
-    let mut from = 0usize;
     while let Some(found) = data.get(from..)?.windows(4).position(|w| w == sig) {
         let eocd = from + found;
-        if read_directory(data, eocd).is_ok_and(|dir| dir.prefix() == 0) {
+        if read_directory(data, eocd).is_ok_and(|dir| dir.is_contiguous()) {
             return usize::try_from(archive_end(data, eocd)).ok();
         }
         from = eocd + 1;
     }
     None
+}
+
+/// The archives, one right after another, that make up `data` (a stream that
+/// several `torch.save` calls wrote, as a distributed checkpoint's `.distcp`
+/// files are), each as its byte range. None unless there are at least two and
+/// they cover `data` to its last byte.
+pub fn archive_sequence(data: &[u8], max_entries: u64) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut parts = Vec::new();
+    let mut start = 0usize;
+    while start < data.len() {
+        let rest = data.get(start..)?;
+        if le32(rest, 0) != Some(LFH_SIG) {
+            return None;
+        }
+        let end = start.checked_add(first_archive_end(rest, max_entries)?)?;
+        parts.push(start..end);
+        start = end;
+    }
+    (parts.len() >= 2).then_some(parts)
 }
 
 /// Just past the end record at `eocd` and the comment it declares, within the file.
@@ -354,6 +386,7 @@ fn classic_directory<D: FileBytes + ?Sized>(
         size: u64::from(field32(12)?),
         offset: u64::from(field32(16)?),
         end_at: eocd as u64,
+        end_records_adjoin: true,
     };
     Ok((dir, multi_disk))
 }
@@ -422,11 +455,15 @@ fn read_directory<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> Result<Direct
     {
         return Err(bad("multi-disk zip archives are not supported", z64 as u64));
     }
+    let record_end = field(4)?
+        .checked_add(12)
+        .and_then(|n| n.checked_add(z64 as u64));
     dir = Directory {
         entries: field(32)?,
         size: field(40)?,
         offset: field(48)?,
         end_at: z64 as u64,
+        end_records_adjoin: record_end == Some(locator as u64),
     };
     Ok(dir)
 }
@@ -758,7 +795,7 @@ pub fn read_directory_by_reading(
         entries,
         directory_offset,
         disagreements: Vec::new(),
-        archive_end: archive_end(&pieces, eocd),
+        archive_end: dir.is_contiguous().then(|| archive_end(&pieces, eocd)),
     };
     Some((index, pieces, listed))
 }
@@ -845,7 +882,11 @@ fn read_end_and_directory(
             read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16))?
         }
     };
-    let dir = read_directory(&pieces, eocd).ok()?;
+    // End records apart from their directory may be another archive's, after
+    // this one: a question for a reading of the whole file.
+    let dir = read_directory(&pieces, eocd)
+        .ok()
+        .filter(Directory::is_contiguous)?;
     if dir.offset >= tail_start as u64 {
         return Some(pieces);
     }
@@ -966,7 +1007,7 @@ fn read_entries_with<D: FileBytes + ?Sized>(
         entries,
         directory_offset,
         disagreements: Vec::new(),
-        archive_end: archive_end(data, eocd),
+        archive_end: dir.is_contiguous().then(|| archive_end(data, eocd)),
     };
     // A zip after a prefix is already another reader's reading of the file.
     if !prefix {
