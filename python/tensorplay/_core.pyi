@@ -121,6 +121,10 @@ def load(
 
 def default_limits() -> dict[str, int]: ...
 
+def allowed_in_file(file_name: str) -> list[str]:
+    """The globals a file of this name may name beyond the allowlist (a distributed
+    checkpoint's ``.metadata``: its metadata classes)."""
+
 def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
     """torch's dtypes by name: ``(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)``."""
 
@@ -174,6 +178,7 @@ def loads(
     data: bytes,
     *,
     name: str = "<pickle>",
+    backend: _Backend = "numpy",
     user_names: Sequence[str] = ...,
     user_objects: Sequence[object] = ...,
     limits: _Limits = ...,

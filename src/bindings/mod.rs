@@ -68,6 +68,13 @@ fn denylist() -> Vec<DenylistRow> {
         .collect()
 }
 
+/// The globals a file named `file_name` may name beyond the allowlist (a
+/// distributed checkpoint's `.metadata`: its metadata classes).
+#[pyfunction]
+fn allowed_in_file(file_name: &str) -> Vec<&'static str> {
+    crate::torch::policy::allowed_in_file(file_name).to_vec()
+}
+
 type DenylistRow = (
     &'static str,
     &'static str,
@@ -84,6 +91,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(denylist, m)?)?;
+    m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;

@@ -1,6 +1,6 @@
-//! `_core.loads`: one bare pickle (a TensorDict sidecar), run by the restricted VM
-//! with the GIL released and built with the numpy backend's semantics. Nothing in
-//! it may refer to a storage.
+//! `_core.loads`: one bare pickle (a TensorDict sidecar, a distributed checkpoint's
+//! `.metadata`), run by the restricted VM with the GIL released and built with
+//! either backend's semantics. Nothing in it may refer to a storage.
 
 use pyo3::prelude::*;
 
@@ -8,19 +8,24 @@ use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::check_user_globals;
 use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::{load_options, Encoding, LimitOverrides};
-use crate::bindings::tensors::NumpyTensors;
+use crate::bindings::options::{load_options, Backend, Encoding, LimitOverrides};
+use crate::bindings::storages::DimsTuples;
+use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
+use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::Endianness;
 use crate::raw;
 
 /// Decode the pickle `data` under the weights-only rules; `name` is the file it
-/// came from, for error messages.
+/// came from, for error messages. torch's values (dtypes, sizes, layouts) are
+/// torch's objects with the torch backend, names and tuples with numpy's.
 #[pyfunction]
-#[pyo3(signature = (data, *, name="<pickle>", user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default()))]
+#[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default()))]
+#[allow(clippy::too_many_arguments)]
 pub fn loads<'py>(
     py: Python<'py>,
     data: &[u8],
     name: &str,
+    backend: Backend,
     user_names: Vec<String>,
     user_objects: Vec<Bound<'py, PyAny>>,
     limits: LimitOverrides,
@@ -31,7 +36,16 @@ pub fn loads<'py>(
     let checkpoint = py
         .detach(|| raw::open_pickle(data, name, &options))
         .map_err(|e| to_pyerr(py, e))?;
-    let tensors = Box::new(NumpyTensors::new(NumpyApi::new(py)?, Vec::new()));
+    let tensors: Box<dyn Tensors> = match backend {
+        Backend::Numpy => Box::new(NumpyTensors::new(NumpyApi::new(py)?, Vec::new())),
+        Backend::Torch => Box::new(TorchTensors::new(
+            TorchApi::new(py)?,
+            Vec::new(),
+            Vec::new(),
+            DimsTuples::default(),
+            None,
+        )),
+    };
     let helpers = py.import("tensorplay._build")?;
     Builder::new(&checkpoint, tensors, user_objects, helpers).build(checkpoint.root)
 }

@@ -14,14 +14,33 @@ use crate::scan::{
     scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
     unsafe_globals_by_reading, Report, ScanOptions,
 };
-use crate::torch::policy::UserGlobals;
+use crate::torch::policy::{allowed_in_file, UserGlobals};
 
-fn options(user_names: Vec<String>, limits: LimitOverrides) -> ScanOptions {
+/// The scan's options for `source`: the user's allowlist, and what the file's
+/// name allows beyond it (a distributed checkpoint's `.metadata`).
+fn options(
+    source: &Bound<'_, PyAny>,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+) -> ScanOptions {
+    let by_name = file_name(source).map_or(&[][..], |name| allowed_in_file(&name));
+    let names = user_names
+        .into_iter()
+        .chain(by_name.iter().map(|n| (*n).to_owned()));
     ScanOptions {
         limits: limits.0,
-        user_globals: UserGlobals::new(user_names),
+        user_globals: UserGlobals::new(names),
         pickles_only: false,
     }
+}
+
+/// The file name of a path `source` (None for the bytes of a file).
+fn file_name(source: &Bound<'_, PyAny>) -> Option<String> {
+    let path: PathBuf = source
+        .cast::<PyBytes>()
+        .is_err()
+        .then(|| source.extract().ok())??;
+    Some(path.file_name()?.to_string_lossy().into_owned())
 }
 
 /// Scan a path or a bytes object; returns the report as a dict.
@@ -36,7 +55,7 @@ pub fn scan<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let options = ScanOptions {
         pickles_only,
-        ..options(user_names, limits)
+        ..options(source, user_names, limits)
     };
     if pickles_only && source.cast::<PyBytes>().is_err() {
         let path: PathBuf = source.extract()?;
@@ -51,14 +70,7 @@ pub fn scan<'py>(
         options.limits.max_inflated_bytes,
     )?;
     // The file's name: bytes that are no model count against a name that says model.
-    let path: Option<PathBuf> = match source.cast::<PyBytes>() {
-        Ok(_) => None,
-        Err(_) => source.extract().ok(),
-    };
-    let name = path
-        .as_deref()
-        .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned());
+    let name = file_name(source);
     let report = py.detach(|| {
         let bytes = data.bytes();
         let name = name.as_deref();
@@ -113,7 +125,7 @@ pub fn globals_outside_allowlist(
     user_names: Vec<String>,
     limits: LimitOverrides,
 ) -> PyResult<Vec<String>> {
-    let options = options(user_names, limits);
+    let options = options(source, user_names, limits);
     let path = match source.cast::<PyBytes>() {
         Ok(_) => None, // the file's bytes, not a path
         Err(_) => source.extract::<PathBuf>().ok(),

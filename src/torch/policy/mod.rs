@@ -4,12 +4,14 @@
 //! disagree about a name.
 
 mod allowlist;
+mod by_file;
 mod denylist;
 mod py2_names;
 
 use std::collections::BTreeMap;
 
 pub use allowlist::{builtin, Builtin, QScheme, RebuildFn};
+pub use by_file::{allowed_in_file, is_dcp_metadata, DCP_METADATA_GLOBALS};
 pub use denylist::{blocked, family, is_dangerous, Blocked, Family, FAMILIES};
 pub use py2_names::map_py2;
 

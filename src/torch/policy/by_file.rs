@@ -1,0 +1,64 @@
+//! Globals a file may name because of what the file is, beyond the allowlist:
+//! a distributed checkpoint's `.metadata` pickles `torch.distributed.checkpoint`'s
+//! own metadata classes, which no other file needs. Loads (through
+//! `tensorplay.dcp`) and scans take them from here, so they cannot disagree.
+
+/// What `torch.distributed.checkpoint` pickles into `.metadata` (torch 2.13 to
+/// 2.15): dataclasses built from their fields, the memory-format enum, and the
+/// checkpoint's path. Each is data: built with `__new__` and its state, or called
+/// with plain values (the enum with an int, a path class with strings). pathlib's
+/// classes stay dangerous elsewhere: a path is what file gadgets act on.
+pub const DCP_METADATA_GLOBALS: &[&str] = &[
+    "torch.distributed.checkpoint.metadata.Metadata",
+    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+    "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta",
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "pathlib.PosixPath",
+    "pathlib.WindowsPath",
+    "pathlib.PurePosixPath",
+    "pathlib.PureWindowsPath",
+];
+
+/// Is `file_name` a distributed checkpoint's metadata: `.metadata`, or a rank's
+/// own `__<rank>.metadata` (written when ranks do not coordinate)?
+pub fn is_dcp_metadata(file_name: &str) -> bool {
+    file_name == ".metadata"
+        || (file_name.strip_prefix("__"))
+            .and_then(|rest| rest.strip_suffix(".metadata"))
+            .is_some_and(|rank| !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The globals a file named `file_name` may name beyond the allowlist.
+pub fn allowed_in_file(file_name: &str) -> &'static [&'static str] {
+    if is_dcp_metadata(file_name) {
+        DCP_METADATA_GLOBALS
+    } else {
+        &[]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_metadata_files_name_dcp_classes() {
+        for name in [".metadata", "__0.metadata", "__17.metadata"] {
+            assert_eq!(allowed_in_file(name), DCP_METADATA_GLOBALS, "{name}");
+        }
+        for name in [
+            "metadata",
+            "x.metadata",
+            "__.metadata",
+            "__a.metadata",
+            "data.pkl",
+        ] {
+            assert!(allowed_in_file(name).is_empty(), "{name}");
+        }
+    }
+}
