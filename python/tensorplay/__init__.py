@@ -21,6 +21,7 @@ from ._limits import default_limits, set_default_limits
 # block never runs (and `typing` is not imported for its TYPE_CHECKING).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from . import dcp as dcp
     from . import scanner as scanner
     from . import serialization as serialization
     from . import utils as utils
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "serialization": ("serialization", None),
     "scanner": ("scanner", None),
+    "dcp": ("dcp", None),
     "utils": ("utils.serialization", None),
     "load": ("serialization", "load"),
     "save": ("serialization", "save"),

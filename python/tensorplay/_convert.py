@@ -63,15 +63,80 @@ def _json(value: Any) -> str:
 
 def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False, metadata: bool = False,
             progress: Callable[[int, int], None] | None = None, report: Callable[[str], None] | None = None) -> dict:
-    """Convert ``source`` to safetensors at ``target``. Returns a summary."""
-    from safetensors.numpy import save_file
-
+    """Convert ``source`` to safetensors at ``target``. Returns a summary. A
+    sharded checkpoint (its index, or a folder holding one) converts shard by
+    shard into the folder ``target``, with a ``model.safetensors.index.json``."""
+    index = _sharded_index(source)
+    if index is not None:
+        return _convert_shards(index, os.fspath(target), force, metadata, progress, report)
     target = os.fspath(target)
     if os.path.exists(target) and not force:
         raise FileExistsError(f"{target} exists; pass force=True (--force) to overwrite it")
+    summary, _ = _write(load(source, backend="numpy"), target, metadata, progress, report)
+    return summary
+
+
+def _sharded_index(source: Any) -> str | None:
+    from . import _sharded, dcp
+
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        return None if dcp.is_dcp_folder(path) else _sharded.find_index(path)
+    return path if _sharded.is_index(path) else None
+
+
+def _convert_shards(index_path: str, folder: str, force: bool, metadata: bool,
+                    progress: Callable[[int, int], None] | None, report: Callable[[str], None] | None) -> dict:
+    """Each torch shard becomes the safetensors shard of the same keys (the same
+    boundaries, as Hugging Face's conversion keeps them), each checked by reading
+    it back; the index is written last, so a folder with an index is complete."""
+    from . import _sharded
+
+    index = _sharded.Index(index_path)
+    shards = index.shards
+    names = [_safetensors_name(shard, i, len(shards)) for i, shard in enumerate(shards, 1)]
+    outputs = [os.path.join(folder, n) for n in [*names, SAFETENSORS_INDEX]]
+    if not force and any(os.path.exists(p) for p in outputs):
+        raise FileExistsError(f"{folder} already holds converted shards; pass force=True (--force) to overwrite them")
+    os.makedirs(folder, exist_ok=True)
+    weight_map: dict[str, str] = {}
+    totals = {"tensors": 0, "shared": 0, "other_values": 0}
+    total_size = 0
+    for shard, name in zip(shards, names):
+        summary, written = _write(load(index.shard_path(shard), backend="numpy"), os.path.join(folder, name),
+                                  metadata, progress, report)
+        for key, array in written.items():
+            weight_map[key] = name
+            total_size += array.nbytes
+        for key in totals:
+            totals[key] += summary[key]
+    document = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    with replacing(os.path.join(folder, SAFETENSORS_INDEX)) as tmp, open(tmp, "w") as f:
+        json.dump(document, f, indent=2, sort_keys=True)
+    return {**totals, "shards": len(shards)}
+
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+def _safetensors_name(shard: str, i: int, n: int) -> str:
+    """``pytorch_model-00001-of-00003.bin`` becomes ``model-00001-of-00003.safetensors``."""
+    if shard.startswith("pytorch_model") and shard.endswith(".bin"):
+        return "model" + shard[len("pytorch_model"):-len(".bin")] + ".safetensors"
+    return f"model-{i:05d}-of-{n:05d}.safetensors"
+
+
+def _write(state: Any, target: str, metadata: bool, progress: Callable[[int, int], None] | None,
+           report: Callable[[str], None] | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Write one safetensors file of ``state``, read it back and compare; the
+    summary and the arrays written, by name."""
+    from safetensors.numpy import load_file, save_file
+
     tensors: dict[str, np.ndarray] = {}
     others: dict[str, Any] = {}
-    _flatten(load(source, backend="numpy"), "", tensors, others)
+    _flatten(state, "", tensors, others)
     kept: dict[tuple, str] = {}
     out: dict[str, np.ndarray] = {}
     meta = {"format": "pt"}
@@ -92,4 +157,17 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
             report(f"left out non-tensor value {name or '<root>'} = {value!r:.80}")
     with replacing(target) as tmp:
         save_file(out, tmp, metadata=meta)
-    return {"tensors": len(out), "shared": len(tensors) - len(out), "other_values": len(others)}
+        _check_reload(tmp, out, load_file)
+    return {"tensors": len(out), "shared": len(tensors) - len(out), "other_values": len(others)}, out
+
+
+def _check_reload(path: str, written: dict[str, np.ndarray], load_file: Callable[[str], dict]) -> None:
+    """The file just written holds exactly ``written``, byte for byte (a regular
+    file: a device or pipe written through cannot be read back)."""
+    if not os.path.isfile(path):
+        return
+    back = load_file(path)
+    if back.keys() != written.keys() or any(
+            back[k].dtype != a.dtype or back[k].shape != a.shape or back[k].tobytes() != a.tobytes()
+            for k, a in written.items()):
+        raise RuntimeError(f"{path}: the safetensors file read back differs from what was written")

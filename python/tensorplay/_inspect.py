@@ -71,8 +71,15 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None) -> Inspection:
 
     ``f`` is what ``load`` takes (a path, a PathLike or a binary file object), or
     the file's bytes."""
+    import os
+
     from .serialization import _source
 
+    if isinstance(f, (str, os.PathLike)) and os.path.isdir(f):
+        from . import dcp
+
+        if dcp.is_dcp_folder(f):
+            return Inspection("dcp", dcp.structure(f))
     source = f if isinstance(f, bytes) else _source(f, mmap=False)[0]
     names, objects = _allowlist.resolved()
     fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits))

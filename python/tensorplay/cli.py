@@ -128,8 +128,9 @@ def _convert(args: argparse.Namespace) -> int:
         from ._core import UnsafeCheckpointError
 
         return EXIT_UNSAFE if isinstance(e, UnsafeCheckpointError) else EXIT_UNREADABLE
-    print(f"wrote {args.target}: {summary['tensors']} tensors, {summary['shared']} shared names in the metadata, "
-          f"{summary['other_values']} other values {'in the metadata' if args.metadata else 'left out'}")
+    shards = f" ({summary['shards']} shards and model.safetensors.index.json)" if "shards" in summary else ""
+    print(f"wrote {args.target}{shards}: {summary['tensors']} tensors, {summary['shared']} shared names in the "
+          f"metadata, {summary['other_values']} other values {'in the metadata' if args.metadata else 'left out'}")
     return 0
 
 
@@ -176,8 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(run=_inspect)
     convert = sub.add_parser("convert", help="convert a checkpoint to safetensors (no torch, no code run)",
                              formatter_class=_HelpFormatter)
-    convert.add_argument("source")
-    convert.add_argument("target", help="OUT.safetensors")
+    convert.add_argument("source", help="a checkpoint file, a distributed checkpoint's folder, or a sharded "
+                                        "checkpoint (its *.index.json, or the folder holding it)")
+    convert.add_argument("target", help="OUT.safetensors; for a sharded checkpoint, the folder for its shards")
     convert.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     convert.add_argument("--metadata", action="store_true", help="store non-tensor values as JSON in the metadata")
     convert.set_defaults(run=_convert)

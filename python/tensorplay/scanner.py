@@ -180,7 +180,25 @@ def _scan_target(path: str, problem: str | None, allow: list[str], pickles_only:
         return ScanReport(path, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only)
     if path == STDIN:
         return scan("/dev/stdin", allow=allow, pickles_only=pickles_only)._replace(path=STDIN)
-    return scan(path, allow=allow, pickles_only=pickles_only)
+    report = scan(path, allow=allow, pickles_only=pickles_only)
+    if path.endswith(".index.json") and report.verdict != "unreadable":
+        report = _check_shard_index(report)
+    return report
+
+
+def _check_shard_index(report: ScanReport) -> ScanReport:
+    """A sharded checkpoint's index names the files a loader reads: one that is
+    not JSON of that shape, names a file outside its folder, or names a shard that
+    is missing makes the checkpoint unreadable. (The shards are scanned as files.)"""
+    from . import _sharded
+
+    try:
+        problems = _sharded.Index(report.path).problems()
+    except (OSError, _core.CheckpointError) as e:
+        problems = [str(e)]
+    if not problems:
+        return report
+    return report._replace(verdict="unreadable", problems=(*report.problems, *problems))
 
 
 def scan_paths(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import importlib.util
 import io
 import mmap as _mmap
@@ -392,6 +393,8 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
                            "and its pickle module (that runs code from the file)")
     if isinstance(f, (str, os.PathLike)) and _is_safetensors(os.fspath(f)):
         return _load_safetensors(os.fspath(f), map_location, _resolve_backend(backend))
+    if isinstance(f, (str, os.PathLike)) and _is_many_files(os.fspath(f)):
+        return _load_many_files(os.fspath(f), map_location, mmap, backend, limits, pickle_load_args)
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
@@ -424,6 +427,39 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     obj, taken = loaded
     f.seek(start + taken)
     return obj
+
+
+def _is_many_files(path: str) -> bool:
+    """A checkpoint of several files: a folder (a distributed checkpoint, or shards
+    with their index), a shard index, or a distributed checkpoint's ``.metadata``."""
+    from . import _sharded
+
+    return os.path.isdir(path) or _sharded.is_index(path) or bool(_core.allowed_in_file(os.path.basename(path)))
+
+
+def _load_many_files(path: str, map_location: Any, mmap: bool, backend: _Backend | None,
+                     limits: dict[str, int] | None, pickle_load_args: dict[str, Any]) -> Any:
+    """A folder or file that names others: shards load in parallel, each as
+    ``load`` loads a file; a distributed checkpoint's folder gives its whole state
+    dict (on the CPU), its ``.metadata`` file the ``Metadata``."""
+    from . import _sharded, dcp
+
+    index = _sharded.find_index(path) if os.path.isdir(path) and not dcp.is_dcp_folder(path) else path
+    if index is not None and _sharded.is_index(index):
+        return _sharded.load(index, lambda shard: load(shard, map_location, mmap=mmap, backend=backend,
+                                                        limits=limits, **pickle_load_args), _copy_threads())
+    if index is None:
+        raise IsADirectoryError(errno.EISDIR, "a folder is a checkpoint only when it holds a distributed "
+                                "checkpoint's .metadata or a shard index (*.index.json)", path)
+    if map_location not in (None, "cpu") and str(map_location) != "cpu":
+        raise ValueError(f"a distributed checkpoint loads onto the CPU; map_location={map_location!r} is not "
+                         "supported for it (move the tensors after loading, or use dcp.load with "
+                         "tensorplay.dcp.FileSystemReader)")
+    if mmap:
+        raise ValueError("mmap=True is not supported for a distributed checkpoint yet: its chunks are copied")
+    if not os.path.isdir(path):
+        return dcp.read_metadata(path, backend=backend, limits=limits)
+    return dcp.load(path, backend=backend)
 
 
 def _is_safetensors(path: str) -> bool:

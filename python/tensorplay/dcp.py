@@ -1,0 +1,339 @@
+"""Distributed checkpoints (``torch.distributed.checkpoint``, "DCP"), read without
+running code from them.
+
+A DCP folder holds ``.metadata`` (a pickle of DCP's metadata classes: which
+tensors and items there are, their chunks, and where each chunk's bytes are) and
+``__<rank>_<n>.distcp`` files: each chunk of a tensor, and each non-tensor item,
+is one ``torch.save`` archive at the offset ``.metadata`` gives. torch's own
+reader unpickles ``.metadata`` with ``pickle.load`` and its default planner loads
+non-tensor items with ``torch.load(weights_only=False)``: both run whatever code
+the files name. Here ``.metadata`` runs through the restricted VM with exactly
+DCP's metadata classes allowlisted (``_core.allowed_in_file``, the list the
+scanner uses too), and every chunk and item through ``tensorplay.load``'s rules.
+
+- ``FileSystemReader(path)``: a ``StorageReader`` for ``dcp.load`` (needs torch).
+- ``read_metadata(path)``: the ``Metadata`` of a folder or of a ``.metadata`` file.
+- ``load(folder)``: the whole state dict, nested as saved, tensors assembled from
+  their chunks, with either backend (what ``tensorplay.load(folder)`` returns).
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from . import _allowlist, _core, _limits
+from ._core import MalformedCheckpointError, UnsupportedCheckpointError
+
+METADATA_FILE = ".metadata"
+
+
+def is_dcp_folder(path: str | os.PathLike[str]) -> bool:
+    """A folder holding a DCP ``.metadata`` file."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, METADATA_FILE))
+
+
+# --- .metadata ---------------------------------------------------------------------------
+
+class _Record:
+    """One of DCP's metadata classes read as data, without torch: its fields as
+    attributes (the dataclass fields DCP pickles as the object's state)."""
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:  # MetadataIndex keys storage_data
+        return hash((type(self).__name__, *sorted(vars(self).items())))
+
+
+class TensorProperties(_Record):
+    """DCP pickles its fields as a tuple: dtype, layout, requires_grad, memory
+    format (an int), pin_memory."""
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        if not isinstance(state, tuple) or len(state) != 5:
+            raise ValueError(f"TensorProperties state must be a 5-tuple, not {state!r}")
+        self.dtype, self.layout, self.requires_grad, self.memory_format, self.pin_memory = state
+
+
+def _memory_format_code(code: int) -> int:
+    return code
+
+
+_RECORD_CLASSES: dict[str, Any] = {
+    name: type(name, (_Record,), {"__module__": __name__})
+    for name in ("Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+                 "MetadataIndex", "StorageMeta", "_StorageInfo")
+}
+_RECORD_CLASSES["TensorProperties"] = TensorProperties
+_RECORD_CLASSES["_MEM_FORMAT_ENCODING"] = _memory_format_code
+
+
+def _metadata_globals(backend: str) -> list[tuple[Any, str]]:
+    """DCP's metadata classes, by the names ``.metadata`` gives them: torch's own
+    with the torch backend (what ``dcp.load``'s planners expect), plain records
+    with the numpy one. Path classes are pathlib's in both."""
+    import pathlib
+
+    entries = []
+    for name in _core.allowed_in_file(METADATA_FILE):
+        module, _, attr = name.rpartition(".")
+        if module == "pathlib":
+            obj = getattr(pathlib, attr)
+        elif backend == "torch":
+            import importlib
+
+            obj = getattr(importlib.import_module(module), attr)
+        else:
+            obj = _RECORD_CLASSES[attr]
+        entries.append((obj, name))
+    return entries
+
+
+def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
+                  limits: dict[str, int] | None = None) -> Any:
+    """The ``Metadata`` of a DCP folder (or of a ``.metadata`` file): torch's class
+    with the torch backend, a plain record of the same fields with numpy."""
+    from .serialization import _resolve_backend
+
+    path = os.fspath(path)
+    file = os.path.join(path, METADATA_FILE) if os.path.isdir(path) else path
+    chosen = _resolve_backend(backend)  # type: ignore[arg-type]
+    with open(file, "rb") as f:
+        data = f.read()
+    names, objects = _allowlist.resolved()
+    for obj, name in _metadata_globals(chosen):
+        names.append(name)
+        objects.append(obj)
+    return _core.loads(data, name=file, backend=chosen, user_names=names, user_objects=objects,
+                       limits=_limits.merged(limits))
+
+
+# --- items --------------------------------------------------------------------------------
+
+def _read_span(folder: str, info: Any) -> bytes:
+    """The bytes ``_StorageInfo`` points at: a file of the folder, an offset, a length."""
+
+    if getattr(info, "transform_descriptors", None):
+        raise UnsupportedCheckpointError(
+            f"{info.relative_path}: the item is stored behind stream transforms {info.transform_descriptors!r}, "
+            "which tensorplay does not read")
+    relative = os.fspath(info.relative_path)
+    if os.path.isabs(relative) or ".." in relative.replace("\\", "/").split("/"):
+        raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file inside its folder")
+    offset, length = info.offset, info.length
+    if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length < 0:
+        raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
+    with open(os.path.join(folder, relative), "rb") as f:
+        data = os.pread(f.fileno(), length, offset)
+    if len(data) != length:
+        raise MalformedCheckpointError(
+            f"{relative}: the item at byte {offset} needs {length} bytes, the file has {len(data)}")
+    return data
+
+
+def _load_item(folder: str, info: Any, backend: str) -> Any:
+    from .serialization import load
+
+    return load(io.BytesIO(_read_span(folder, info)), backend=backend)  # type: ignore[arg-type]
+
+
+# --- the whole state dict ----------------------------------------------------------------
+
+def load(folder: str | os.PathLike[str], *, backend: str | None = None) -> dict[str, Any]:
+    """Every tensor and item of a DCP folder, nested as it was saved (dicts, and
+    lists where the saved path has list indices), each tensor assembled from its
+    chunks on the CPU. Torch tensors with the torch backend, numpy arrays with numpy."""
+    from .serialization import _resolve_backend
+
+    folder = os.fspath(folder)
+    chosen = _resolve_backend(backend)  # type: ignore[arg-type]
+    metadata = read_metadata(folder, backend=chosen)
+    chunks: dict[str, list[tuple[Any, Any]]] = {}
+    for index, info in metadata.storage_data.items():
+        chunks.setdefault(index.fqn, []).append((index, info))
+    flat: dict[str, Any] = {}
+    for fqn, md in metadata.state_dict_metadata.items():
+        pieces = chunks.get(fqn, [])
+        if type(md).__name__ == "BytesStorageMetadata":
+            if len(pieces) != 1:
+                raise MalformedCheckpointError(f"{fqn}: a non-tensor item needs one stored span, found {len(pieces)}")
+            flat[fqn] = _load_item(folder, pieces[0][1], chosen)
+        else:
+            flat[fqn] = _assemble(folder, fqn, md, pieces, chosen)
+    return _nest(flat, getattr(metadata, "planner_data", None) or {})
+
+
+def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``tensorplay.inspect`` shows of a DCP folder: the state dict as saved,
+    each tensor a ``TensorInfo`` from the metadata (no chunk read), each non-tensor
+    item loaded (numpy backend)."""
+    from ._types import TensorInfo
+
+    folder = os.fspath(folder)
+    metadata = read_metadata(folder, backend="numpy")
+    itemsizes = {name: row[0] for name, row in _core.dtypes().items()}
+    spans: dict[str, Any] = {}
+    for index, info in metadata.storage_data.items():
+        spans.setdefault(index.fqn, info)
+    flat: dict[str, Any] = {}
+    for fqn, md in metadata.state_dict_metadata.items():
+        info = spans.get(fqn)
+        if type(md).__name__ == "BytesStorageMetadata":
+            flat[fqn] = _load_item(folder, info, "numpy") if info is not None else None
+            continue
+        shape = tuple(int(n) for n in md.size)
+        stride, step = [], 1
+        for n in reversed(shape):
+            stride.insert(0, step)
+            step *= max(n, 1)
+        numel = 1
+        for n in shape:
+            numel *= n
+        dtype = md.properties.dtype
+        flat[fqn] = TensorInfo(dtype=dtype, shape=shape, stride=tuple(stride),
+                               storage=fqn,  # DCP keys each tensor's storage by its name
+                               offset=None if info is None else info.offset,
+                               nbytes=numel * itemsizes.get(dtype, 0), device="cpu",
+                               requires_grad=bool(md.properties.requires_grad))
+    return _nest(flat, getattr(metadata, "planner_data", None) or {})
+
+
+def _assemble(folder: str, fqn: str, md: Any, pieces: list[tuple[Any, Any]], backend: str) -> Any:
+    """A tensor of ``md.size`` from its chunks, each placed at its offsets."""
+
+    size = tuple(int(n) for n in md.size)
+    parts = [(tuple(int(o) for o in getattr(index, "offset", None) or ()), _load_item(folder, info, backend))
+             for index, info in pieces]
+    if len(parts) == 1 and parts[0][0] == (0,) * len(size) and tuple(parts[0][1].shape) == size:
+        return parts[0][1]
+    if not parts:
+        raise MalformedCheckpointError(f"{fqn}: a tensor of size {size} has no stored chunk")
+    first = parts[0][1]
+    if backend == "torch":
+        import torch
+
+        whole = torch.zeros(size, dtype=first.dtype)
+    else:
+        import numpy as np
+
+        whole = np.zeros(size, dtype=first.dtype)
+    for offsets, chunk in parts:
+        shape = tuple(chunk.shape)
+        if (len(offsets) != len(size) or len(shape) != len(size) or chunk.dtype != first.dtype
+                or any(o < 0 or o + n > s for o, n, s in zip(offsets, shape, size))):
+            raise MalformedCheckpointError(
+                f"{fqn}: a chunk of shape {shape} at {offsets} does not fit a tensor of size {size}")
+        whole[tuple(slice(o, o + n) for o, n in zip(offsets, shape))] = chunk
+    return whole
+
+
+def _nest(flat: dict[str, Any], paths: dict[str, Any]) -> dict[str, Any]:
+    """The state dict as saved: each flattened key put back at its saved path
+    (``planner_data``: the keys and list indices that led to it)."""
+
+    root: dict[str, Any] = {}
+    for fqn, value in flat.items():
+        path = paths.get(fqn, (fqn,))
+        if not isinstance(path, (tuple, list)) or not path:
+            raise MalformedCheckpointError(f"{fqn}: bad saved path {path!r}")
+        node: Any = root
+        for key, next_key in zip(path[:-1], path[1:]):
+            node = _child(node, key, [] if isinstance(next_key, int) else {}, fqn)
+        _put(node, path[-1], value, fqn)
+    return root
+
+
+def _child(node: Any, key: Any, empty: Any, fqn: str) -> Any:
+    if isinstance(node, list):
+        _put(node, key, None, fqn, keep=True)
+        if node[key] is None:
+            node[key] = empty
+        return node[key]
+    return node.setdefault(key, empty)
+
+
+def _put(node: Any, key: Any, value: Any, fqn: str, keep: bool = False) -> None:
+
+    if isinstance(node, list):
+        if not isinstance(key, int) or key < 0 or key > 1 << 24:
+            raise MalformedCheckpointError(f"{fqn}: bad list index {key!r} in its saved path")
+        node.extend([None] * (key + 1 - len(node)))
+        if not keep:
+            node[key] = value
+    elif isinstance(node, dict):
+        node[key] = value
+    else:
+        raise MalformedCheckpointError(f"{fqn}: its saved path runs through a value, not a dict or list")
+
+
+# --- a StorageReader for dcp.load ---------------------------------------------------------
+
+def _reader_class() -> type:
+    """``FileSystemReader``, built on first use: it subclasses torch's."""
+    import torch
+    from torch.distributed._shard._utils import narrow_tensor_by_index
+    from torch.distributed.checkpoint import filesystem
+    from torch.distributed.checkpoint.metadata import StorageMeta
+    from torch.distributed.checkpoint.planner import LoadItemType
+    from torch.futures import Future
+
+    from .serialization import load as safe_load
+
+    class FileSystemReader(filesystem.FileSystemReader):
+        """torch's ``FileSystemReader`` with its two unsafe steps replaced:
+        ``.metadata`` through the restricted VM, and every tensor chunk and item
+        through ``tensorplay.load``. A non-tensor item reaches the planner as a
+        ``torch.save`` of what tensorplay built from it, so a planner that
+        unpickles it (the default one does, with ``weights_only=False``) sees only
+        allowlisted objects."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            rank = kwargs.get("rank")
+            name = METADATA_FILE if rank is None else f"__{rank}{METADATA_FILE}"
+            metadata = read_metadata(os.path.join(os.fspath(self.path), name), backend="torch")
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+        def read_data(self, plan: Any, planner: Any) -> Any:
+            folder = os.fspath(self.path)
+            for req in sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
+                                                         self.storage_data[r.storage_index].offset)):
+                info = self.storage_data[req.storage_index]
+                data = io.BytesIO(_read_span(folder, info))
+                if req.type == LoadItemType.BYTE_IO:
+                    safe = io.BytesIO()
+                    torch.save(safe_load(data, map_location="cpu"), safe)
+                    safe.seek(0)
+                    planner.load_bytes(req, safe)
+                    continue
+                tensor = safe_load(data, map_location="cpu")
+                if not isinstance(tensor, torch.Tensor):
+
+                    raise MalformedCheckpointError(
+                        f"{req.storage_index.fqn}: the chunk holds a {type(tensor).__name__}, not a tensor")
+                tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+                target = planner.resolve_tensor(req).detach()
+                if target.size() != tensor.size():
+                    raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
+                target.copy_(tensor)
+                planner.commit_tensor(req, target)
+            fut: Future = Future()
+            fut.set_result(None)
+            return fut
+
+    FileSystemReader.__module__ = __name__
+    return FileSystemReader
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FileSystemReader":
+        cls = globals()[name] = _reader_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""Distributed checkpoints (torch.distributed.checkpoint) written by the real torch,
+in one process and by a gloo job of two ranks, read back by tensorplay: through
+``dcp.load`` with ``tensorplay.dcp.FileSystemReader`` (resharded onto four ranks,
+and in part), by ``tensorplay.load(folder)`` with both backends, and by the
+scanner. Hostile metadata and items are refused and flagged, and nothing runs."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import warnings
+
+import dcp_workers
+import numpy as np
+import pytest
+import tensorplay
+import tensorplay.dcp
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint.api import CheckpointException
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, world: int, *args) -> None:
+    mp.spawn(fn, args=(world, _free_port(), *args), nprocs=world, join=True)
+
+
+def _single_process_state() -> dict:
+    g = torch.Generator().manual_seed(7)
+    return {
+        "model": {
+            "w": torch.randn(5, 3, generator=g),
+            "half": torch.randn(4, generator=g).half(),
+            "bf16": torch.randn(3, 2, generator=g).bfloat16(),
+            "i8": torch.randint(-100, 100, (6,), generator=g, dtype=torch.int8),
+            "flags": torch.tensor([True, False, True]),
+            "scalar": torch.tensor(3.5),
+            "empty": torch.zeros(0, 4),
+        },
+        "layers": [torch.ones(2), torch.arange(3.0)],
+        "step": 11,
+        "meta": {"name": "run-1", "betas": (0.9, 0.999), "none": None},
+    }
+
+
+def _save_single(folder) -> dict:
+    state = _single_process_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(state, checkpoint_id=str(folder))
+    return state
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dcp_single")
+    return folder, _save_single(folder)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dcp_two_ranks")
+    _spawn(dcp_workers.save, 2, str(folder))
+    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    return folder
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _assert_same(loaded, expected) -> None:
+    if isinstance(expected, torch.Tensor):
+        if isinstance(loaded, np.ndarray):
+            assert loaded.shape == tuple(expected.shape)
+            assert loaded.dtype == _as_numpy(expected).dtype
+            assert np.array_equal(loaded, _as_numpy(expected))
+        else:
+            assert loaded.dtype == expected.dtype and torch.equal(loaded, expected)
+    elif isinstance(expected, dict):
+        assert loaded.keys() == expected.keys()
+        for key in expected:
+            _assert_same(loaded[key], expected[key])
+    elif isinstance(expected, list):
+        assert isinstance(loaded, list) and len(loaded) == len(expected)
+        for a, b in zip(loaded, expected):
+            _assert_same(a, b)
+    else:
+        assert loaded == expected
+
+
+# --- one process ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_a_folder_loads_as_it_was_saved(single, backend):
+    folder, state = single
+    _assert_same(tensorplay.load(folder, backend=backend), state)
+
+
+def test_a_folder_loads_without_torch(single):
+    folder, state = single
+    code = ("import sys; sys.modules['torch'] = None\nimport json, tensorplay\n"
+            f"sd = tensorplay.load({str(folder)!r})\n"
+            "print(json.dumps({'w': sd['model']['w'].tolist(), 'step': sd['step'], 'name': sd['meta']['name'], "
+            "'layers': [a.tolist() for a in sd['layers']]}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    got = json.loads(out.stdout)
+    assert np.allclose(got["w"], state["model"]["w"].numpy()) and got["step"] == 11
+    assert got["name"] == "run-1" and got["layers"] == [[1.0, 1.0], [0.0, 1.0, 2.0]]
+
+
+def test_metadata_reads_as_torchs_reader_reads_it(single):
+    folder, _ = single
+    ours = tensorplay.dcp.read_metadata(folder)
+    theirs = dcp.FileSystemReader(str(folder)).read_metadata()  # trusted here: the test wrote it
+    assert type(ours) is type(theirs)
+    assert ours.state_dict_metadata == theirs.state_dict_metadata
+    assert ours.planner_data == theirs.planner_data
+    assert ours.storage_data == theirs.storage_data
+    assert tensorplay.load(folder / ".metadata").storage_data == theirs.storage_data
+
+
+def test_dcp_load_through_tensorplays_reader_equals_torchs(single):
+    folder, state = single
+
+    def target():
+        empty = {k: torch.zeros_like(v) for k, v in state["model"].items()}
+        return {"model": empty, "layers": [torch.zeros(2), torch.zeros(3)], "step": 0,
+                "meta": {"name": "", "betas": (0.0, 0.0), "none": 1}}
+
+    ours, theirs = target(), target()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(ours, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
+        dcp.load(theirs, storage_reader=dcp.FileSystemReader(str(folder)))
+    _assert_same(ours, theirs)
+    _assert_same(ours, state)
+
+
+def test_inspect_and_convert_read_a_folder(single, tmp_path):
+    folder, state = single
+    info = tensorplay.inspect(folder)
+    tensors = dict(info.tensors())
+    assert info.format == "dcp"
+    assert tensors["model.w"].shape == (5, 3) and tensors["model.w"].dtype == "float32"
+    assert tensors["layers.1"].shape == (3,)
+    out = tmp_path / "model.safetensors"
+    subprocess.run([sys.executable, "-m", "tensorplay", "convert", str(folder), str(out)], check=True,
+                   capture_output=True, timeout=120)
+    from safetensors.torch import load_file
+
+    converted = load_file(out)
+    assert torch.equal(converted["model.w"], state["model"]["w"])
+    assert torch.equal(converted["layers.1"], state["layers"][1])
+
+
+def _scan(path) -> tuple[int, list[dict]]:
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(path)],
+                            capture_output=True, timeout=120)
+    return result.returncode, json.loads(result.stdout or b"[]")
+
+
+def test_scan_calls_folders_torch_wrote_clean(single, sharded):
+    for folder in (single[0], sharded):
+        code, reports = _scan(folder)
+        assert code == 0, reports
+        assert {r["verdict"] for r in reports} == {"clean"}
+        assert {os.path.basename(r["path"]) for r in reports} >= {".metadata", "__0_0.distcp"}
+        distcp = next(r for r in reports if r["path"].endswith("__0_0.distcp"))
+        assert distcp["pickles"] > 1  # every chunk's and item's archive, not the first only
+
+
+# --- a gloo job ----------------------------------------------------------------------------
+
+def test_two_ranks_saved_four_load_resharded_through_tensorplays_reader(sharded, tmp_path):
+    ours, theirs = tmp_path / "ours.pt", tmp_path / "theirs.pt"
+    _spawn(dcp_workers.load, 4, str(sharded), "tensorplay", "w,b,emb,step", str(ours))
+    _spawn(dcp_workers.load, 4, str(sharded), "torch", "w,b,emb,step", str(theirs))
+    got, expected = torch.load(ours), torch.load(theirs)
+    _assert_same(got, expected)
+    _assert_same(got["model"], dcp_workers.reference())
+    assert got["step"] == 42 and got["config"] == {"lr": 0.5, "betas": (0.9, 0.99), "name": "run"}
+
+
+def test_a_planner_that_loads_some_keys(sharded, tmp_path):
+    out = tmp_path / "part.pt"
+    _spawn(dcp_workers.load, 2, str(sharded), "tensorplay", "emb", str(out))
+    got = torch.load(out)
+    assert list(got["model"]) == ["emb"] and "step" not in got
+    assert torch.equal(got["model"]["emb"], dcp_workers.reference()["emb"])
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_a_sharded_folder_loads_whole_in_one_process(sharded, backend):
+    loaded = tensorplay.load(sharded, backend=backend)
+    _assert_same(loaded["model"], dcp_workers.reference())
+    assert loaded["step"] == 42 and loaded["config"]["betas"] == (0.9, 0.99)
+
+
+# --- hostile folders -------------------------------------------------------------------------
+
+class _Touch:
+    """Pickles as a call of os.system that creates the marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def _trusted_metadata(folder):
+    return dcp.FileSystemReader(str(folder)).read_metadata()  # the test's own file
+
+
+def _hostile_metadata(folder, marker):
+    metadata = _trusted_metadata(folder)
+    metadata.version = _Touch(marker)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+
+
+def _hostile_item(folder, marker):
+    """The ``step`` item replaced by an archive whose pickle calls os.system, appended
+    to the first .distcp file, and the metadata pointed at it."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    metadata = _trusted_metadata(folder)
+    path = folder / "__0_0.distcp"
+    start = path.stat().st_size
+    with open(path, "ab") as f:
+        torch.save(_Touch(marker), f)
+    length = path.stat().st_size - start
+    index = next(i for i in metadata.storage_data if i.fqn == "step")
+    metadata.storage_data[index] = _StorageInfo(relative_path="__0_0.distcp", offset=start, length=length)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+
+
+@pytest.mark.parametrize("make", [_hostile_metadata, _hostile_item], ids=["metadata", "item"])
+def test_hostile_folders_are_refused_and_flagged_and_nothing_runs(tmp_path, make):
+    folder = tmp_path / "ckpt"
+    state = _save_single(folder)
+    marker = tmp_path / "ran"
+    make(folder, marker)
+    target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
+              "layers": [torch.zeros(2), torch.zeros(3)], "step": 0, "meta": {"name": "", "betas": (0, 0), "none": 1}}
+    # dcp.load reports a reader's error inside its own CheckpointException.
+    with pytest.raises(CheckpointException, match="Weights only load failed") as refused:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load(target, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
+    assert "posix.system" in str(refused.value)
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="system"):
+        tensorplay.load(folder)
+    code, reports = _scan(folder)
+    assert code == 1
+    flagged = [g for r in reports for g in r["globals"] if g["dangerous"]]
+    assert any(g["name"].endswith("system") for g in flagged), reports
+    assert not marker.exists()
