@@ -273,7 +273,10 @@ fn archives_one_after_another_are_each_read() {
     assert_eq!(archive_sequence(&first, 100), None);
     let report = scan_bytes(&stream, &ScanOptions::default());
     assert_eq!(report.verdict(), Verdict::Unsafe, "{report:?}");
-    assert!(report.findings.iter().any(|f| f.name == "posix.system" || f.name == "os.system"));
+    assert!(report
+        .findings
+        .iter()
+        .any(|f| f.name == "posix.system" || f.name == "os.system"));
     // Followed by anything but an archive, the file is not a sequence.
     let trailing = [&first[..], b"junk"].concat();
     assert_eq!(archive_sequence(&trailing, 100), None);
