@@ -1,6 +1,7 @@
 """One measurement process for run.py: ``python benches/_child.py JOBS_JSON``.
 
-JOBS_JSON is a list of jobs ``{"op": ID, "path": FILE, "payload": BYTES}``. The child
+JOBS_JSON is a list of jobs ``{"op": ID, "path": FILE, "payload": BYTES}`` (FILE is a
+folder for the DCP operations). The child
 imports what the operations need first, so import time is never charged; then, for
 each job, it resets the peak-RSS counter, times the operation, and prints one JSON
 line with the wall time and memory. run.py starts a fresh child for every run of
@@ -19,6 +20,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,6 +40,14 @@ IMPORTS = {
     "floor_memcpy": [],
     "floor_objects": ["torch"],
     "floor_scan": [],
+    # torch.load and torch.save import torch.utils.serialization on their first call.
+    "torch_dcp_load": ["torch", "torch.distributed.checkpoint", "torch.utils.serialization"],
+    "torch_dcp_full": ["torch", "torch.distributed.checkpoint.format_utils", "torch.utils.serialization"],
+    "tp_dcp_reader": ["torch", "torch.distributed.checkpoint", "torch.utils.serialization", "tensorplay",
+                      "tensorplay._build", "tensorplay.dcp"],
+    # The torch backend makes .metadata's objects of torch's own DCP classes.
+    "tp_dcp_full": ["torch", "torch.distributed.checkpoint", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
+    "tp_dcp_full_numpy": ["numpy", "ml_dtypes", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
 }
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -180,6 +190,8 @@ def operation(op: str, path: str, payload: int, batch_seconds: float = 0.0):
         return fn, False
     touch_after = op.endswith("_touch")
     base = op.removesuffix("_touch")
+    if "_dcp_" in base:
+        return _dcp_operation(base, path), touch_after
     if base.startswith("tp_"):
         import tensorplay
 
@@ -280,6 +292,73 @@ def operation(op: str, path: str, payload: int, batch_seconds: float = 0.0):
     if base == "floor_objects":
         return _objects_floor(path), False
     raise ValueError(f"unknown operation {op!r}")
+
+
+def _dcp_operation(op: str, folder: str):
+    """A load of a DCP folder: into a state dict that exists already (``dcp.load``,
+    torch's reader or tensorplay's), or the whole folder into a new one (torch's
+    ``dcp_to_torch_save`` without its ``torch.save``, or ``tensorplay.load``)."""
+    if op in ("tp_dcp_full", "tp_dcp_full_numpy"):
+        import tensorplay
+
+        load, backend = tensorplay.load, "numpy" if op.endswith("_numpy") else "torch"
+        return lambda: load(folder, backend=backend)
+    import torch.distributed.checkpoint as dcp  # not before: the numpy backend's load needs no torch
+
+    # Without a process group dcp.load warns that it assumes one process, which is
+    # the case measured; printing the warning is no part of either reader's cost.
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+    if op == "torch_dcp_full":
+        # Exactly what torch 2.13's format_utils.dcp_to_torch_save runs before its torch.save.
+        from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, _load_state_dict
+
+        def full() -> dict:
+            sd: dict = {}
+            _load_state_dict(sd, storage_reader=dcp.FileSystemReader(folder), planner=_EmptyStateDictLoadPlanner(),
+                             no_dist=True)
+            return sd
+
+        return full
+    if op == "tp_dcp_reader":
+        import tensorplay.dcp
+
+        reader = tensorplay.dcp.FileSystemReader  # built (torch's modules imported) on first access: not timed
+    elif op == "torch_dcp_load":
+        reader = dcp.FileSystemReader
+    else:
+        raise ValueError(f"unknown operation {op!r}")
+    target = _dcp_target(folder)
+
+    def load_into() -> dict:
+        dcp.load(target, storage_reader=reader(folder))
+        return target
+
+    return load_into
+
+
+def _dcp_target(folder: str) -> dict:
+    """The state dict ``dcp.load`` fills, built before the timing for both readers,
+    as a training script has it before it loads: the model's tensors exist already,
+    in the saved shapes and dtypes, and are resident (``torch.zeros`` writes its
+    memory, as a model's initialization does), so the timed load pays for reading
+    and copying, not for first-touching its destination. Non-tensor items get a
+    placeholder the planner replaces. Shapes come from the folder's own metadata
+    (our generated data, so torch's unrestricted reader is fine here)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    metadata = dcp.FileSystemReader(folder).read_metadata()
+    target: dict = {}
+    for fqn, md in metadata.state_dict_metadata.items():
+        # planner_data: the keys that led to each flattened item. generate.py nests
+        # dicts only (DCP keeps a list of non-tensors as one item), so no list indices.
+        *parents, key = metadata.planner_data.get(fqn, (fqn,))
+        node = target
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[key] = (torch.zeros(md.size, dtype=md.properties.dtype)
+                     if isinstance(md, dcp.metadata.TensorStorageMetadata) else None)
+    return target
 
 
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",

@@ -1,10 +1,14 @@
-"""Write the benchmark checkpoints, each as a torch file and as a safetensors file.
+"""Write the benchmark checkpoints, each as a torch file and as a safetensors file,
+and gpt2 and many_small also as a distributed checkpoint (DCP) folder.
 
-    python benches/generate.py --scale small|full [--out benches/data]
+    python benches/generate.py --scale small|full [--out benches/data] [--only gpt2,many_small]
 
-Files go to OUT/SCALE/ (e.g. benches/data/full/gpt2.pt and gpt2.safetensors), with a
-manifest.json that run.py reads. Every tensor is random (seeded), so the bytes are
-not compressible and the files are the same on every run.
+Files go to OUT/SCALE/ (e.g. benches/data/full/gpt2.pt, gpt2.safetensors and the
+folder gpt2_dcp/), with a manifest.json that run.py reads. Every tensor is random
+(seeded), so the bytes are not compressible and the files are the same on every run.
+`--only` merges into an existing manifest: `--only gpt2,many_small` adds the DCP
+folders to data written before they existed (rewriting those two checkpoints' files
+byte for byte).
 
 | name        | what                                                        | full size (torch file) |
 | ----------- | ----------------------------------------------------------- | ---------------------- |
@@ -14,6 +18,9 @@ not compressible and the files are the same on every run.
 | training    | {"model", "optimizer" (Adam), "epoch", "step", "loss", "rng"} | ~75 MB                 |
 | views       | slices, transposes, expands, strided views of 4 storages     | ~64 MB                 |
 
+The DCP folders hold the same state dict plus a few non-tensor items ("step",
+"config"), saved by `torch.distributed.checkpoint.save` in one process.
+
 The "small" scale keeps every structure (key names, nesting, views, dtypes) and
 shrinks the sizes so the whole generation takes a few seconds.
 """
@@ -22,12 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
 SCALES = {
@@ -186,6 +196,34 @@ MAKERS = {
     "views": make_views,
 }
 
+# Also written as a DCP folder: a model's worth of big tensors and the per-tensor
+# overhead case. A DCP folder holds one flat state dict, so the nested `training`
+# and the storage-sharing `views` would measure DCP's flattening, not its loading.
+DCP_CHECKPOINTS = ("gpt2", "many_small")
+# Non-tensor items, as a training script saves beside the weights: DCP stores each
+# leaf as its own torch.save, which the readers then load one by one.
+DCP_EXTRA_ITEMS = {"step": 1, "config": {"model": "bench", "lr": 3e-4, "betas": [0.9, 0.95], "tied": True}}
+
+
+def save_dcp(obj: dict, folder: Path) -> dict:
+    """``dcp.save`` in this one process, as a single-GPU job (or a converter) writes
+    one: no process group. Returns the manifest's facts about the folder."""
+    shutil.rmtree(folder, ignore_errors=True)  # dcp.save would leave another run's stray files
+    with warnings.catch_warnings():
+        # Without a process group dcp.save warns that it assumes a single process: that is the intent.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.save({**obj, **DCP_EXTRA_ITEMS}, checkpoint_id=folder)
+    # What the folder holds as DCP sees it: a tied tensor (gpt2's lm_head) is one
+    # entry per name, saved twice, unlike torch.save's shared storage.
+    entries = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata.values()
+    tensors = [md for md in entries if isinstance(md, dcp.metadata.TensorStorageMetadata)]
+    return {
+        "dcp": folder.name,
+        "dcp_bytes": sum(f.stat().st_size for f in folder.iterdir()),
+        "dcp_tensors": len(tensors),
+        "dcp_payload_bytes": sum(md.size.numel() * md.properties.dtype.itemsize for md in tensors),
+    }
+
 
 # --- facts about what was written -----------------------------------------------------
 
@@ -229,6 +267,7 @@ def generate(scale: str, out: Path, only: list[str] | None = None, quiet: bool =
         pt, sf = out / f"{name}.pt", out / f"{name}.safetensors"
         torch.save(obj, pt)
         save_file(st, sf, metadata=extra.pop("metadata", None))
+        dcp_facts = save_dcp(obj, out / f"{name}_dcp") if name in DCP_CHECKPOINTS else {}
         n_tensors, n_storages, payload = _payload(obj)
         st_payload = sum(v.nbytes for v in st.values())
         manifest["checkpoints"][name] = {
@@ -241,12 +280,15 @@ def generate(scale: str, out: Path, only: list[str] | None = None, quiet: bool =
             "tensors": n_tensors,
             "storages": n_storages,
             "safetensors_tensors": len(st),
+            **dcp_facts,
             **extra,
         }
         del obj, st
         if not quiet:
+            dcp_note = f", {dcp_facts['dcp_bytes'] / 2**20:.1f} MiB DCP" if dcp_facts else ""
             print(f"{name:11s} {pt.stat().st_size / 2**20:9.1f} MiB torch, {sf.stat().st_size / 2**20:9.1f} MiB "
-                  f"safetensors, {n_tensors} tensors in {n_storages} storages ({time.perf_counter() - t0:.1f} s)")
+                  f"safetensors{dcp_note}, {n_tensors} tensors in {n_storages} storages "
+                  f"({time.perf_counter() - t0:.1f} s)")
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

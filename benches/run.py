@@ -1,5 +1,6 @@
-"""Side-by-side load and scan benchmarks: tensorplay against torch.load, safetensors
-and picklescan, with the cost of reading the file and of a memcpy as floors.
+"""Side-by-side load and scan benchmarks: tensorplay against torch.load, safetensors,
+torch.distributed.checkpoint and picklescan, with the cost of reading the file and of
+a memcpy as floors.
 
     python benches/generate.py --scale small          # once per scale
     python benches/run.py --scale small [--runs 5] [--only gpt2,views] [--threads-sweep]
@@ -43,7 +44,9 @@ BATCH_SECONDS = 0.25
 class Op:
     id: str
     label: str
-    file: str  # "torch" or "safetensors": which of the checkpoint's files it reads
+    # Which of the checkpoint's files it reads: "torch", "safetensors" or "dcp" (the
+    # DCP folder, which only some checkpoints have: elsewhere the operation is left out).
+    file: str
     needs: str | None = None  # a capability from probe(); skipped when missing
     cli: bool = False  # timed from outside, as a whole process
 
@@ -86,6 +89,11 @@ OPS = [
        needs="picklescan_api"),
     Op("tp_scan_cli", "`tensorplay scan FILE` (whole process)", "torch", needs="tp_scan_cli", cli=True),
     Op("picklescan_cli", "`picklescan --path FILE` (whole process)", "torch", needs="picklescan_cli", cli=True),
+    Op("torch_dcp_load", "dcp.load(sd, storage_reader=torch's FileSystemReader)", "dcp"),
+    Op("tp_dcp_reader", "dcp.load(sd, storage_reader=tensorplay.dcp.FileSystemReader)", "dcp"),
+    Op("torch_dcp_full", "torch: a DCP folder into a new state dict (dcp_to_torch_save's load)", "dcp"),
+    Op("tp_dcp_full", "tensorplay.load(folder, backend='torch')", "dcp"),
+    Op("tp_dcp_full_numpy", "tensorplay.load(folder, backend='numpy')", "dcp"),
     Op("floor_read", "floor: read the .pt file into fresh memory", "torch"),
     Op("floor_memcpy", "floor: memcpy of the payload into fresh memory", "torch"),
     Op("floor_objects", "floor: the safetensors file's tensors, made zero-filled into one dict (torch)",
@@ -207,10 +215,11 @@ def machine(versions: dict) -> dict:
 
 
 def warm(paths: list[Path]) -> None:
-    """Read each file once so every measurement starts from a warm page cache."""
+    """Read each file (each file of a folder) once so every measurement starts from
+    a warm page cache."""
     buf = bytearray(8 * MIB)
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
+    for file in (f for p in paths for f in (sorted(p.iterdir()) if p.is_dir() else [p])):
+        with open(file, "rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
 
@@ -290,9 +299,15 @@ def summarize(op: Op, recs: list[dict]) -> dict:
 # --- measuring ------------------------------------------------------------------------
 
 
+def checkpoint_files(info: dict, data: Path) -> dict[str, Path]:
+    """The checkpoint's files by Op.file; the manifest names each one it has."""
+    return {kind: data / info[kind] for kind in ("torch", "safetensors", "dcp") if kind in info}
+
+
 def measure_checkpoint(name: str, info: dict, data: Path, ops: list[Op], caps: dict, runs: int,
                        smoke: bool, log) -> dict:
-    files = {"torch": data / info["torch"], "safetensors": data / info["safetensors"]}
+    files = checkpoint_files(info, data)
+    ops = [op for op in ops if op.file in files]
     active = [op for op in ops if not op.needs or caps.get(op.needs)]
     skipped = {op.id: SKIP_REASONS[op.needs] for op in ops if op not in active}
     recs: dict[str, list[dict]] = {op.id: [] for op in active}
@@ -374,6 +389,10 @@ RATIOS_SPEED = [
     ("safetensors.numpy.load_file ÷ tensorplay eager (numpy)", "st_numpy", "tp_numpy_eager"),
     ("safetensors.numpy.load_file + touch ÷ tensorplay mmap + touch (numpy)", "st_numpy_touch",
      "tp_numpy_mmap_touch"),
+    ("DCP into a state dict: dcp.load with torch's FileSystemReader ÷ with tensorplay's", "torch_dcp_load",
+     "tp_dcp_reader"),
+    ("DCP whole folder: torch (dcp_to_torch_save's load) ÷ tensorplay.load(folder) (torch)", "torch_dcp_full",
+     "tp_dcp_full"),
     ("scan: picklescan API ÷ tensorplay get_unsafe_globals_in_checkpoint", "picklescan_api", "tp_scan_api"),
     ("scan: torch get_unsafe_globals_in_checkpoint ÷ tensorplay's", "torch_scan", "tp_scan_api"),
     ("scan: picklescan API ÷ tensorplay.scanner.scan", "picklescan_api", "tp_scanner_api"),
@@ -428,7 +447,15 @@ RATIOS_RSS = [  # (label, operation, which number)
     ("safetensors.numpy.load_file: peak RSS Δ", "st_numpy", "peak_delta_mib"),
     ("floor: the same tensors made directly into one dict (torch): peak RSS Δ", "floor_objects",
      "peak_delta_mib"),
+    ("DCP into a state dict, torch's reader: peak RSS Δ", "torch_dcp_load", "peak_delta_mib"),
+    ("DCP into a state dict, tensorplay's reader: peak RSS Δ", "tp_dcp_reader", "peak_delta_mib"),
+    ("DCP whole folder, torch: peak RSS Δ", "torch_dcp_full", "peak_delta_mib"),
+    ("DCP whole folder, tensorplay.load (torch): peak RSS Δ", "tp_dcp_full", "peak_delta_mib"),
 ]
+# What the memory table divides by, by Op.file: the payload of the file the operation
+# reads (the safetensors file drops gpt2's tied copy and clones views; the DCP folder
+# stores the tied tensor twice).
+PAYLOAD_KEYS = {"torch": "payload_bytes", "safetensors": "safetensors_payload_bytes", "dcp": "dcp_payload_bytes"}
 
 
 def ratio_tables(results: dict) -> list[str]:
@@ -458,10 +485,8 @@ def ratio_tables(results: dict) -> list[str]:
         cells = []
         for c in cks:
             peak = get(results, c, op, key)
-            payload = results["checkpoints"][c]["info"]["payload_bytes"]
-            if OPS_BY_ID[op].file == "safetensors":
-                payload = results["checkpoints"][c]["info"]["safetensors_payload_bytes"]
-            cells.append("n/a" if peak is None else f"{peak * MIB / payload:.2f}")
+            payload = results["checkpoints"][c]["info"].get(PAYLOAD_KEYS[OPS_BY_ID[op].file])
+            cells.append("n/a" if peak is None or not payload else f"{peak * MIB / payload:.2f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
@@ -529,8 +554,10 @@ def render(results: dict) -> str:
             "",
             f"torch file {info['torch_file_bytes'] / MIB:.1f} MiB ({info['tensors']} tensors in "
             f"{info['storages']} storages, payload {info['payload_bytes'] / MIB:.1f} MiB); safetensors file "
-            f"{info['safetensors_file_bytes'] / MIB:.1f} MiB ({info['safetensors_tensors']} tensors). "
-            f"Measured {entry['measured_at']}.",
+            f"{info['safetensors_file_bytes'] / MIB:.1f} MiB ({info['safetensors_tensors']} tensors)"
+            + (f"; DCP folder {info['dcp_bytes'] / MIB:.1f} MiB ({info['dcp_tensors']} tensors, payload "
+               f"{info['dcp_payload_bytes'] / MIB:.1f} MiB, and non-tensor items)" if "dcp" in info else "")
+            + f". Measured {entry['measured_at']}.",
             "",
             "| operation | median ms | min ms | peak RSS Δ MiB | anon Δ MiB | runs |",
             "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -582,7 +609,9 @@ def smoke_problems(results: dict) -> list[str]:
             if not e["median_ms"] > 0:
                 problems.append(f"{ck}/{op_id}: no time measured")
             want = None
-            if op_id.startswith(("tp_torch", "tp_numpy", "torch_load")):
+            if OPS_BY_ID[op_id].file == "dcp":  # every loader's result, nested as saved
+                want = f"{info['dcp_tensors']} tensors"
+            elif op_id.startswith(("tp_torch", "tp_numpy", "torch_load")):
                 want = f"{info['tensors']} tensors"
             elif op_id.startswith("st_"):
                 want = f"{info['safetensors_tensors']} tensors"
@@ -656,6 +685,16 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"{missing} missing from {manifest_path}: run generate.py --scale {args.scale}")
         return 2
+    # Data written before the DCP folders existed: their operations have nothing to read.
+    add_dcp = f"`python benches/generate.py --scale {args.scale} --only gpt2,many_small` adds them"
+    if any(op.id in tokens and op.file == "dcp" for op in ops) and not any(
+            "dcp" in manifest["checkpoints"][c] for c in cks):
+        print(f"no DCP folder for {cks} in {manifest_path}: {add_dcp}")
+        return 2
+    if any(op.file == "dcp" for op in ops) and not any("dcp" in i for i in manifest["checkpoints"].values()):
+        log(f"no DCP folders in {manifest_path}, so no DCP operations ({add_dcp})")
+    # Only checkpoints that have a file some chosen operation reads (--only tp_dcp_full: the DCP ones).
+    cks = [c for c in cks if any(op.file in manifest["checkpoints"][c] for op in ops)]
 
     if args.snapshot:
         # Freeze the tensorplay under test (its Python files and built core) for the
