@@ -271,3 +271,23 @@ def test_hostile_folders_are_refused_and_flagged_and_nothing_runs(tmp_path, make
     flagged = [g for r in reports for g in r["globals"] if g["dangerous"]]
     assert any(g["name"].endswith("system") for g in flagged), reports
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_mmap_gives_views_of_tensors_saved_as_one_chunk(single, backend):
+    folder, state = single
+    loaded = tensorplay.load(folder, mmap=True, backend=backend)
+    _assert_same(loaded, state)
+    w = loaded["model"]["w"]
+    if backend == "torch":
+        assert not w.untyped_storage().resizable()  # memory of the map, not an allocation
+    else:
+        import mmap
+
+        assert isinstance(w.base, mmap.mmap)
+    w[0, 0] = 1234.0  # copy-on-write: neither the file nor a later load sees it
+    again = tensorplay.load(folder, backend=backend)
+    assert float(again["model"]["w"][0, 0]) == float(state["model"]["w"][0, 0])
+    # Without mmap every tensor owns its memory.
+    copied = tensorplay.load(folder, backend=backend)["model"]["w"]
+    assert copied.untyped_storage().resizable() if backend == "torch" else copied.base is None

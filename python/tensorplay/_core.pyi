@@ -42,9 +42,10 @@ __all__ = [
 __version__: Final[str]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or
-# the file's bytes, read in place (load.rs `open_source`).
+# the file's bytes (a bytes object, or another contiguous buffer such as a
+# memoryview of a map), read in place (load.rs `open_source`).
 _Path: TypeAlias = str | os.PathLike[str]
-_Source: TypeAlias = _Path | bytes | int
+_Source: TypeAlias = _Path | bytes | memoryview | int
 # `{limit name: value}` overrides of the defaults (`default_limits()` names them);
 # the bindings take a dict, not any mapping.
 _Limits: TypeAlias = dict[str, int] | None

@@ -19,6 +19,7 @@ scanner uses too), and every chunk and item through ``tensorplay.load``'s rules.
 from __future__ import annotations
 
 import io
+import mmap
 import os
 from typing import Any
 
@@ -115,44 +116,116 @@ def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
 
 # --- items --------------------------------------------------------------------------------
 
-def _read_span(folder: str, info: Any) -> bytes:
-    """The bytes ``_StorageInfo`` points at: a file of the folder, an offset, a length."""
+class _Files:
+    """A folder's ``.distcp`` files, each mapped once, private and copy-on-write
+    (a write to a tensor viewing it never reaches the file), and the items in them."""
 
-    if getattr(info, "transform_descriptors", None):
-        raise UnsupportedCheckpointError(
-            f"{info.relative_path}: the item is stored behind stream transforms {info.transform_descriptors!r}, "
-            "which tensorplay does not read")
-    relative = os.fspath(info.relative_path)
-    if os.path.isabs(relative) or ".." in relative.replace("\\", "/").split("/"):
-        raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file inside its folder")
-    offset, length = info.offset, info.length
-    if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length < 0:
-        raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
-    with open(os.path.join(folder, relative), "rb") as f:
-        data = os.pread(f.fileno(), length, offset)
-    if len(data) != length:
-        raise MalformedCheckpointError(
-            f"{relative}: the item at byte {offset} needs {length} bytes, the file has {len(data)}")
-    return data
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.maps: dict[str, mmap.mmap] = {}
+
+    def item(self, info: Any) -> tuple[mmap.mmap, int, memoryview]:
+        """The map holding the item ``_StorageInfo`` points at, where the item
+        starts in it, and the item's bytes (a view of the map, not a copy)."""
+        if getattr(info, "transform_descriptors", None):
+            raise UnsupportedCheckpointError(
+                f"{info.relative_path}: the item is stored behind stream transforms "
+                f"{info.transform_descriptors!r}, which tensorplay does not read")
+        relative = os.fspath(info.relative_path)
+        if os.path.isabs(relative) or ".." in relative.replace("\\", "/").split("/"):
+            raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file inside its folder")
+        offset, length = info.offset, info.length
+        if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length <= 0:
+            raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
+        mapped = self.maps.get(relative)
+        if mapped is None:
+            with open(os.path.join(self.folder, relative), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise MalformedCheckpointError(f"{relative}: the file is empty")
+                mapped = self.maps[relative] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        if offset + length > len(mapped):
+            raise MalformedCheckpointError(
+                f"{relative}: the item at byte {offset} needs {length} bytes, the file has {len(mapped) - offset}")
+        return mapped, offset, memoryview(mapped)[offset:offset + length]
+
+    def load(self, info: Any, backend: str) -> Any:
+        """The item, as ``tensorplay.load`` loads the archive it is (copied out)."""
+        from .serialization import load
+
+        return load(self.item(info)[2], backend=backend)  # type: ignore[arg-type]
+
+    def tensor(self, info: Any, backend: str) -> tuple[Any, bool]:
+        """A tensor chunk, and whether it is a view of the map: it is where its
+        archive stores it plainly (one dense storage, uncompressed, little-endian),
+        else it is loaded."""
+        mapped, start, item = self.item(info)
+        viewed = _stored_tensor(mapped, start, item, backend)
+        return (viewed, True) if viewed is not None else (self.load(info, backend), False)
 
 
-def _load_item(folder: str, info: Any, backend: str) -> Any:
-    from .serialization import load
+def _stored_tensor(mapped: mmap.mmap, start: int, item: memoryview, backend: str) -> Any:
+    """The tensor of a ``torch.save`` archive at ``start`` of ``mapped``, as a view
+    of the map, when the archive holds one tensor whose storage is a stored
+    (uncompressed) record in little-endian order; None for anything else. The
+    archive's pickle runs through the restricted VM (``inspect``) either way."""
+    from ._types import TensorInfo
 
-    return load(io.BytesIO(_read_span(folder, info)), backend=backend)  # type: ignore[arg-type]
+    names, objects = _allowlist.resolved()
+    limits = _limits.merged(None)
+    _, tree = _core.inspect(item, user_names=names, user_objects=objects, limits=limits)
+    if not isinstance(tree, TensorInfo) or tree.layout != "strided" or tree.offset is None or tree.dtype is None:
+        return None
+    entries = _core.zip_entries(item, limits=limits)
+    record = next((e for e in entries if e["data_offset"] == tree.offset and e["name"].endswith(b"/data/"
+                                                                                           + tree.storage.encode())),
+                  None) if tree.storage else None
+    order = next((e for e in entries if e["name"].endswith(b"/byteorder")), None)
+    if order is not None and bytes(item[order["data_offset"]:order["data_offset"] + order["size"]]) != b"little":
+        return None
+    size, spec, from_ml_dtypes, _ = _core.dtypes().get(tree.dtype, (0, None, False, None))
+    if record is None or record["method"] != 0 or record["size"] < tree.nbytes or not size or spec is None:
+        return None
+    count = tree.nbytes // size
+    if any(n == 0 for n in tree.shape):
+        needed = 0
+    else:
+        needed = tree.storage_offset + sum((n - 1) * st for n, st in zip(tree.shape, tree.stride)) + 1
+    if needed > count or min(tree.stride, default=0) < 0:
+        return None
+    if backend == "torch":
+        import torch
+
+        if count == 0:
+            return torch.empty(tree.shape, dtype=getattr(torch, tree.dtype))
+        base = torch.frombuffer(mapped, dtype=getattr(torch, tree.dtype), count=count, offset=start + tree.offset)
+        return base.as_strided(tree.shape, tree.stride, tree.storage_offset)
+    import numpy as np
+
+    if from_ml_dtypes:
+        import ml_dtypes
+
+        dtype = np.dtype(getattr(ml_dtypes, spec))
+    else:
+        dtype = np.dtype(spec)
+    return np.ndarray(tree.shape, dtype=dtype, buffer=mapped, offset=start + tree.offset + tree.storage_offset * size,
+                      strides=tuple(st * size for st in tree.stride))
 
 
 # --- the whole state dict ----------------------------------------------------------------
 
-def load(folder: str | os.PathLike[str], *, backend: str | None = None) -> dict[str, Any]:
+def load(folder: str | os.PathLike[str], *, backend: str | None = None, mmap: bool = False) -> dict[str, Any]:
     """Every tensor and item of a DCP folder, nested as it was saved (dicts, and
     lists where the saved path has list indices), each tensor assembled from its
-    chunks on the CPU. Torch tensors with the torch backend, numpy arrays with numpy."""
+    chunks on the CPU. Torch tensors with the torch backend, numpy arrays with
+    numpy. With ``mmap``, a tensor saved as one chunk is a view of the mapped
+    ``.distcp`` file (copy-on-write); others are assembled in memory."""
     from .serialization import _resolve_backend
 
     folder = os.fspath(folder)
     chosen = _resolve_backend(backend)  # type: ignore[arg-type]
     metadata = read_metadata(folder, backend=chosen)
+    files = _Files(folder)
     chunks: dict[str, list[tuple[Any, Any]]] = {}
     for index, info in metadata.storage_data.items():
         chunks.setdefault(index.fqn, []).append((index, info))
@@ -162,9 +235,9 @@ def load(folder: str | os.PathLike[str], *, backend: str | None = None) -> dict[
         if type(md).__name__ == "BytesStorageMetadata":
             if len(pieces) != 1:
                 raise MalformedCheckpointError(f"{fqn}: a non-tensor item needs one stored span, found {len(pieces)}")
-            flat[fqn] = _load_item(folder, pieces[0][1], chosen)
+            flat[fqn] = files.load(pieces[0][1], chosen)
         else:
-            flat[fqn] = _assemble(folder, fqn, md, pieces, chosen)
+            flat[fqn] = _assemble(files, fqn, md, pieces, chosen, mmap)
     return _nest(flat, getattr(metadata, "planner_data", None) or {})
 
 
@@ -176,6 +249,7 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
     folder = os.fspath(folder)
     metadata = read_metadata(folder, backend="numpy")
+    files = _Files(folder)
     itemsizes = {name: row[0] for name, row in _core.dtypes().items()}
     spans: dict[str, Any] = {}
     for index, info in metadata.storage_data.items():
@@ -184,7 +258,7 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
     for fqn, md in metadata.state_dict_metadata.items():
         info = spans.get(fqn)
         if type(md).__name__ == "BytesStorageMetadata":
-            flat[fqn] = _load_item(folder, info, "numpy") if info is not None else None
+            flat[fqn] = files.load(info, "numpy") if info is not None else None
             continue
         shape = tuple(int(n) for n in md.size)
         stride, step = [], 1
@@ -203,14 +277,18 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _nest(flat, getattr(metadata, "planner_data", None) or {})
 
 
-def _assemble(folder: str, fqn: str, md: Any, pieces: list[tuple[Any, Any]], backend: str) -> Any:
-    """A tensor of ``md.size`` from its chunks, each placed at its offsets."""
-
+def _assemble(files: _Files, fqn: str, md: Any, pieces: list[tuple[Any, Any]], backend: str, mmap: bool) -> Any:
+    """A tensor of ``md.size`` from its chunks, each placed at its offsets; one
+    chunk that is the whole tensor is that chunk (a view of the map with
+    ``mmap``, else a copy of it)."""
     size = tuple(int(n) for n in md.size)
-    parts = [(tuple(int(o) for o in getattr(index, "offset", None) or ()), _load_item(folder, info, backend))
+    parts = [(tuple(int(o) for o in getattr(index, "offset", None) or ()), *files.tensor(info, backend))
              for index, info in pieces]
     if len(parts) == 1 and parts[0][0] == (0,) * len(size) and tuple(parts[0][1].shape) == size:
-        return parts[0][1]
+        _, chunk, viewed = parts[0]
+        if mmap or not viewed:
+            return chunk
+        return chunk.clone() if backend == "torch" else chunk.copy()
     if not parts:
         raise MalformedCheckpointError(f"{fqn}: a tensor of size {size} has no stored chunk")
     first = parts[0][1]
@@ -222,7 +300,7 @@ def _assemble(folder: str, fqn: str, md: Any, pieces: list[tuple[Any, Any]], bac
         import numpy as np
 
         whole = np.zeros(size, dtype=first.dtype)
-    for offsets, chunk in parts:
+    for offsets, chunk, _ in parts:
         shape = tuple(chunk.shape)
         if (len(offsets) != len(size) or len(shape) != len(size) or chunk.dtype != first.dtype
                 or any(o < 0 or o + n > s for o, n, s in zip(offsets, shape, size))):
@@ -282,8 +360,6 @@ def _reader_class() -> type:
     from torch.distributed.checkpoint.planner import LoadItemType
     from torch.futures import Future
 
-    from .serialization import load as safe_load
-
     class FileSystemReader(filesystem.FileSystemReader):
         """torch's ``FileSystemReader`` with its two unsafe steps replaced:
         ``.metadata`` through the restricted VM, and every tensor chunk and item
@@ -302,18 +378,19 @@ def _reader_class() -> type:
             return metadata
 
         def read_data(self, plan: Any, planner: Any) -> Any:
-            folder = os.fspath(self.path)
+            files = _Files(os.fspath(self.path))
             for req in sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
                                                          self.storage_data[r.storage_index].offset)):
                 info = self.storage_data[req.storage_index]
-                data = io.BytesIO(_read_span(folder, info))
                 if req.type == LoadItemType.BYTE_IO:
                     safe = io.BytesIO()
-                    torch.save(safe_load(data, map_location="cpu"), safe)
+                    torch.save(files.load(info, "torch"), safe)
                     safe.seek(0)
                     planner.load_bytes(req, safe)
                     continue
-                tensor = safe_load(data, map_location="cpu")
+                # A view of the mapped file where the chunk is stored plainly:
+                # copied once, into the planner's tensor.
+                tensor, _ = files.tensor(info, "torch")
                 if not isinstance(tensor, torch.Tensor):
 
                     raise MalformedCheckpointError(

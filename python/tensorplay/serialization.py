@@ -191,6 +191,8 @@ def _source(f: Any, mmap: bool) -> tuple[str | int | bytes, int | None]:
     ``torch.load`` does; meanwhile the object is at its end."""
     if isinstance(f, (str, os.PathLike)):
         return os.fspath(f), None
+    if isinstance(f, (bytes, memoryview)):
+        return f, None  # the file's bytes, read in place
     if mmap:
         raise ValueError("f must be a file path in order to use the mmap argument")
     read = getattr(f, "read", None)
@@ -455,11 +457,9 @@ def _load_many_files(path: str, map_location: Any, mmap: bool, backend: _Backend
         raise ValueError(f"a distributed checkpoint loads onto the CPU; map_location={map_location!r} is not "
                          "supported for it (move the tensors after loading, or use dcp.load with "
                          "tensorplay.dcp.FileSystemReader)")
-    if mmap:
-        raise ValueError("mmap=True is not supported for a distributed checkpoint yet: its chunks are copied")
     if not os.path.isdir(path):
         return dcp.read_metadata(path, backend=backend, limits=limits)
-    return dcp.load(path, backend=backend)
+    return dcp.load(path, backend=backend, mmap=mmap)
 
 
 def _is_safetensors(path: str) -> bool:

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt};
+use pyo3::buffer::PyBuffer;
+use pyo3::types::{PyBytes, PyInt, PyString};
 
 use crate::archive::source::{HeldBytes, MapMode, Source};
 use crate::bindings::build::Builder;
@@ -56,9 +57,25 @@ impl HeldBytes for PythonBytes {
     }
 }
 
+/// A contiguous buffer another Python object exports (a memoryview of a map of a
+/// file, as `tensorplay.dcp` hands over each item of a `.distcp` file), read in
+/// place. The exporter cannot resize or close it while the export is held.
+struct PythonBuffer {
+    buffer: PyBuffer<u8>,
+}
+
+impl HeldBytes for PythonBuffer {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: a C-contiguous buffer of `len_bytes` bytes that the held export
+        // keeps alive and in place; the core only reads it.
+        unsafe { std::slice::from_raw_parts(self.buffer.buf_ptr() as *const u8, self.buffer.len_bytes()) }
+    }
+}
+
 /// The bytes of `source`: a path (mapped, or read to its end when it is a
 /// stream, at most `max_stream_bytes`), the descriptor of a regular file a file
-/// object holds (mapped read-only), or a bytes object (read in place).
+/// object holds (mapped read-only), or a bytes object or another contiguous
+/// buffer (read in place).
 pub fn open_source(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
@@ -81,6 +98,14 @@ pub fn open_source(
         return py
             .detach(|| Source::open_file(std::fs::File::from(file)))
             .map_err(|e| to_pyerr(py, e));
+    }
+    if !source.is_instance_of::<PyString>() {
+        if let Ok(buffer) = PyBuffer::<u8>::get(source) {
+            if !buffer.is_c_contiguous() {
+                return Err(PyValueError::new_err("a buffer to load must be contiguous"));
+            }
+            return Ok(Source::Held(Box::new(PythonBuffer { buffer })));
+        }
     }
     let path: PathBuf = source.extract()?;
     py.detach(|| Source::open(&path, mode, max_stream_bytes))
