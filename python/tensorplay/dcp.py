@@ -123,6 +123,10 @@ class _Files:
     def __init__(self, folder: str):
         self.folder = folder
         self.maps: dict[str, mmap.mmap] = {}
+        # Read once for all the chunks: each is a call's worth of work.
+        self.names, self.objects = _allowlist.resolved()
+        self.limits = _limits.merged(None)
+        self.dtypes = _core.dtypes()
 
     def item(self, info: Any) -> tuple[mmap.mmap, int, memoryview]:
         """The map holding the item ``_StorageInfo`` points at, where the item
@@ -160,56 +164,63 @@ class _Files:
         archive stores it plainly (one dense storage, uncompressed, little-endian),
         else it is loaded."""
         mapped, start, item = self.item(info)
-        viewed = _stored_tensor(mapped, start, item, backend)
+        viewed = self._stored_tensor(mapped, start, item, backend)
         return (viewed, True) if viewed is not None else (self.load(info, backend), False)
 
+    def release(self, info: Any) -> None:
+        """Let go of an item's pages once it is copied out: the map is the file's,
+        and a load reads each item once."""
+        mapped = self.maps.get(os.fspath(info.relative_path))
+        if mapped is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = info.offset - info.offset % mmap.PAGESIZE
+        mapped.madvise(mmap.MADV_DONTNEED, start, info.offset + info.length - start)
 
-def _stored_tensor(mapped: mmap.mmap, start: int, item: memoryview, backend: str) -> Any:
-    """The tensor of a ``torch.save`` archive at ``start`` of ``mapped``, as a view
-    of the map, when the archive holds one tensor whose storage is a stored
-    (uncompressed) record in little-endian order; None for anything else. The
-    archive's pickle runs through the restricted VM (``inspect``) either way."""
-    from ._types import TensorInfo
+    def _stored_tensor(self, mapped: mmap.mmap, start: int, item: memoryview, backend: str) -> Any:
+        """The tensor of a ``torch.save`` archive at ``start`` of ``mapped``, as a view
+        of the map, when the archive holds one tensor whose storage is a stored
+        (uncompressed) record in little-endian order; None for anything else. The
+        archive's pickle runs through the restricted VM (``inspect``) either way."""
+        from ._types import TensorInfo
 
-    names, objects = _allowlist.resolved()
-    limits = _limits.merged(None)
-    _, tree = _core.inspect(item, user_names=names, user_objects=objects, limits=limits)
-    if not isinstance(tree, TensorInfo) or tree.layout != "strided" or tree.offset is None or tree.dtype is None:
-        return None
-    entries = _core.zip_entries(item, limits=limits)
-    record = next((e for e in entries if e["data_offset"] == tree.offset and e["name"].endswith(b"/data/"
-                                                                                           + tree.storage.encode())),
-                  None) if tree.storage else None
-    order = next((e for e in entries if e["name"].endswith(b"/byteorder")), None)
-    if order is not None and bytes(item[order["data_offset"]:order["data_offset"] + order["size"]]) != b"little":
-        return None
-    size, spec, from_ml_dtypes, _ = _core.dtypes().get(tree.dtype, (0, None, False, None))
-    if record is None or record["method"] != 0 or record["size"] < tree.nbytes or not size or spec is None:
-        return None
-    count = tree.nbytes // size
-    if any(n == 0 for n in tree.shape):
-        needed = 0
-    else:
-        needed = tree.storage_offset + sum((n - 1) * st for n, st in zip(tree.shape, tree.stride)) + 1
-    if needed > count or min(tree.stride, default=0) < 0:
-        return None
-    if backend == "torch":
-        import torch
+        _, tree = _core.inspect(item, user_names=self.names, user_objects=self.objects, limits=self.limits)
+        if not isinstance(tree, TensorInfo) or tree.layout != "strided" or tree.offset is None or tree.dtype is None:
+            return None
+        entries = _core.zip_entries(item, limits=self.limits)
+        storage_record = f"/data/{tree.storage}".encode()
+        record = next((e for e in entries
+                       if e["data_offset"] == tree.offset and e["name"].endswith(storage_record)), None)
+        order = next((e for e in entries if e["name"].endswith(b"/byteorder")), None)
+        if order is not None and bytes(item[order["data_offset"]:order["data_offset"] + order["size"]]) != b"little":
+            return None
+        size, spec, from_ml_dtypes, _ = self.dtypes.get(tree.dtype, (0, None, False, None))
+        if record is None or record["method"] != 0 or record["size"] < tree.nbytes or not size or spec is None:
+            return None
+        count = tree.nbytes // size
+        if any(n == 0 for n in tree.shape):
+            needed = 0
+        else:
+            needed = tree.storage_offset + sum((n - 1) * st for n, st in zip(tree.shape, tree.stride)) + 1
+        if needed > count or min(tree.stride, default=0) < 0:
+            return None
+        if backend == "torch":
+            import torch
 
-        if count == 0:
-            return torch.empty(tree.shape, dtype=getattr(torch, tree.dtype))
-        base = torch.frombuffer(mapped, dtype=getattr(torch, tree.dtype), count=count, offset=start + tree.offset)
-        return base.as_strided(tree.shape, tree.stride, tree.storage_offset)
-    import numpy as np
+            if count == 0:
+                return torch.empty(tree.shape, dtype=getattr(torch, tree.dtype))
+            base = torch.frombuffer(mapped, dtype=getattr(torch, tree.dtype), count=count, offset=start + tree.offset)
+            return base.as_strided(tree.shape, tree.stride, tree.storage_offset)
+        import numpy as np
 
-    if from_ml_dtypes:
-        import ml_dtypes
+        if from_ml_dtypes:
+            import ml_dtypes
 
-        dtype = np.dtype(getattr(ml_dtypes, spec))
-    else:
-        dtype = np.dtype(spec)
-    return np.ndarray(tree.shape, dtype=dtype, buffer=mapped, offset=start + tree.offset + tree.storage_offset * size,
-                      strides=tuple(st * size for st in tree.stride))
+            dtype = np.dtype(getattr(ml_dtypes, spec))
+        else:
+            dtype = np.dtype(spec)
+        return np.ndarray(tree.shape, dtype=dtype, buffer=mapped,
+                          offset=start + tree.offset + tree.storage_offset * size,
+                          strides=tuple(st * size for st in tree.stride))
 
 
 # --- the whole state dict ----------------------------------------------------------------
@@ -277,18 +288,21 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _nest(flat, getattr(metadata, "planner_data", None) or {})
 
 
-def _assemble(files: _Files, fqn: str, md: Any, pieces: list[tuple[Any, Any]], backend: str, mmap: bool) -> Any:
+def _assemble(files: _Files, fqn: str, md: Any, pieces: list[tuple[Any, Any]], backend: str, views: bool) -> Any:
     """A tensor of ``md.size`` from its chunks, each placed at its offsets; one
-    chunk that is the whole tensor is that chunk (a view of the map with
-    ``mmap``, else a copy of it)."""
+    chunk that is the whole tensor is that chunk (with ``views``, the view of the
+    map it is; else a copy of it, and its pages are let go)."""
     size = tuple(int(n) for n in md.size)
     parts = [(tuple(int(o) for o in getattr(index, "offset", None) or ()), *files.tensor(info, backend))
              for index, info in pieces]
     if len(parts) == 1 and parts[0][0] == (0,) * len(size) and tuple(parts[0][1].shape) == size:
         _, chunk, viewed = parts[0]
-        if mmap or not viewed:
+        if views or not viewed:
             return chunk
-        return chunk.clone() if backend == "torch" else chunk.copy()
+        copied = chunk.clone() if backend == "torch" else chunk.copy()
+        del chunk, parts
+        files.release(pieces[0][1])
+        return copied
     if not parts:
         raise MalformedCheckpointError(f"{fqn}: a tensor of size {size} has no stored chunk")
     first = parts[0][1]
@@ -307,6 +321,9 @@ def _assemble(files: _Files, fqn: str, md: Any, pieces: list[tuple[Any, Any]], b
             raise MalformedCheckpointError(
                 f"{fqn}: a chunk of shape {shape} at {offsets} does not fit a tensor of size {size}")
         whole[tuple(slice(o, o + n) for o, n in zip(offsets, shape))] = chunk
+    del parts, chunk
+    for _, info in pieces:
+        files.release(info)
     return whole
 
 
@@ -400,6 +417,8 @@ def _reader_class() -> type:
                 if target.size() != tensor.size():
                     raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
                 target.copy_(tensor)
+                del tensor
+                files.release(info)
                 planner.commit_tensor(req, target)
             fut: Future = Future()
             fut.set_result(None)
