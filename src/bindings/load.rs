@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::buffer::PyBuffer;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
 use crate::archive::source::{HeldBytes, MapMode, Source};
@@ -68,7 +68,9 @@ impl HeldBytes for PythonBuffer {
     fn bytes(&self) -> &[u8] {
         // SAFETY: a C-contiguous buffer of `len_bytes` bytes that the held export
         // keeps alive and in place; the core only reads it.
-        unsafe { std::slice::from_raw_parts(self.buffer.buf_ptr() as *const u8, self.buffer.len_bytes()) }
+        unsafe {
+            std::slice::from_raw_parts(self.buffer.buf_ptr() as *const u8, self.buffer.len_bytes())
+        }
     }
 }
 
