@@ -11,8 +11,9 @@
 use std::collections::BTreeSet;
 
 use super::{
-    bad, classic_directory, find_eocd, le16, le32, read_directory, walk_local_headers, Directory,
-    Entry, FileBytes, Payloads, Pieces, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG, MAX_COMMENT,
+    bad, classic_directory, find_eocd, le16, le32, read_directory, signatures, walk_local_headers,
+    Directory, Entry, FileBytes, Payloads, Pieces, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG,
+    MAX_COMMENT,
 };
 use crate::error::{Error, Location};
 
@@ -147,7 +148,6 @@ pub(super) fn other_end_record_signature(data: &Pieces, last: usize) -> bool {
     let lowest = data
         .len()
         .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
-    let signature = EOCD_SIG.to_le_bytes();
     // Searched piece by piece, in their bytes: a byte-by-byte look through the
     // pieces was most of a first get_unsafe_globals_in_checkpoint.
     (data.pieces.iter()).any(|(start, bytes)| {
@@ -156,7 +156,7 @@ pub(super) fn other_end_record_signature(data: &Pieces, last: usize) -> bool {
             .min(start.saturating_add(bytes.len()))
             .saturating_sub(*start);
         let window = bytes.get(from..to.saturating_add(3).min(bytes.len()));
-        from < to && window.is_some_and(|w| w.windows(4).any(|w| w == signature))
+        from < to && window.is_some_and(|w| signatures(w, EOCD_SIG).next().is_some())
     })
 }
 
@@ -407,10 +407,11 @@ pub fn other_end_records(data: &[u8], known: &[Entry], max_entries: u64) -> Vec<
         .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
     let known_set = Known::of(known);
     let mut found = Vec::new();
-    for at in (lowest..last).rev() {
-        if le32(data, at) != Some(EOCD_SIG) {
-            continue;
-        }
+    // Every signature that starts before `last`, nearest first.
+    let window = data
+        .get(lowest..last.saturating_add(3).min(data.len()))
+        .unwrap_or_default();
+    for at in signatures(window, EOCD_SIG).rev().map(|i| lowest + i) {
         let Ok(dir) = read_directory(data, at) else {
             continue;
         };
