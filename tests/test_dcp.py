@@ -291,3 +291,15 @@ def test_mmap_gives_views_of_tensors_saved_as_one_chunk(single, backend):
     # Without mmap every tensor owns its memory.
     copied = tensorplay.load(folder, backend=backend)["model"]["w"]
     assert copied.untyped_storage().resizable() if backend == "torch" else copied.base is None
+
+
+def test_metadata_of_the_wrong_shape_is_a_clear_error(tmp_path):
+    folder = tmp_path / "ckpt"
+    _save_single(folder)
+    metadata = _trusted_metadata(folder)
+    metadata.storage_data = ["not", "a", "map"]
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    for backend in ("torch", "numpy"):
+        with pytest.raises(tensorplay.MalformedCheckpointError, match="storage_data"):
+            tensorplay.load(folder, backend=backend)

@@ -235,7 +235,7 @@ def load(folder: str | os.PathLike[str], *, backend: str | None = None, mmap: bo
 
     folder = os.fspath(folder)
     chosen = _resolve_backend(backend)  # type: ignore[arg-type]
-    metadata = read_metadata(folder, backend=chosen)
+    metadata = _checked(read_metadata(folder, backend=chosen), folder)
     files = _Files(folder)
     chunks: dict[str, list[tuple[Any, Any]]] = {}
     for index, info in metadata.storage_data.items():
@@ -252,6 +252,17 @@ def load(folder: str | os.PathLike[str], *, backend: str | None = None, mmap: bo
     return _nest(flat, getattr(metadata, "planner_data", None) or {})
 
 
+def _checked(metadata: Any, folder: str) -> Any:
+    """``metadata`` when it has the shape the readers walk: its maps are dicts."""
+    for field in ("state_dict_metadata", "storage_data"):
+        if not isinstance(getattr(metadata, field, None), dict):
+            raise MalformedCheckpointError(f"{folder}/{METADATA_FILE}: the metadata has no {field} map")
+    planner_data = getattr(metadata, "planner_data", None)
+    if planner_data is not None and not isinstance(planner_data, dict):
+        raise MalformedCheckpointError(f"{folder}/{METADATA_FILE}: planner_data is not a map")
+    return metadata
+
+
 def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """What ``tensorplay.inspect`` shows of a DCP folder: the state dict as saved,
     each tensor a ``TensorInfo`` from the metadata (no chunk read), each non-tensor
@@ -259,7 +270,7 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
     from ._types import TensorInfo
 
     folder = os.fspath(folder)
-    metadata = read_metadata(folder, backend="numpy")
+    metadata = _checked(read_metadata(folder, backend="numpy"), folder)
     files = _Files(folder)
     itemsizes = {name: row[0] for name, row in _core.dtypes().items()}
     spans: dict[str, Any] = {}
