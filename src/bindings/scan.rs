@@ -16,14 +16,11 @@ use crate::scan::{
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
-/// The scan's options for `source`: the user's allowlist, and what the file's
-/// name allows beyond it (a distributed checkpoint's `.metadata`).
-fn options(
-    source: &Bound<'_, PyAny>,
-    user_names: Vec<String>,
-    limits: LimitOverrides,
-) -> ScanOptions {
-    let by_name = file_name(source).map_or(&[][..], |name| allowed_in_file(&name));
+/// The scan's options for the file at `path` (None for the bytes of a file):
+/// the user's allowlist, and what the file's name allows beyond it (a
+/// distributed checkpoint's `.metadata`).
+fn options(path: Option<&Path>, user_names: Vec<String>, limits: LimitOverrides) -> ScanOptions {
+    let by_name = file_name(path).map_or(&[][..], |name| allowed_in_file(&name));
     let names = user_names
         .into_iter()
         .chain(by_name.iter().map(|n| (*n).to_owned()));
@@ -34,13 +31,16 @@ fn options(
     }
 }
 
-/// The file name of a path `source` (None for the bytes of a file).
-fn file_name(source: &Bound<'_, PyAny>) -> Option<String> {
-    let path: PathBuf = source
-        .cast::<PyBytes>()
-        .is_err()
-        .then(|| source.extract().ok())??;
-    Some(path.file_name()?.to_string_lossy().into_owned())
+/// The path `source` names, None for the bytes of a file.
+fn path_of(source: &Bound<'_, PyAny>) -> Option<PathBuf> {
+    match source.cast::<PyBytes>() {
+        Ok(_) => None,
+        Err(_) => source.extract().ok(),
+    }
+}
+
+fn file_name(path: Option<&Path>) -> Option<String> {
+    Some(path?.file_name()?.to_string_lossy().into_owned())
 }
 
 /// Scan a path or a bytes object; returns the report as a dict.
@@ -53,13 +53,13 @@ pub fn scan<'py>(
     limits: LimitOverrides,
     pickles_only: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let path = path_of(source);
     let options = ScanOptions {
         pickles_only,
-        ..options(source, user_names, limits)
+        ..options(path.as_deref(), user_names, limits)
     };
-    if pickles_only && source.cast::<PyBytes>().is_err() {
-        let path: PathBuf = source.extract()?;
-        if let Some(report) = py.detach(|| scan_by_reading(&path, &options)) {
+    if let Some(path) = path.as_deref().filter(|_| pickles_only) {
+        if let Some(report) = py.detach(|| scan_by_reading(path, &options)) {
             return report_tuple(py, &report);
         }
     }
@@ -70,7 +70,7 @@ pub fn scan<'py>(
         options.limits.max_inflated_bytes,
     )?;
     // The file's name: bytes that are no model count against a name that says model.
-    let name = file_name(source);
+    let name = file_name(path.as_deref());
     let report = py.detach(|| {
         let bytes = data.bytes();
         let name = name.as_deref();
@@ -125,11 +125,8 @@ pub fn globals_outside_allowlist(
     user_names: Vec<String>,
     limits: LimitOverrides,
 ) -> PyResult<Vec<String>> {
-    let options = options(source, user_names, limits);
-    let path = match source.cast::<PyBytes>() {
-        Ok(_) => None, // the file's bytes, not a path
-        Err(_) => source.extract::<PathBuf>().ok(),
-    };
+    let path = path_of(source);
+    let options = options(path.as_deref(), user_names, limits);
     if let Some(path) = path {
         if let Some(names) = py.detach(|| globals_by_reading(&path, &options)) {
             return Ok(names);

@@ -441,8 +441,8 @@ pub fn scan_pickles_by_reading(
         archive_zip::read_local_header_into(&mut pieces, last, read_at)?;
     }
     // The directory is spent once indexed.
-    let mut headers: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
-    headers.extend(last);
+    let read: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
+    let headers: Vec<u64> = read.iter().copied().chain(last).collect();
     pieces.keep_holding(&headers);
     for entry in &wanted {
         archive_zip::read_entry_into(&mut pieces, entry, read_at)?;
@@ -450,7 +450,6 @@ pub fn scan_pickles_by_reading(
     archive_zip::check_signature(&mut pieces, read_at)?;
     // Entries only a streaming reader finds, near those read: left to the
     // whole-file scan, which reads and reports them.
-    let read: Vec<u64> = wanted.iter().map(|e| e.header_offset).collect();
     let directory = index.directory_offset;
     archive_zip::read_gaps_near_into(&mut pieces, &listed, &read, directory, read_at)?;
     let unlisted = archive_zip::unlisted_local_headers_near(

@@ -265,7 +265,10 @@ impl Scan<'_> {
     /// A zip glued after another file (a pickle, an .npy): Python's zipfile opens it.
     pub(super) fn trailing_zip(&mut self, data: &[u8], location: &str, depth: u32) {
         let tail_start = data.len().saturating_sub(22 + 0xffff + 64);
-        if !data.get(tail_start..).is_some_and(has_end_record_signature) {
+        if !data
+            .get(tail_start..)
+            .is_some_and(zip::holds_end_record_signature)
+        {
             return;
         }
         let max = self.options.limits.max_zip_entries;
@@ -363,36 +366,9 @@ impl TorchPayloads {
     }
 }
 
-/// Does `data` hold `PK\x05\x06` anywhere? Every pickle the scanner reads is
-/// searched, so it looks for a `P` 32 bytes at a time, in a loop the compiler
-/// turns into vector compares (a byte-by-byte window search was a tenth of a
-/// pickles-only scan of a checkpoint, a word-at-a-time one still a fifteenth).
-fn has_end_record_signature(data: &[u8]) -> bool {
-    const SIGNATURE: &[u8] = b"PK\x05\x06";
-    const CHUNK: usize = 32;
-    let at = |i: usize| {
-        data.get(i..)
-            .is_some_and(|rest| rest.starts_with(SIGNATURE))
-    };
-    let from = |start: usize, chunk: &[u8]| {
-        (chunk.iter().enumerate()).any(|(i, &b)| b == b'P' && at(start + i))
-    };
-    let mut chunks = data.chunks_exact(CHUNK);
-    let mut start = 0usize;
-    for chunk in &mut chunks {
-        // `fold`, not `any`: no early exit, so no branch per byte.
-        let has_p = chunk.iter().fold(false, |seen, &b| seen | (b == b'P'));
-        if has_p && from(start, chunk) {
-            return true;
-        }
-        start += CHUNK;
-    }
-    from(start, chunks.remainder())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::has_end_record_signature;
+    use crate::archive::zip::holds_end_record_signature as has_end_record_signature;
 
     #[test]
     fn the_end_record_search_finds_what_a_window_search_finds() {

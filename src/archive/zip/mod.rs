@@ -372,6 +372,12 @@ pub(crate) fn signatures(
         .filter(move |&i| bytes.get(i..i + 4) == Some(&sig[..]))
 }
 
+/// Does `bytes` hold an end record's signature anywhere? Every pickle a scan
+/// reads is searched for one (a zip glued after it).
+pub fn holds_end_record_signature(bytes: &[u8]) -> bool {
+    signatures(bytes, EOCD_SIG).next().is_some()
+}
+
 /// Just past the end record at `eocd` and the comment it declares, within the file.
 fn archive_end<D: FileBytes + ?Sized>(data: &D, eocd: usize) -> u64 {
     let comment = le16(data, eocd + 20).map_or(0, usize::from);
@@ -784,7 +790,9 @@ pub fn read_directory_by_reading(
     let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::new();
-    let mut listed = Vec::new();
+    // The count is the end record's claim: a bound on the memory it may reserve.
+    let claimed = usize::try_from(dir.entries.min(max_entries)).unwrap_or(0);
+    let mut listed = Vec::with_capacity(claimed.min(MAX_READ_HEADERS));
     for record in records.by_ref() {
         let r = record.ok()?;
         listed.push((r.header_offset, r.compressed_size));

@@ -324,8 +324,10 @@ pub fn gaps_near<D: FileBytes + ?Sized>(
         let i = listed.partition_point(|&(o, _)| o <= offset);
         listed.get(i).map_or(directory_offset, |&(o, _)| o)
     };
-    let mut gaps = vec![(0, listed.first().map_or(directory_offset, |&(o, _)| o))];
-    for offset in read.chain(listed.last().map(|&(o, _)| o)) {
+    let offsets = read.chain(listed.last().map(|&(o, _)| o));
+    let mut gaps = Vec::with_capacity(1 + offsets.size_hint().0);
+    gaps.push((0, listed.first().map_or(directory_offset, |&(o, _)| o)));
+    for offset in offsets {
         let i = listed.partition_point(|&(o, _)| o < offset);
         let Some(&(_, compressed_size)) = listed.get(i).filter(|&&(o, _)| o == offset) else {
             continue;
