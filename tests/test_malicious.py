@@ -42,7 +42,7 @@ START_TIMEOUT = 60.0
 EXTRA_GIB = 4.0
 ERRORS = ("UnsafeCheckpointError", "MalformedCheckpointError", "LimitExceededError", "UnsupportedCheckpointError")
 FAMILIES = ("code_execution", "scanner_evasion", "numpy", "legacy", "resource", "tensor_metadata",
-            "compressed_wrapper", "zip_confusion", "pickle_differential", "nested_payload", "gadget")
+            "compressed_wrapper", "zip_confusion", "pickle_differential", "nested_payload", "gadget", "dcp")
 EXIT_CODES = {"unsafe": 1, "unreadable": 2}  # `tensorplay scan`'s exit code for one file of that verdict
 BIG_FILES = {"zipbomb_record_past_declared.pt"}  # a DEFLATE bomb needs ~64 KiB to inflate to 64 MiB
 

@@ -1755,6 +1755,39 @@ def replace_once(data: bytes, old: bytes, new: bytes, after: bytes = b"") -> byt
     return data[:at] + new + data[at + len(old):]
 
 
+def dcp_family(c: Corpus) -> None:
+    """torch.distributed.checkpoint files: `.metadata`, whose name allows DCP's
+    metadata classes and pathlib's paths and nothing more, and `.distcp`, one
+    `torch.save` archive after another (tensor chunks, then byte items)."""
+    fam = "dcp"
+    dcp = "torch.distributed.checkpoint.metadata"
+
+    def metadata(file, description, storage_value, dangerous):
+        # What dcp.save pickles: Metadata built by NEWOBJ and BUILD, its storage
+        # map keyed by MetadataIndex.
+        index = glob(dcp, "MetadataIndex") + EMPTY_TUPLE + NEWOBJ + dct((u("fqn"), u("w"))) + BUILD
+        state = dct((u("state_dict_metadata"), EMPTY_DICT), (u("planner_data"), NONE),
+                    (u("storage_data"), dct((index, storage_value))))
+        # Protocol 4, pickle.dump's default: a dotted name resolves attribute by attribute.
+        data = pkl(glob(dcp, "Metadata") + EMPTY_TUPLE + NEWOBJ + state + BUILD, 4)
+        c.add(file, fam, description, UNSAFE, data, dangerous, wellformed=data)
+
+    metadata("__0.metadata", "a DCP .metadata whose storage map holds os.system(...)",
+             os_system(), ["os.system"])
+    metadata("__1.metadata",
+             "a DCP .metadata: pathlib.PosixPath is allowed there, methodcaller('touch') of one is not",
+             call(call(glob("operator", "methodcaller"), u("touch")), call(glob("pathlib", "PosixPath"), u(MARKER))),
+             ["operator.methodcaller"])
+    metadata("__2.metadata",
+             "a DCP .metadata naming a method of an allowed class: PosixPath.write_text(PosixPath(marker), '')",
+             call(glob("pathlib", "PosixPath.write_text"), call(glob("pathlib", "PosixPath"), u(MARKER)), u("")),
+             ["pathlib.PosixPath.write_text"])
+    item = tensor_checkpoint(pkl(tensor()))
+    c.add("__0_0.distcp", fam,
+          "a .distcp: a tensor chunk's archive, then a byte item's archive whose data.pkl is os.system(...)",
+          MALFORMED, item + checkpoint(MALICIOUS_PKL), ["os.system"], wellformed=MALICIOUS_PKL)
+
+
 def torch_tensor_family(c: Corpus) -> None:
     import warnings
 
@@ -1850,6 +1883,7 @@ def build() -> Corpus:
     pickle_differential_family(c)
     nested_family(c)
     gadget_family(c)
+    dcp_family(c)
     torch_tensor_family(c)
     return c
 
