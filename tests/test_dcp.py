@@ -273,6 +273,26 @@ def test_hostile_folders_are_refused_and_flagged_and_nothing_runs(tmp_path, make
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("relative", ["../outside.distcp", "/etc/passwd", "sub/__0_0.distcp", ".."])
+def test_an_item_outside_the_folder_is_never_opened(tmp_path, relative):
+    """The metadata names each item's file: only a file of the folder is read."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    folder = tmp_path / "ckpt"
+    _save_single(folder)
+    (tmp_path / "outside.distcp").write_bytes((folder / "__0_0.distcp").read_bytes())
+    metadata = _trusted_metadata(folder)
+    index = next(i for i in metadata.storage_data if i.fqn == "step")
+    info = metadata.storage_data[index]
+    metadata.storage_data[index] = _StorageInfo(relative_path=relative, offset=info.offset, length=info.length)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="must name a file in its folder"):
+        tensorplay.load(folder)
+    with pytest.raises(CheckpointException, match="must name a file in its folder"):
+        dcp.load({"step": 0}, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
+
+
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_mmap_gives_views_of_tensors_saved_as_one_chunk(single, backend):
     folder, state = single

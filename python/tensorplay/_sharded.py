@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import _paths
 from ._core import MalformedCheckpointError
 
 INDEX_SUFFIX = ".index.json"
@@ -63,10 +64,10 @@ class Index:
         return list(dict.fromkeys(self.weight_map.values()))
 
     def shard_path(self, shard: str) -> str:
-        if (os.path.isabs(shard) or os.sep in shard or "/" in shard or shard in ("", ".", "..")
-                or shard.endswith(INDEX_SUFFIX)):
+        path = None if shard.endswith(INDEX_SUFFIX) else _paths.beside(self.folder, shard)
+        if path is None:
             raise MalformedCheckpointError(f"{self.path}: the shard {shard!r} is not a file name in the index's folder")
-        return os.path.join(self.folder, shard)
+        return path
 
     def problems(self) -> list[str]:
         """What a scan reports about the index itself: shards it names that are missing."""

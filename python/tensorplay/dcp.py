@@ -23,7 +23,7 @@ import mmap
 import os
 from typing import Any
 
-from . import _allowlist, _core, _limits
+from . import _allowlist, _core, _limits, _paths
 from ._core import MalformedCheckpointError, UnsupportedCheckpointError
 
 METADATA_FILE = ".metadata"
@@ -136,14 +136,15 @@ class _Files:
                 f"{info.relative_path}: the item is stored behind stream transforms "
                 f"{info.transform_descriptors!r}, which tensorplay does not read")
         relative = os.fspath(info.relative_path)
-        if os.path.isabs(relative) or ".." in relative.replace("\\", "/").split("/"):
-            raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file inside its folder")
+        path = _paths.beside(self.folder, relative)
+        if path is None:
+            raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file in its folder")
         offset, length = info.offset, info.length
         if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length <= 0:
             raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
         mapped = self.maps.get(relative)
         if mapped is None:
-            with open(os.path.join(self.folder, relative), "rb") as f:
+            with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size == 0:
                     raise MalformedCheckpointError(f"{relative}: the file is empty")

@@ -1,0 +1,15 @@
+"""Names that one file of a checkpoint gives for another (a shard index's shards,
+a distributed checkpoint's item files): each must be a file beside it."""
+
+from __future__ import annotations
+
+import os
+
+
+def beside(folder: str, name: str) -> str | None:
+    """``folder/name`` when ``name`` is a plain file name, ``None`` when it has a
+    folder part or is absolute, empty, ``.`` or ``..``: a name that could reach
+    outside ``folder`` (``../../etc/passwd``) is never opened."""
+    if not name or name in (".", "..") or os.path.isabs(name) or "/" in name or os.sep in name or "\\" in name:
+        return None
+    return os.path.join(folder, name)
