@@ -393,10 +393,12 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         raise RuntimeError("Can not safely load weights when explicit pickle_module is specified: tensorplay.load "
                            "is weights-only unless weights_only=False is passed, which hands the file to torch.load "
                            "and its pickle module (that runs code from the file)")
-    if isinstance(f, (str, os.PathLike)) and _is_safetensors(os.fspath(f)):
-        return _load_safetensors(os.fspath(f), map_location, _resolve_backend(backend))
-    if isinstance(f, (str, os.PathLike)) and _is_many_files(os.fspath(f)):
-        return _load_many_files(os.fspath(f), map_location, mmap, backend, limits, pickle_load_args)
+    path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else None
+    if path is not None and _is_safetensors(path):
+        return _load_safetensors(path, map_location, _resolve_backend(backend))
+    if path is not None and _names_other_files(path):
+        return _load_many_files(path, map_location, mmap, backend, limits, pickle_load_args)
+    many_files_args = dict(pickle_load_args)
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
         raise TypeError(f"load() got unexpected keyword arguments {sorted(pickle_load_args)}")
@@ -410,20 +412,26 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
             mmap = False
     names, objects = _allowlist.resolved()
     source, start = _source(f, mmap)
-    loaded = _core.load(
-        source,
-        backend=backend,
-        mmap=mmap,
-        shared=mmap and shared,
-        user_names=names,
-        user_objects=objects,
-        limits=_limits.merged(limits),
-        encoding=encoding,
-        endianness=endianness,
-        threads=_copy_threads(),
-        stream=start is not None,
-        **placement,
-    )
+    try:
+        loaded = _core.load(
+            source,
+            backend=backend,
+            mmap=mmap,
+            shared=mmap and shared,
+            user_names=names,
+            user_objects=objects,
+            limits=_limits.merged(limits),
+            encoding=encoding,
+            endianness=endianness,
+            threads=_copy_threads(),
+            stream=start is not None,
+            **placement,
+        )
+    except IsADirectoryError:
+        # Asked of the core's open, not of every path first: a folder is the rare case.
+        if path is None:
+            raise
+        return _load_many_files(path, map_location, mmap, backend, limits, many_files_args)
     if start is None:
         return loaded
     obj, taken = loaded
@@ -431,12 +439,12 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     return obj
 
 
-def _is_many_files(path: str) -> bool:
-    """A checkpoint of several files: a folder (a distributed checkpoint, or shards
-    with their index), a shard index, or a distributed checkpoint's ``.metadata``."""
+def _names_other_files(path: str) -> bool:
+    """A file that names the files of a checkpoint: a shard index, or a distributed
+    checkpoint's ``.metadata``. (A folder of either is found when it fails to open.)"""
     from . import _sharded
 
-    return os.path.isdir(path) or _sharded.is_index(path) or bool(_core.allowed_in_file(os.path.basename(path)))
+    return _sharded.is_index(path) or bool(_core.allowed_in_file(os.path.basename(path)))
 
 
 def _load_many_files(path: str, map_location: Any, mmap: bool, backend: _Backend | None,
