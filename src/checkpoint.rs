@@ -14,7 +14,7 @@ use crate::limits::{Limit, Limits};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::torch::invariants::{self, StorageBytes};
 use crate::torch::legacy;
-use crate::torch::policy::UserGlobals;
+use crate::torch::policy::{Stubs, UnknownGlobals, UserGlobals};
 use crate::torch::records::{self, ByteOrder, Layout};
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
@@ -53,6 +53,8 @@ pub enum Trailing {
 pub struct LoadOptions {
     pub limits: Limits,
     pub user_globals: UserGlobals,
+    /// What a global outside the allowlist becomes: a refusal, or a stub.
+    pub unknown_globals: UnknownGlobals,
     pub encoding: StringEncoding,
     pub endianness: Endianness,
     pub trailing: Trailing,
@@ -89,6 +91,8 @@ pub struct Checkpoint {
     /// Just past the checkpoint's last byte: a legacy stream's last storage, or a
     /// zip's end record and comment.
     pub end: u64,
+    /// The globals that stand in as stubs (stub mode), by `Global::Stub` index.
+    pub stubs: Stubs,
 }
 
 /// The container a checkpoint came in.
@@ -125,6 +129,7 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
         pickle_entry: c.pickle_entry,
         format: c.format,
         end: c.end,
+        stubs: c.stubs,
     })
 }
 
@@ -169,6 +174,7 @@ struct Contents {
     pickle_entry: String,
     format: Format,
     end: u64,
+    stubs: Stubs,
 }
 
 /// `source`, when given, holds `data` and may let go of the pages already read;
@@ -364,7 +370,8 @@ fn open_zip(
             &options.user_globals,
             options.limits,
             IdFormat::Zip,
-        );
+        )
+        .stubbing(options.unknown_globals);
         let parsed = machine::run(
             &pkl,
             &mut hooks,
@@ -385,8 +392,9 @@ fn open_zip(
                 },
             ));
         }
-        (parsed, hooks.storages)
+        (parsed, (hooks.storages, hooks.stubs.unwrap_or_default()))
     };
+    let (storages, stubs) = storages;
     let file_order = layout.byteorder.unwrap_or(match options.endianness {
         Endianness::Little => ByteOrder::Little,
         Endianness::Big => ByteOrder::Big,
@@ -457,6 +465,7 @@ fn open_zip(
         pickle_entry,
         format: Format::Zip,
         end: archive_end,
+        stubs,
     })
 }
 
@@ -464,6 +473,7 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
     let parsed = legacy::parse(
         data,
         &options.user_globals,
+        options.unknown_globals,
         &options.limits,
         options.encoding,
     )?;
@@ -498,6 +508,7 @@ fn open_legacy(data: &[u8], options: &LoadOptions) -> Result<Contents, Error> {
         pickle_entry: "legacy main pickle".into(),
         format: Format::Legacy,
         end: parsed.end,
+        stubs: parsed.stubs,
     })
 }
 

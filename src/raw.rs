@@ -26,7 +26,8 @@ pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Che
     )
     .without_persistent_ids(
         "a persistent id in a pickle outside a checkpoint archive: there is no storage it could name",
-    );
+    )
+    .stubbing(options.unknown_globals);
     let parsed = machine::run(
         data,
         &mut hooks,
@@ -56,6 +57,7 @@ pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Che
         // A pickle of the zip generation: protocol 2 and later, no legacy framing.
         format: Format::Zip,
         end: parsed.end as u64,
+        stubs: hooks.stubs.unwrap_or_default(),
     })
 }
 

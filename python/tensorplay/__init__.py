@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ._patch import patch_torch as patch_torch
     from ._patch import patched_torch as patched_torch
     from ._patch import unpatch_torch as unpatch_torch
+    from ._stub import Stub as Stub
+    from ._stub import StubWarning as StubWarning
     from ._tensordict import load_memmap as load_memmap
     from ._types import TensorInfo as TensorInfo
     from ._types import TensorSpec as TensorSpec
@@ -61,10 +63,14 @@ _LAZY = {
     "patched_torch": ("_patch", "patched_torch"),
     "unpatch_torch": ("_patch", "unpatch_torch"),
     "load_memmap": ("_tensordict", "load_memmap"),
+    "Stub": ("_stub", "Stub"),
+    "StubWarning": ("_stub", "StubWarning"),
 }
 
 __all__ = [
     "load",
+    "Stub",
+    "StubWarning",
     "load_memmap",
     "save",
     "patch_torch",

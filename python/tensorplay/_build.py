@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from . import _core
+from . import _core, _stub
 from ._types import TensorInfo, TensorSpec
 
 
@@ -19,8 +19,21 @@ def _malformed(what: str, cause: BaseException) -> BaseException:
 
 # --- user-allowlisted objects (torch's weights-only semantics) ---------------------
 
+# --- stub mode: globals outside the allowlist, recorded and never called ------------
+
+stub = _stub.make
+stubbed = _stub.note
+
+
+def stub_call(stand_in, args):
+    """REDUCE on a stubbed global: the call, recorded."""
+    return stand_in._called(args)
+
+
 def new_object(cls, args, kwargs):
     """NEWOBJ / NEWOBJ_EX: ``cls.__new__(cls, *args, **kwargs)`` for an allowlisted class."""
+    if isinstance(cls, _stub.Stub):
+        return cls._called(args if isinstance(args, tuple) else (args,), kwargs)
     if not isinstance(cls, type):
         raise _refuse(f"Can only create new object for nn.Parameter or classes allowlisted via "
                       f"`add_safe_globals` but got {cls!r}")
@@ -46,12 +59,16 @@ def build(inst, state):
 
 
 def append(obj, item):
+    if isinstance(obj, _stub.Stub):
+        return obj._append(item)
     if not isinstance(obj, list):
         raise _refuse(f"Can only append to lists, but got {type(obj)}")
     obj.append(item)
 
 
 def setitem(obj, key, value):
+    if isinstance(obj, _stub.Stub):
+        return obj._setitem(key, value)
     if not isinstance(obj, dict):
         raise _refuse(f"Can only SETITEM for dict, collections.OrderedDict, collections.Counter, but got {type(obj)}")
     obj[key] = value

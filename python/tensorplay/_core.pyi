@@ -115,6 +115,7 @@ def load(
     restore_cpu: bool = False,
     fake: Callable[[Any], object] | None = None,
     stream: bool = False,
+    stub: bool = False,
 ) -> Any:
     """Load a checkpoint; ``user_names`` and ``user_objects`` have one item per entry
     of the user's allowlist. ``restore(storage, location)`` is torch's restore_location.
@@ -185,6 +186,7 @@ def loads(
     user_objects: Sequence[object] = ...,
     limits: _Limits = ...,
     encoding: str = ...,
+    stub: bool = False,
 ) -> Any: ...
 
 class _ZipEntry(TypedDict):

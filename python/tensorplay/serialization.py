@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits
+from . import _allowlist, _core, _limits, _stub
 from .utils.serialization import config
 
 __all__ = [
@@ -346,6 +346,7 @@ def load(
     mmap: bool | None = None,
     backend: Literal["torch", "numpy"] | None = None,
     limits: dict[str, int] | None = None,
+    unknown_globals: Literal["error", "stub"] = "error",
     **pickle_load_args: Any,
 ) -> Any:
     """Load an object saved with ``torch.save`` without running code from the file.
@@ -366,6 +367,12 @@ def load(
             (numpy arrays, no torch needed), or None for torch when it is installed.
         limits: resource limits for this call, by name (``tensorplay.default_limits()`` lists
             them; ``tensorplay.set_default_limits`` changes them for the process).
+        unknown_globals: ``"error"`` (the default) refuses a global outside the
+            allowlist, naming it. ``"stub"`` builds a :class:`tensorplay.Stub` in its
+            place, which records how the file used it (call arguments, state,
+            items) and is never imported or called; tensors and allowlisted values
+            inside it are built as usual. Dangerous globals are refused either way.
+            The load then warns once (``tensorplay.StubWarning``) naming them.
         pickle_load_args: ``encoding`` for Python 2 strings (default ``"utf-8"``).
 
     Raises:
@@ -375,17 +382,27 @@ def load(
     """
     if weights_only is None:
         weights_only = pickle_module is None
+    if unknown_globals not in ("error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     mmap = bool(config.load.mmap if mmap is None else mmap)
     if not weights_only:
+        if unknown_globals == "stub":
+            raise ValueError("unknown_globals='stub' is a weights-only load; weights_only=False runs the file's code")
         return _unsafe_load(f, map_location, pickle_module, mmap, pickle_load_args)
     shared = config.load.mmap_flags == _mmap.MAP_SHARED
-    return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
-                              pickle_load_args)
+    if unknown_globals == "error":
+        return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
+                                  pickle_load_args)
+    with _stub.collecting() as stubbed:
+        loaded = _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
+                                    pickle_load_args, stub=True)
+    _stub.warn(stubbed)
+    return loaded
 
 
 def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool,
                        endianness: _Endianness, backend: _Backend | None, limits: dict[str, int] | None,
-                       pickle_load_args: dict[str, Any]) -> Any:
+                       pickle_load_args: dict[str, Any], stub: bool = False) -> Any:
     """``load`` once the settings are read: tensorplay's own, or under
     ``patch_torch`` torch's (``torch.serialization``'s mmap flags and byte order,
     ``torch.utils.serialization.config``)."""
@@ -397,7 +414,7 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     if path is not None and _is_safetensors(path):
         return _load_safetensors(path, map_location, _resolve_backend(backend))
     if path is not None and _names_other_files(path):
-        return _load_many_files(path, map_location, mmap, backend, limits, pickle_load_args)
+        return _load_many_files(path, map_location, mmap, backend, limits, pickle_load_args, stub)
     many_files_args = dict(pickle_load_args)
     encoding = pickle_load_args.pop("encoding", "utf-8")
     if pickle_load_args:
@@ -425,13 +442,14 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
             endianness=endianness,
             threads=_copy_threads(),
             stream=start is not None,
+            stub=stub,
             **placement,
         )
     except IsADirectoryError:
         # Asked of the core's open, not of every path first: a folder is the rare case.
         if path is None:
             raise
-        return _load_many_files(path, map_location, mmap, backend, limits, many_files_args)
+        return _load_many_files(path, map_location, mmap, backend, limits, many_files_args, stub)
     if start is None:
         return loaded
     obj, taken = loaded
@@ -448,7 +466,7 @@ def _names_other_files(path: str) -> bool:
 
 
 def _load_many_files(path: str, map_location: Any, mmap: bool, backend: _Backend | None,
-                     limits: dict[str, int] | None, pickle_load_args: dict[str, Any]) -> Any:
+                     limits: dict[str, int] | None, pickle_load_args: dict[str, Any], stub: bool) -> Any:
     """A folder or file that names others: shards load in parallel, each as
     ``load`` loads a file; a distributed checkpoint's folder gives its whole state
     dict (on the CPU), its ``.metadata`` file the ``Metadata``."""
@@ -456,8 +474,10 @@ def _load_many_files(path: str, map_location: Any, mmap: bool, backend: _Backend
 
     index = _sharded.find_index(path) if os.path.isdir(path) and not dcp.is_dcp_folder(path) else path
     if index is not None and _sharded.is_index(index):
+        unknown = "stub" if stub else "error"
         return _sharded.load(index, lambda shard: load(shard, map_location, mmap=mmap, backend=backend,
-                                                        limits=limits, **pickle_load_args), _copy_threads())
+                                                        limits=limits, unknown_globals=unknown,
+                                                        **pickle_load_args), _copy_threads())
     if index is None:
         raise IsADirectoryError(errno.EISDIR, "a folder is a checkpoint only when it holds a distributed "
                                 "checkpoint's .metadata or a shard index (*.index.json)", path)

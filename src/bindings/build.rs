@@ -124,6 +124,12 @@ impl<'a, 'py> Builder<'a, 'py> {
     /// Build the object of `root` and everything it reaches.
     pub fn build(mut self, root: NodeId) -> PyResult<Bound<'py, PyAny>> {
         let _paused = crate::bindings::gc::pause(self.py)?;
+        let stubs = self.checkpoint.stubs.names();
+        if !stubs.is_empty() {
+            // Every global the pickle stood in for, built into the result or not.
+            let names: Vec<String> = stubs.iter().map(|(m, n)| format!("{m}.{n}")).collect();
+            self.helpers.call_method1("stubbed", (names,))?;
+        }
         let mut stack = vec![Frame::Enter(root)];
         while let Some(frame) = stack.pop() {
             match frame {
@@ -389,6 +395,12 @@ impl<'a, 'py> Builder<'a, 'py> {
                 .get(*i as usize)
                 .cloned()
                 .ok_or_else(|| self.fail(id, "unknown user global"))?,
+            Node::Domain(Torch::Global(Global::Stub(i))) => {
+                let (module, name) = (self.checkpoint.stubs.names())
+                    .get(*i as usize)
+                    .ok_or_else(|| self.fail(id, "unknown stubbed global"))?;
+                self.helpers.call_method1("stub", (module, name))?
+            }
             Node::Domain(Torch::Global(Global::Builtin(b))) => self.tensors.builtin(self, *b)?,
             Node::Domain(Torch::Size(dims)) => self.tensors.size(self, dims)?,
             Node::Domain(Torch::Device(s)) => self.tensors.device(self, s)?,
@@ -402,7 +414,17 @@ impl<'a, 'py> Builder<'a, 'py> {
                         let args = args
                             .cast::<PyTuple>()
                             .map_err(|_| self.fail(id, "call arguments must be a tuple"))?;
-                        self.built(func)?.call1(args)
+                        let stubbed = matches!(
+                            self.node(func),
+                            Node::Domain(Torch::Global(Global::Stub(_)))
+                        );
+                        if stubbed {
+                            // Recorded, never called: the global was not imported.
+                            self.helpers
+                                .call_method1("stub_call", (self.built(func)?, args))
+                        } else {
+                            self.built(func)?.call1(args)
+                        }
                     }
                     Constructor::New { cls, args, kwargs } => {
                         let kwargs = match kwargs {

@@ -17,7 +17,7 @@ use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::{load_options, Backend, Encoding, LimitOverrides};
+use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
@@ -134,9 +134,11 @@ fn return_freed_memory() {
 /// `restore_cpu` (a package registered ahead of torch's CPU entry). With `stream`,
 /// `source` is a stream read from its current position: bytes after the
 /// checkpoint are left alone, and the result is `(object, bytes the checkpoint
-/// took)`, for the caller to put the stream's position right after it.
+/// took)`, for the caller to put the stream's position right after it. With
+/// `stub`, a global outside the allowlist (never a blocked one) becomes
+/// `_build.stub(module, name)` instead of a refusal.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false, stub=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -156,10 +158,12 @@ pub fn load<'py>(
     restore_cpu: bool,
     fake: Option<Bound<'py, PyAny>>,
     stream: bool,
+    stub: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_user_globals(&user_names, &user_objects)?;
     let mode = data;
     let mut options = load_options(user_names, limits, encoding, endianness);
+    options.unknown_globals = unknown_globals(stub);
     if stream {
         options.trailing = Trailing::Left;
     }

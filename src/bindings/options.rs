@@ -11,7 +11,7 @@ use crate::bindings::storages::DataMode;
 use crate::checkpoint::{Endianness, LoadOptions, Trailing};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::StringEncoding;
-use crate::torch::policy::UserGlobals;
+use crate::torch::policy::{UnknownGlobals, UserGlobals};
 
 /// Which objects a load builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +100,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for LimitOverrides {
     }
 }
 
+/// What a global outside the allowlist becomes: `stub=True` asks for stubs.
+pub fn unknown_globals(stub: bool) -> UnknownGlobals {
+    if stub {
+        UnknownGlobals::Stub
+    } else {
+        UnknownGlobals::Refuse
+    }
+}
+
 /// The options of a load, from its typed arguments.
 pub fn load_options(
     user_names: Vec<String>,
@@ -113,5 +122,6 @@ pub fn load_options(
         encoding: encoding.0,
         endianness,
         trailing: Trailing::Refused,
+        unknown_globals: UnknownGlobals::Refuse,
     }
 }

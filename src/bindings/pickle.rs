@@ -8,7 +8,7 @@ use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::check_user_globals;
 use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::{load_options, Backend, Encoding, LimitOverrides};
+use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::DimsTuples;
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
@@ -19,7 +19,7 @@ use crate::raw;
 /// came from, for error messages. torch's values (dtypes, sizes, layouts) are
 /// torch's objects with the torch backend, names and tuples with numpy's.
 #[pyfunction]
-#[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default()))]
+#[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), stub=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn loads<'py>(
     py: Python<'py>,
@@ -30,9 +30,11 @@ pub fn loads<'py>(
     user_objects: Vec<Bound<'py, PyAny>>,
     limits: LimitOverrides,
     encoding: Encoding,
+    stub: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_user_globals(&user_names, &user_objects)?;
-    let options = load_options(user_names, limits, encoding, Endianness::Little);
+    let mut options = load_options(user_names, limits, encoding, Endianness::Little);
+    options.unknown_globals = unknown_globals(stub);
     let checkpoint = py
         .detach(|| raw::open_pickle(data, name, &options))
         .map_err(|e| to_pyerr(py, e))?;

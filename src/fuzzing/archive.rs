@@ -8,7 +8,7 @@ use crate::checkpoint::{self, Checkpoint, LoadOptions, StorageData};
 use crate::limits::Limits;
 use crate::pickle::machine::StringEncoding;
 use crate::torch::legacy;
-use crate::torch::policy::UserGlobals;
+use crate::torch::policy::{UnknownGlobals, UserGlobals};
 use crate::torch::records::{self, Layout, Record};
 use crate::torch::value::{Node, Torch};
 
@@ -281,7 +281,13 @@ pub fn legacy(data: &[u8]) {
     let _ = legacy::is_legacy(data);
     let limits = Limits::tight();
     let user = UserGlobals::default();
-    let Ok(parsed) = legacy::parse(data, &user, &limits, StringEncoding::Utf8) else {
+    let Ok(parsed) = legacy::parse(
+        data,
+        &user,
+        UnknownGlobals::Refuse,
+        &limits,
+        StringEncoding::Utf8,
+    ) else {
         return;
     };
     let len = data.len() as u64;

@@ -9,7 +9,7 @@ use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes;
-use crate::torch::policy::UserGlobals;
+use crate::torch::policy::{Stubs, UnknownGlobals, UserGlobals};
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
 use crate::torch::storages::{IdFormat, Storages};
@@ -58,6 +58,8 @@ pub struct Legacy {
     /// Just past the last storage: where the checkpoint ends. What follows is the
     /// caller's to judge (a file's trailing bytes, or a stream's next object).
     pub end: u64,
+    /// The globals the main pickle stood in for, in stub mode.
+    pub stubs: Stubs,
 }
 
 /// Does the stream begin with the legacy magic number (whatever protocol wrote it)?
@@ -145,6 +147,7 @@ fn rest(data: &[u8], pos: u64) -> &[u8] {
 pub fn parse(
     data: &[u8],
     user: &UserGlobals,
+    unknown: UnknownGlobals,
     limits: &Limits,
     encoding: StringEncoding,
 ) -> Result<Legacy, Error> {
@@ -190,12 +193,14 @@ pub fn parse(
 
     pickle_offsets[3] = pos;
     let main_at = pos;
-    let mut hooks = TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy);
+    let mut hooks =
+        TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy).stubbing(unknown);
     let mut arena = Arena::new(limits);
     let main = machine::run(rest(data, pos), &mut hooks, &mut arena, limits, encoding)
         .map_err(|e| shift(e, main_at, "main"))?;
     pos += main.end as u64;
     let storages = hooks.storages;
+    let stubs = hooks.stubs.unwrap_or_default();
 
     pickle_offsets[4] = pos;
     let (keys_arena, parsed) =
@@ -309,6 +314,7 @@ pub fn parse(
         offsets,
         pickle_offsets,
         end: pos,
+        stubs,
     })
 }
 

@@ -134,7 +134,7 @@ pub fn call(
             let cls_ok = matches!(
                 a.node(1)?,
                 Node::Domain(Torch::Global(
-                    Global::Builtin(Builtin::Tensor) | Global::User(_)
+                    Global::Builtin(Builtin::Tensor) | Global::User(_) | Global::Stub(_)
                 ))
             );
             if !cls_ok {
@@ -142,6 +142,9 @@ pub fn call(
                     a.fail("the tensor type must be torch.Tensor or an allowlisted subclass")
                 );
             }
+            // A stubbed subclass leaves the plain tensor: its class is never
+            // imported, so the tensor is what can be given back.
+            let stubbed = matches!(a.node(1)?, Node::Domain(Torch::Global(Global::Stub(_))));
             let plain = matches!(
                 a.node(1)?,
                 Node::Domain(Torch::Global(Global::Builtin(Builtin::Tensor)))
@@ -174,7 +177,7 @@ pub fn call(
             let made_by_call = matches!(
                 (arena.get(func), arena.get(base)),
                 (
-                    Node::Domain(Torch::Global(Global::User(_))),
+                    Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))),
                     Node::Object(_)
                 )
             );
@@ -188,7 +191,7 @@ pub fn call(
                     at.clone(),
                 ));
             }
-            if plain && no_state {
+            if (plain && no_state) || stubbed {
                 return Ok(base);
             }
             TensorNode::new(TensorKind::FromType { base, cls, state }, false)

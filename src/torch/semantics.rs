@@ -13,7 +13,8 @@ use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::numpy;
 use crate::torch::policy::{
-    self, Builtin, FoundGlobal, Global, Resolution, UserGlobals, COMPUTED_GLOBAL,
+    self, Builtin, FoundGlobal, Global, Resolution, Stubs, UnknownGlobals, UserGlobals,
+    COMPUTED_GLOBAL,
 };
 use crate::torch::rebuild;
 use crate::torch::storages::{IdFormat, Storages};
@@ -53,6 +54,8 @@ pub struct TorchHooks<'u> {
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
     encoded: HashMap<(NodeId, String), NodeId>,
+    /// In stub mode, the globals outside the allowlist that stand in as stubs.
+    pub stubs: Option<Stubs>,
 }
 
 impl<'u> TorchHooks<'u> {
@@ -73,7 +76,16 @@ impl<'u> TorchHooks<'u> {
             payloads: Vec::new(),
             divergences: Vec::new(),
             encoded: HashMap::new(),
+            stubs: None,
         }
+    }
+
+    /// Hooks that make a global outside the allowlist a stub, not a refusal.
+    pub fn stubbing(mut self, unknown: UnknownGlobals) -> Self {
+        if unknown == UnknownGlobals::Stub {
+            self.stubs = Some(Stubs::default());
+        }
+        self
     }
 
     /// Hooks for a pickle in which a persistent id is an error, `why`.
@@ -615,7 +627,19 @@ impl Hooks for TorchHooks<'_> {
         at: &Location,
     ) -> Result<NodeId, Error> {
         let (module, name) = policy::map_py2(module, name);
-        match policy::resolve(&module, &name, self.user) {
+        let resolution = policy::resolve(&module, &name, self.user);
+        // A name the scanner's denylist marks dangerous is never stubbed: a file
+        // that names it is hostile, and stays refused.
+        let stubs = (self.stubs.as_mut()).filter(|_| {
+            resolution == Resolution::NotAllowed && !policy::is_dangerous(&module, &name)
+        });
+        if let Some(stubs) = stubs {
+            let index = stubs.index(&module, &name).ok_or_else(|| {
+                Error::pickle("more stubbed globals than a table can index", at.clone())
+            })?;
+            return arena.push(Node::Domain(Torch::Global(Global::Stub(index))));
+        }
+        match resolution {
             Resolution::Allowed(g) => arena.push(Node::Domain(Torch::Global(g))),
             Resolution::Blocked(_) | Resolution::NotAllowed
                 if self.refusals == Refusals::Record =>
@@ -687,7 +711,7 @@ impl Hooks for TorchHooks<'_> {
                 let b = *b;
                 self.call_builtin(arena, b, args, at)
             }
-            Node::Domain(Torch::Global(Global::User(_))) => {
+            Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
                 self.object(arena, Constructor::Call { func, args })
             }
             Node::Opaque => arena.push(Node::Opaque),
@@ -720,7 +744,9 @@ impl Hooks for TorchHooks<'_> {
             self.keep_payloads(arena, args, at);
         }
         let result = match &cls_node {
-            Node::Domain(Torch::Global(Global::User(_))) => self.object(arena, Constructor::New { cls, args, kwargs }),
+            Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
+                self.object(arena, Constructor::New { cls, args, kwargs })
+            }
             Node::Domain(Torch::Global(Global::Builtin(Builtin::Parameter))) if no_kwargs => match arena.tuple(args) {
                 Some(items) => {
                     let items = items.to_vec();

@@ -82,6 +82,7 @@ pub fn render(arena: &Arena, root: NodeId) -> String {
             ),
             Node::Domain(Torch::Global(Global::Builtin(b))) => out.push_str(&b.full_name()),
             Node::Domain(Torch::Global(Global::User(i))) => out.push_str(&format!("user#{i}")),
+            Node::Domain(Torch::Global(Global::Stub(i))) => out.push_str(&format!("stub#{i}")),
             Node::Domain(Torch::Size(d)) => out.push_str(&format!("Size({d:?})")),
             Node::Domain(Torch::Device(d)) => out.push_str(&format!("device({d})")),
             Node::Domain(Torch::Layout(l)) => out.push_str(l.name()),

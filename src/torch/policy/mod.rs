@@ -15,11 +15,50 @@ pub use by_file::{allowed_in_file, is_dcp_metadata, DCP_METADATA_GLOBALS};
 pub use denylist::{blocked, family, is_dangerous, Blocked, Family, FAMILIES};
 pub use py2_names::map_py2;
 
-/// A resolved global: a built-in, or the index of a user entry.
+/// A resolved global: a built-in, the index of a user entry, or (in stub mode)
+/// the index of a name outside the allowlist in the load's [`Stubs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Global {
     Builtin(Builtin),
     User(u32),
+    Stub(u32),
+}
+
+/// What a load does with a global outside the allowlist (never one the
+/// blocklist names: that is always refused).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnknownGlobals {
+    #[default]
+    Refuse,
+    /// Build an inert stand-in that records how the file used it; nothing is
+    /// imported or called.
+    Stub,
+}
+
+/// The globals a stub-mode load stood in for, as `(module, name)`, each once.
+#[derive(Debug, Default, Clone)]
+pub struct Stubs {
+    names: Vec<(String, String)>,
+    by_name: BTreeMap<(String, String), u32>,
+}
+
+impl Stubs {
+    /// The index of `module.name`, added on first use. Each name costs the
+    /// pickle its bytes, so the pickle's size limit bounds the table.
+    pub fn index(&mut self, module: &str, name: &str) -> Option<u32> {
+        let key = (module.to_owned(), name.to_owned());
+        if let Some(&i) = self.by_name.get(&key) {
+            return Some(i);
+        }
+        let i = u32::try_from(self.names.len()).ok()?;
+        self.names.push(key.clone());
+        self.by_name.insert(key, i);
+        Some(i)
+    }
+
+    pub fn names(&self) -> &[(String, String)] {
+        &self.names
+    }
 }
 
 /// The user's allowlist entries, by `module.qualname`; the bindings keep the objects.
