@@ -54,7 +54,7 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
     shared = torch.serialization.get_default_mmap_options() == mmap_module.MAP_SHARED
     endianness = _endianness_name(torch.serialization.get_default_load_endianness())
     return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
-                              pickle_load_args)
+                              pickle_load_args, api="torch")
 
 
 def patch_torch() -> None:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits, _stub
+from . import _allowlist, _core, _limits, _refusal, _stub
 from .utils.serialization import config
 
 __all__ = [
@@ -402,7 +402,8 @@ def load(
 
 def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool,
                        endianness: _Endianness, backend: _Backend | None, limits: dict[str, int] | None,
-                       pickle_load_args: dict[str, Any], stub: bool = False) -> Any:
+                       pickle_load_args: dict[str, Any], stub: bool = False,
+                       api: Literal["tensorplay", "torch", "cli"] = "tensorplay") -> Any:
     """``load`` once the settings are read: tensorplay's own, or under
     ``patch_torch`` torch's (``torch.serialization``'s mmap flags and byte order,
     ``torch.utils.serialization.config``)."""
@@ -445,6 +446,9 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
             stub=stub,
             **placement,
         )
+    except _core.UnsafeCheckpointError as refused:
+        # One error naming every global the file needs, not the first of them.
+        raise _refusal.complete(refused, source, names, _limits.merged(limits), api) from None
     except IsADirectoryError:
         # Asked of the core's open, not of every path first: a folder is the rare case.
         if path is None:

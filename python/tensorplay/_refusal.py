@@ -1,0 +1,82 @@
+"""One complete error for a load refused for its globals: every global of the file
+outside the allowlist (the scan's fast walk finds them all, where the load stops
+at the first), each with where it is and whether it is dangerous, and the ways
+through that run nothing."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from . import _core
+
+Api = Literal["tensorplay", "torch", "cli"]
+
+
+def complete(error: BaseException, source: Any, user_names: list[str], limits: dict[str, int],
+             api: Api = "tensorplay") -> BaseException:
+    """``error`` (a refusal for a global outside the allowlist) with every such global
+    of ``source`` in its message and in ``.globals``; ``error`` itself when the file
+    cannot be scanned again (a stream already read) or holds nothing more to say."""
+    from .scanner import GlobalFinding
+
+    if getattr(error, "kind", None) != "unsafe_global":
+        return error
+    found = getattr(error, "globals", None)  # completed before: only the advice changes
+    if found is None:
+        if not isinstance(source, (str, os.PathLike, bytes, memoryview)):
+            return error
+        try:
+            _, _, findings, _, _ = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
+                                              user_names, limits, True)
+        except (OSError, _core.CheckpointError):
+            return error
+        found = tuple(GlobalFinding(*f) for f in findings)
+    if not found:
+        return error
+    # Where the load stopped, as the core says it: "[entry 'x', byte offset 2, opcode GLOBAL (0x63)]".
+    first = str(error).rsplit("\n", 1)[-1]
+    where = first[first.rindex(" ["):] if first.endswith("]") and " [" in first else ""
+    refused = type(error)(_message(found, api, where))
+    for name in ("kind", "entry", "offset", "opcode", "limit", "maximum"):
+        setattr(refused, name, getattr(error, name, None))
+    refused.globals = found  # type: ignore[attr-defined]
+    return refused
+
+
+def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
+    def where(f: Any) -> str:
+        entry = f"{f.location}, " if f.location else ""
+        return f"{entry}byte {f.offset}"
+
+    # torch's words first: programs and people search for them.
+    lines = [f"Weights only load failed. Unsupported global: GLOBAL {found[0].name} was not an allowed global by "
+             f"default.{stopped_at}", "", f"The file names {len(found)} global(s) outside the allowlist:"]
+    for f in found:
+        lines.append(f"  {f.name} ({where(f)}){'  DANGEROUS: runs code or touches the system' if f.dangerous else ''}")
+    dangerous = [f.name for f in found if f.dangerous]
+    if dangerous:
+        lines += ["", f"It names {', '.join(dangerous)}, which no mode loads: treat the file as hostile."]
+        return "\n".join(lines)
+    names = [f.name for f in found]
+    allow = ", ".join(names)
+    lines += ["", "Ways through that run nothing from the file:"]
+    if api == "cli":
+        lines.append(f"  (1) if you trust these classes: {' '.join(f'--allow {n}' for n in names)}")
+        lines.append("  (2) to take the tensors and keep the rest as inert data: --stub")
+    else:
+        module = "torch.serialization" if api == "torch" else "tensorplay.serialization"
+        lines.append(f"  (1) if you trust these classes, allowlist them (import them first): "
+                     f"{module}.add_safe_globals([{allow}])")
+        lines.append(f"      (command line: {' '.join(f'--allow {n}' for n in names)})")
+        lines.append("  (2) to take the tensors and keep the rest as inert tensorplay.Stub objects: "
+                     "tensorplay.load(f, unknown_globals=\"stub\")")
+    if _torch_installed():
+        lines.append("  weights_only=False would run code from the file: only for a file you made yourself.")
+    return "\n".join(lines)
+
+
+def _torch_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
