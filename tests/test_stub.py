@@ -251,3 +251,87 @@ def test_a_stub_records_a_namespace_built_in_this_process(tmp_path):
     torch.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "ns.pt")
     loaded, _ = _stub_load(tmp_path / "ns.pt")
     assert loaded["args"].to_dict() == {"lr": 0.1}
+
+
+# --- one complete error -------------------------------------------------------------
+
+def test_a_refusal_names_every_global_with_where_it_is_and_the_ways_through(written):
+    root, _ = written
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as refused:
+        tensorplay.load(root / "user.pt")
+    message = str(refused.value)
+    assert message.startswith("Weights only load failed. Unsupported global: GLOBAL ")
+    names = {f.name for f in refused.value.globals}
+    assert {"argparse.Namespace", "stubtest_user_module.Config", "stubtest_user_module.Registry",
+            "stubtest_user_module.History", "stubtest_user_module.Point", "stubtest_user_module.Slotted",
+            "stubtest_user_module.Marked"} <= names
+    assert not any(f.dangerous for f in refused.value.globals)
+    for finding in refused.value.globals:
+        assert f"{finding.name} (" in message and f"byte {finding.offset}" in message
+    assert "tensorplay.serialization.add_safe_globals([argparse.Namespace, " in message
+    assert "--allow argparse.Namespace" in message
+    assert 'unknown_globals="stub"' in message
+    assert refused.value.kind == "unsafe_global"
+
+
+def test_a_refusal_without_torch_never_suggests_weights_only_false(written, monkeypatch):
+    from tensorplay import _refusal
+
+    root, _ = written
+    monkeypatch.setattr(_refusal, "_torch_installed", lambda: False)
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as refused:
+        tensorplay.load(root / "namespace.pt", backend="numpy")
+    assert "weights_only" not in str(refused.value)
+    monkeypatch.setattr(_refusal, "_torch_installed", lambda: True)
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as refused:
+        tensorplay.load(root / "namespace.pt")
+    assert "weights_only=False would run code" in str(refused.value)
+
+
+def test_a_dangerous_global_is_named_as_such_and_no_way_through_is_offered(tmp_path):
+    corpus = pathlib.Path(__file__).parent / "malicious" / "files"
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as refused:
+        tensorplay.load(corpus / "payload_among_tensors.pt")
+    message = str(refused.value)
+    assert "os.system" in message
+    assert "unknown_globals" not in message and "add_safe_globals([os" not in message
+
+
+# --- inspect and the command line ---------------------------------------------------
+
+def test_inspect_in_stub_mode_lists_the_stubbed_globals(written):
+    root, _ = written
+    result = tensorplay.inspect(root / "namespace.pt", unknown_globals="stub")
+    assert result.stubbed == ("argparse.Namespace",)
+    assert result.to_json()["stubbed"] == ["argparse.Namespace"]
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="argparse.Namespace"):
+        tensorplay.inspect(root / "namespace.pt")
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tensorplay", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_the_command_line_gives_command_line_advice_and_stubs_on_request(written, tmp_path):
+    root, _ = written
+    refused = _cli("inspect", root / "namespace.pt")
+    assert refused.returncode != 0
+    assert "--allow argparse.Namespace" in refused.stderr and "--stub" in refused.stderr
+    assert "add_safe_globals" not in refused.stderr
+    shown = _cli("inspect", "--stub", root / "namespace.pt")
+    assert shown.returncode == 0, shown.stderr
+    assert "stubbed (never imported or called): argparse.Namespace" in shown.stdout
+
+    out = tmp_path / "user.safetensors"
+    converted = _cli("convert", "--stub", "--metadata", root / "user.pt", out)
+    assert converted.returncode == 0, converted.stderr
+    from safetensors import safe_open
+
+    with safe_open(str(out), "np") as f:
+        keys = set(f.keys())
+        np.testing.assert_array_equal(f.get_tensor("config.state.mask"), np.arange(6.0).reshape(2, 3))
+        metadata = f.metadata()
+    assert "state_dict.weight" in keys and "registry.items.weight" in keys
+    assert metadata["config.__stub__"] == '"stubtest_user_module.Config"'
+    assert metadata["args.state.lr"] == "0.1"

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from . import _core
 from ._atomic import replacing
+from ._stub import Stub
 from .serialization import load
 
 # What safetensors stores, by numpy dtype name: every dtype the numpy backend
@@ -45,6 +46,10 @@ def _flatten(obj: Any, prefix: str, tensors: dict, others: dict) -> None:
         elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
             for i, item in reversed(list(enumerate(value))):
                 stack.append((f"{path}.{i}" if path else str(i), item))
+        elif isinstance(value, Stub):
+            parts = {"__stub__": value.qualname, "args": value.args, "kwargs": value.kwargs, "state": value.state,
+                     "items": value.items}
+            stack.append((path, {k: v for k, v in parts.items() if v is not None}))
         else:
             others[path] = value
 
@@ -62,17 +67,25 @@ def _json(value: Any) -> str:
 
 
 def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False, metadata: bool = False,
-            progress: Callable[[int, int], None] | None = None, report: Callable[[str], None] | None = None) -> dict:
+            progress: Callable[[int, int], None] | None = None, report: Callable[[str], None] | None = None,
+            unknown_globals: Literal["error", "stub"] = "error") -> dict:
     """Convert ``source`` to safetensors at ``target``. Returns a summary. A
     sharded checkpoint (its index, or a folder holding one) converts shard by
-    shard into the folder ``target``, with a ``model.safetensors.index.json``."""
+    shard into the folder ``target``, with a ``model.safetensors.index.json``.
+    With ``unknown_globals="stub"`` a file with globals outside the allowlist
+    converts too: each stub's tensors are taken under its key
+    (``hparams.state.mask``), its other values are like any other value, and
+    ``<key>.__stub__`` names the global it stood in for."""
     index = _sharded_index(source)
     if index is not None:
+        if unknown_globals != "error":
+            raise ValueError("unknown_globals='stub' is not supported for a sharded checkpoint")
         return _convert_shards(index, os.fspath(target), force, metadata, progress, report)
     target = os.fspath(target)
     if os.path.exists(target) and not force:
         raise FileExistsError(f"{target} exists; pass force=True (--force) to overwrite it")
-    summary, _ = _write(load(source, backend="numpy"), target, metadata, progress, report)
+    state = load(source, backend="numpy", unknown_globals=unknown_globals)
+    summary, _ = _write(state, target, metadata, progress, report)
     return summary
 
 

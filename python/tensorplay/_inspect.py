@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from . import _allowlist, _core, _limits
+from . import _allowlist, _core, _limits, _refusal, _stub
 from ._types import TensorInfo
 
 
@@ -29,6 +29,8 @@ class Inspection(NamedTuple):
     format: str
     #: The loaded structure with every tensor replaced by a ``TensorInfo``.
     tree: Any
+    #: The globals outside the allowlist that stand in as ``tensorplay.Stub`` (stub mode).
+    stubbed: tuple[str, ...] = ()
 
     def entries(self) -> Iterator[tuple[str, Any]]:
         """Every leaf with its dotted path, depth first."""
@@ -60,17 +62,20 @@ class Inspection(NamedTuple):
                                "stride": list(value.stride)})
             else:
                 leaves.append({"path": path, "value": repr(value)})
-        return {"format": self.format, "entries": leaves, "totals": self.totals()}
+        return {"format": self.format, "entries": leaves, "totals": self.totals(), "stubbed": list(self.stubbed)}
 
 
-def inspect(f: Any, *, limits: dict[str, int] | None = None) -> Inspection:
+def inspect(f: Any, *, limits: dict[str, int] | None = None,
+            unknown_globals: Literal["error", "stub"] = "error") -> Inspection:
     """The structure of a checkpoint in any format ``load`` reads: the tree of keys,
     and for each tensor its dtype, shape, stride, storage key, byte offset in the
     file, size and device. No payload byte is read and torch is not needed; the
     same allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses).
 
     ``f`` is what ``load`` takes (a path, a PathLike or a binary file object), or
-    the file's bytes."""
+    the file's bytes. ``unknown_globals="stub"`` stands a ``tensorplay.Stub`` in for
+    each global outside the allowlist, as ``load`` does, and lists them in
+    ``stubbed``."""
     import os
 
     from .serialization import _source
@@ -81,6 +86,13 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None) -> Inspection:
         if dcp.is_dcp_folder(f):
             return Inspection("dcp", dcp.structure(f))
     source = f if isinstance(f, bytes) else _source(f, mmap=False)[0]
+    if unknown_globals not in ("error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     names, objects = _allowlist.resolved()
-    fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits))
-    return Inspection(fmt, tree)
+    try:
+        with _stub.collecting() as stubbed:
+            fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits),
+                                      stub=unknown_globals == "stub")
+    except _core.UnsafeCheckpointError as refused:
+        raise _refusal.complete(refused, source, names, _limits.merged(limits)) from None
+    return Inspection(fmt, tree, tuple(stubbed))

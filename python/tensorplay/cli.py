@@ -85,9 +85,9 @@ def _inspect(args: argparse.Namespace) -> int:
     status = 0
     for path in args.paths:
         try:
-            result = inspect(path)
+            result = inspect(path, unknown_globals="stub" if args.stub else "error")
         except Exception as e:  # noqa: BLE001 - reported per file; the exit code says it failed
-            print(f"{path}: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"{path}: {type(e).__name__}: {_cli_advice(e)}", file=sys.stderr)
             status = EXIT_UNREADABLE
             continue
         if args.json:
@@ -106,7 +106,16 @@ def _inspect(args: argparse.Namespace) -> int:
                 print(f"  {name} = {value!r}")
         per_dtype = ", ".join(f"{d} {_size(n)}" for d, n in totals["bytes_per_dtype"].items())
         print(f"  total: {per_dtype or 'no storages'}")
+        if result.stubbed:
+            print(f"  stubbed (never imported or called): {', '.join(result.stubbed)}")
     return status
+
+
+def _cli_advice(error: BaseException) -> BaseException:
+    """A refusal for globals, with the command line's ways through, not Python's."""
+    from ._refusal import complete
+
+    return complete(error, None, [], {}, api="cli")
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -122,9 +131,10 @@ def _convert(args: argparse.Namespace) -> int:
 
     try:
         summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
-                          progress=tensor_progress, report=lambda line: print(line, file=sys.stderr))
+                          progress=tensor_progress, report=lambda line: print(line, file=sys.stderr),
+                          unknown_globals="stub" if args.stub else "error")
     except Exception as e:  # noqa: BLE001 - reported; the exit code says it failed
-        print(f"{args.source}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{args.source}: {type(e).__name__}: {_cli_advice(e)}", file=sys.stderr)
         from ._core import UnsafeCheckpointError
 
         return EXIT_UNSAFE if isinstance(e, UnsafeCheckpointError) else EXIT_UNREADABLE
@@ -172,8 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data",
                              formatter_class=_HelpFormatter)
-    inspect.add_argument("paths", nargs="+")
-    inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("paths", nargs="+", help="checkpoint files or distributed checkpoint folders")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument("--stub", action="store_true",
+                         help="stand an inert tensorplay.Stub in for each global outside the allowlist (never "
+                              "imported or called) instead of refusing the file, and list them")
     inspect.set_defaults(run=_inspect)
     convert = sub.add_parser("convert", help="convert a checkpoint to safetensors (no torch, no code run)",
                              formatter_class=_HelpFormatter)
@@ -182,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("target", help="OUT.safetensors; for a sharded checkpoint, the folder for its shards")
     convert.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     convert.add_argument("--metadata", action="store_true", help="store non-tensor values as JSON in the metadata")
+    convert.add_argument("--stub", action="store_true",
+                         help="take the tensors of a file with globals outside the allowlist: each becomes an "
+                              "inert stub (never imported or called) whose tensors are converted and whose other "
+                              "values go to the metadata with --metadata")
     convert.set_defaults(run=_convert)
     return parser
 

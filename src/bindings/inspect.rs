@@ -10,13 +10,13 @@ use crate::archive::source::MapMode;
 use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::{check_user_globals, open_source};
-use crate::bindings::options::{load_options, Encoding, LimitOverrides};
+use crate::bindings::options::{load_options, unknown_globals, Encoding, LimitOverrides};
 use crate::bindings::tensors::InspectTensors;
 use crate::checkpoint::{self, Endianness, Format};
 
 /// The structure of a checkpoint: `(format, tree)` where every tensor is a `TensorInfo`.
 #[pyfunction]
-#[pyo3(signature = (source, *, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default()))]
+#[pyo3(signature = (source, *, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), stub=false))]
 pub fn inspect<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
@@ -24,9 +24,11 @@ pub fn inspect<'py>(
     user_objects: Vec<Bound<'py, PyAny>>,
     limits: LimitOverrides,
     encoding: Encoding,
+    stub: bool,
 ) -> PyResult<(String, Bound<'py, PyAny>)> {
     check_user_globals(&user_names, &user_objects)?;
-    let options = load_options(user_names, limits, encoding, Endianness::Little);
+    let mut options = load_options(user_names, limits, encoding, Endianness::Little);
+    options.unknown_globals = unknown_globals(stub);
     let max_stream = options.limits.max_inflated_bytes;
     let source = Arc::new(open_source(py, source, MapMode::ReadOnly, max_stream)?);
     let checkpoint = py
