@@ -22,6 +22,7 @@ from ._limits import default_limits, set_default_limits
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from . import dcp as dcp
+    from . import pickle as pickle
     from . import scanner as scanner
     from . import serialization as serialization
     from . import utils as utils
@@ -48,6 +49,7 @@ _LAZY = {
     "serialization": ("serialization", None),
     "scanner": ("scanner", None),
     "dcp": ("dcp", None),
+    "pickle": ("pickle", None),
     "utils": ("utils.serialization", None),
     "load": ("serialization", "load"),
     "save": ("serialization", "save"),

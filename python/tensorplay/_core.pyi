@@ -172,6 +172,7 @@ def inspect(
     user_objects: Sequence[object] = ...,
     limits: _Limits = ...,
     encoding: str = ...,
+    stub: bool = False,
 ) -> tuple[str, Any]:
     """``(format, tree)``, every tensor a ``TensorInfo``."""
 
@@ -187,6 +188,7 @@ def loads(
     limits: _Limits = ...,
     encoding: str = ...,
     stub: bool = False,
+    stream: bool = False,
 ) -> Any: ...
 
 class _ZipEntry(TypedDict):

@@ -12,14 +12,15 @@ use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding,
 use crate::bindings::storages::DimsTuples;
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::Endianness;
+use crate::checkpoint::{Endianness, Trailing};
 use crate::raw;
 
 /// Decode the pickle `data` under the weights-only rules; `name` is the file it
-/// came from, for error messages. torch's values (dtypes, sizes, layouts) are
+/// came from, for error messages. With `stream`, bytes after its STOP are left
+/// alone and the result is `(object, bytes the pickle took)`. torch's values (dtypes, sizes, layouts) are
 /// torch's objects with the torch backend, names and tuples with numpy's.
 #[pyfunction]
-#[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), stub=false))]
+#[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), stub=false, stream=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn loads<'py>(
     py: Python<'py>,
@@ -31,10 +32,14 @@ pub fn loads<'py>(
     limits: LimitOverrides,
     encoding: Encoding,
     stub: bool,
+    stream: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_user_globals(&user_names, &user_objects)?;
     let mut options = load_options(user_names, limits, encoding, Endianness::Little);
     options.unknown_globals = unknown_globals(stub);
+    if stream {
+        options.trailing = Trailing::Left;
+    }
     let checkpoint = py
         .detach(|| raw::open_pickle(data, name, &options))
         .map_err(|e| to_pyerr(py, e))?;
@@ -49,5 +54,10 @@ pub fn loads<'py>(
         )),
     };
     let helpers = py.import("tensorplay._build")?;
-    Builder::new(&checkpoint, tensors, user_objects, helpers).build(checkpoint.root)
+    let loaded =
+        Builder::new(&checkpoint, tensors, user_objects, helpers).build(checkpoint.root)?;
+    if stream {
+        return Ok((loaded, checkpoint.end).into_pyobject(py)?.into_any());
+    }
+    Ok(loaded)
 }
