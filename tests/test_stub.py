@@ -269,7 +269,7 @@ def test_a_refusal_names_every_global_with_where_it_is_and_the_ways_through(writ
     for finding in refused.value.globals:
         assert f"{finding.name} (" in message and f"byte {finding.offset}" in message
     assert "tensorplay.serialization.add_safe_globals([argparse.Namespace, " in message
-    assert "--allow argparse.Namespace" in message
+    assert "tensorplay scan --allow argparse.Namespace" in message
     assert 'unknown_globals="stub"' in message
     assert refused.value.kind == "unsafe_global"
 
@@ -317,8 +317,9 @@ def test_the_command_line_gives_command_line_advice_and_stubs_on_request(written
     root, _ = written
     refused = _cli("inspect", root / "namespace.pt")
     assert refused.returncode != 0
-    assert "--allow argparse.Namespace" in refused.stderr and "--stub" in refused.stderr
-    assert "add_safe_globals" not in refused.stderr
+    assert "--stub" in refused.stderr and "add_safe_globals([argparse.Namespace])" in refused.stderr
+    assert "weights_only" not in refused.stderr and "unknown_globals" not in refused.stderr
+    assert "[entry 'namespace/data.pkl', byte offset" in refused.stderr
     shown = _cli("inspect", "--stub", root / "namespace.pt")
     assert shown.returncode == 0, shown.stderr
     assert "stubbed (never imported or called): argparse.Namespace" in shown.stdout
@@ -335,3 +336,22 @@ def test_the_command_line_gives_command_line_advice_and_stubs_on_request(written
     assert "state_dict.weight" in keys and "registry.items.weight" in keys
     assert metadata["config.__stub__"] == '"stubtest_user_module.Config"'
     assert metadata["args.state.lr"] == "0.1"
+
+
+# --- under patch_torch, only when asked -----------------------------------------------
+
+def test_patch_torch_stubs_only_when_asked(written, monkeypatch):
+    root, _ = written
+    with tensorplay.patched_torch():
+        with pytest.raises(tensorplay.UnsafeCheckpointError, match="torch.serialization.add_safe_globals"):
+            torch.load(root / "namespace.pt")
+    with tensorplay.patched_torch(unknown_globals="stub"):
+        with pytest.warns(tensorplay.StubWarning, match="argparse.Namespace"):
+            loaded = torch.load(root / "namespace.pt")
+    assert loaded["args"].to_dict() == {"lr": 0.1} and torch.equal(loaded["weight"], torch.ones(2))
+    monkeypatch.setenv("TENSORPLAY_UNKNOWN_GLOBALS", "stub")
+    with tensorplay.patched_torch():
+        with pytest.warns(tensorplay.StubWarning):
+            assert isinstance(torch.load(root / "namespace.pt")["args"], tensorplay.Stub)
+    with pytest.raises(ValueError, match="'error' or 'stub'"):
+        tensorplay.patch_torch(unknown_globals="yes")

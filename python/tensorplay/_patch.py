@@ -39,7 +39,7 @@ def _torch_loads_weights_only(weights_only: bool | None, pickle_module: Any) -> 
 
 
 def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mmap: Any,
-                               pickle_load_args: dict[str, Any]) -> Any:
+                               pickle_load_args: dict[str, Any], stub: bool = False) -> Any:
     """tensorplay's weights-only load, under the settings torch.load itself reads:
     ``torch.utils.serialization.config.load.mmap``, torch's mmap flags and byte
     order, and (as in every load) torch's safe globals and ``skip_data``."""
@@ -53,15 +53,35 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
     mmap = bool(torch_config.load.mmap if mmap is None else mmap)
     shared = torch.serialization.get_default_mmap_options() == mmap_module.MAP_SHARED
     endianness = _endianness_name(torch.serialization.get_default_load_endianness())
-    return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
-                              pickle_load_args, api="torch")
+    if not stub:
+        return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
+                                  pickle_load_args, api="torch")
+    from . import _stub
+
+    with _stub.collecting() as stubbed:
+        loaded = _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
+                                    pickle_load_args, stub=True, api="torch")
+    _stub.warn(stubbed)
+    return loaded
 
 
-def patch_torch() -> None:
-    """Make ``torch.load`` load through ``tensorplay.load`` for the whole process."""
+def _stub_from_environment() -> bool:
+    return os.environ.get("TENSORPLAY_UNKNOWN_GLOBALS", "").strip().lower() == "stub"
+
+
+def patch_torch(unknown_globals: str | None = None) -> None:
+    """Make ``torch.load`` load through ``tensorplay.load`` for the whole process.
+
+    ``unknown_globals="stub"`` (or ``TENSORPLAY_UNKNOWN_GLOBALS=stub`` in the
+    environment) makes its weights-only loads stand a ``tensorplay.Stub`` in for
+    each global outside the allowlist instead of refusing the file; never the
+    default. A patch already in place keeps its setting."""
     global _original
     import torch
 
+    if unknown_globals not in (None, "error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
+    stub = unknown_globals == "stub" or (unknown_globals is None and _stub_from_environment())
     with _lock:
         if _original is not None:
             return
@@ -72,7 +92,7 @@ def patch_torch() -> None:
             if not _torch_loads_weights_only(weights_only, pickle_module) or _is_safetensors_path(f):
                 return original(f, map_location, pickle_module, weights_only=weights_only, mmap=mmap,
                                 **pickle_load_args)
-            return _load_with_torchs_settings(f, map_location, pickle_module, mmap, pickle_load_args)
+            return _load_with_torchs_settings(f, map_location, pickle_module, mmap, pickle_load_args, stub)
 
         load.__tensorplay_patch__ = True
         torch.load = load
@@ -98,10 +118,10 @@ def is_patched() -> bool:
 
 
 @contextlib.contextmanager
-def patched_torch() -> Iterator[None]:
+def patched_torch(unknown_globals: str | None = None) -> Iterator[None]:
     """``torch.load`` goes through tensorplay inside the ``with`` block."""
     was_patched = is_patched()
-    patch_torch()
+    patch_torch(unknown_globals)
     try:
         yield
     finally:

@@ -35,9 +35,12 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
     if not found:
         return error
     # Where the load stopped, as the core says it: "[entry 'x', byte offset 2, opcode GLOBAL (0x63)]".
-    first = str(error).rsplit("\n", 1)[-1]
-    where = first[first.rindex(" ["):] if first.endswith("]") and " [" in first else ""
+    where = getattr(error, "_stopped_at", None)
+    if where is None:
+        last = str(error).rsplit("\n", 1)[-1]
+        where = last[last.rindex(" ["):] if last.endswith("]") and " [" in last else ""
     refused = type(error)(_message(found, api, where))
+    refused._stopped_at = where  # type: ignore[attr-defined]
     for name in ("kind", "entry", "offset", "opcode", "limit", "maximum"):
         setattr(refused, name, getattr(error, name, None))
     refused.globals = found  # type: ignore[attr-defined]
@@ -62,15 +65,16 @@ def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
     allow = ", ".join(names)
     lines += ["", "Ways through that run nothing from the file:"]
     if api == "cli":
-        lines.append(f"  (1) if you trust these classes: {' '.join(f'--allow {n}' for n in names)}")
-        lines.append("  (2) to take the tensors and keep the rest as inert data: --stub")
-    else:
-        module = "torch.serialization" if api == "torch" else "tensorplay.serialization"
-        lines.append(f"  (1) if you trust these classes, allowlist them (import them first): "
-                     f"{module}.add_safe_globals([{allow}])")
-        lines.append(f"      (command line: {' '.join(f'--allow {n}' for n in names)})")
-        lines.append("  (2) to take the tensors and keep the rest as inert tensorplay.Stub objects: "
-                     "tensorplay.load(f, unknown_globals=\"stub\")")
+        lines.append("  (1) to take the tensors and keep the rest as inert data: --stub")
+        lines.append(f"  (2) if you trust these classes, load in Python after "
+                     f"tensorplay.serialization.add_safe_globals([{allow}])")
+        return "\n".join(lines)
+    module = "torch.serialization" if api == "torch" else "tensorplay.serialization"
+    lines.append(f"  (1) if you trust these classes, allowlist them (import them first): "
+                 f"{module}.add_safe_globals([{allow}])")
+    lines.append(f"      (scanning: tensorplay scan {' '.join(f'--allow {n}' for n in names)})")
+    lines.append("  (2) to take the tensors and keep the rest as inert tensorplay.Stub objects: "
+                 "tensorplay.load(f, unknown_globals=\"stub\")")
     if _torch_installed():
         lines.append("  weights_only=False would run code from the file: only for a file you made yourself.")
     return "\n".join(lines)
