@@ -189,20 +189,27 @@ HOSTILE = [e for e in json.loads((MALICIOUS / "manifest.json").read_text())
            and e["family"] in ("code_execution", "gadget", "nested_payload", "dcp")]
 
 
-# A stub's state that is itself a hostile pickle, as bytes: stub mode keeps the bytes
-# inert (nothing unpickles them), but does not yet refuse the file as a scan flags it.
-NESTED_IN_STUB_STATE = {"refused_class_state.pt", "refused_class_bytes_state.pt"}
-
-
-@pytest.mark.parametrize("entry", [
-    pytest.param(e, marks=pytest.mark.xfail(strict=True, reason="bytes in a stub's state are not yet scanned"))
-    if e["file"] in NESTED_IN_STUB_STATE else e for e in HOSTILE], ids=[e["file"] for e in HOSTILE])
+@pytest.mark.parametrize("entry", HOSTILE, ids=[e["file"] for e in HOSTILE])
 def test_dangerous_globals_are_refused_in_stub_mode_too(entry, tmp_path, monkeypatch):
-    """Every code-execution file of the corpus: stub mode never salvages one."""
+    """Every code-execution file of the corpus: stub mode never salvages one, not
+    even where the payload is a pickle a stub was handed as bytes."""
     monkeypatch.chdir(tmp_path)
+    path = MALICIOUS / "files" / entry["file"]
     with pytest.raises(tensorplay.CheckpointError):
-        tensorplay.load(MALICIOUS / "files" / entry["file"], unknown_globals="stub")
+        tensorplay.load(path, unknown_globals="stub")
+    with pytest.raises(tensorplay.CheckpointError):
+        tensorplay.inspect(path, unknown_globals="stub")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_payload_in_a_stubs_state_is_named_as_the_reason(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(tensorplay.UnsafeCheckpointError) as refused:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tensorplay.StubWarning)
+            tensorplay.load(MALICIOUS / "files" / "refused_class_bytes_state.pt", unknown_globals="stub")
+    assert "os.system" in str(refused.value) and "treat the file as hostile" in str(refused.value)
+    assert any(f.dangerous and f.name == "os.system" for f in refused.value.globals)
 
 
 def test_nothing_a_stub_names_is_ever_called(written, tmp_path):

@@ -18,20 +18,13 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
     """``error`` (a refusal for a global outside the allowlist) with every such global
     of ``source`` in its message and in ``.globals``; ``error`` itself when the file
     cannot be scanned again (a stream already read) or holds nothing more to say."""
-    from .scanner import GlobalFinding
-
     if getattr(error, "kind", None) != "unsafe_global":
         return error
     found = getattr(error, "globals", None)  # completed before: only the advice changes
     if found is None:
-        if not isinstance(source, (str, os.PathLike, bytes, memoryview)):
+        found = _findings(source, user_names, limits)
+        if found is None:
             return error
-        try:
-            _, _, findings, _, _ = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
-                                              user_names, limits, True)
-        except (OSError, _core.CheckpointError):
-            return error
-        found = tuple(GlobalFinding(*f) for f in findings)
     if not found:
         return error
     # Where the load stopped, as the core says it: "[entry 'x', byte offset 2, opcode GLOBAL (0x63)]".
@@ -47,6 +40,38 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
     return refused
 
 
+def refuse_hostile(source: Any, user_names: list[str], limits: dict[str, int], api: Api = "tensorplay") -> None:
+    """Raise for a file a stub-mode load built, when the scanner finds a dangerous
+    global anywhere in it: in bytes a stub was given (a pickle inside a pickle),
+    or in another reading of the file. Stub mode salvages data, never a file
+    that carries a payload."""
+    found = _findings(source, user_names, limits)
+    dangerous = [f for f in found or () if f.dangerous]
+    if not dangerous:
+        return
+    refused = _core.UnsafeCheckpointError(_message(tuple(found or ()), api, ""))
+    first = dangerous[0]
+    for name, value in (("kind", "unsafe_global"), ("entry", first.location or None), ("offset", first.offset),
+                        ("opcode", None), ("limit", None), ("maximum", None), ("globals", tuple(found or ()))):
+        setattr(refused, name, value)
+    raise refused
+
+
+def _findings(source: Any, user_names: list[str], limits: dict[str, int]) -> tuple[Any, ...] | None:
+    """The scan's findings in ``source`` (a path, the file's bytes, or a file
+    descriptor), or None when it cannot be scanned again."""
+    from .scanner import GlobalFinding
+
+    if not isinstance(source, (str, os.PathLike, bytes, memoryview, int)):
+        return None
+    try:
+        _, _, findings, _, _ = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
+                                          user_names, limits, True)
+    except (OSError, _core.CheckpointError):
+        return None
+    return tuple(GlobalFinding(*f) for f in findings)
+
+
 def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
     def where(f: Any) -> str:
         entry = f"{f.location}, " if f.location else ""
@@ -54,7 +79,8 @@ def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
 
     # torch's words first: programs and people search for them.
     lines = [f"Weights only load failed. Unsupported global: GLOBAL {found[0].name} was not an allowed global by "
-             f"default.{stopped_at}", "", f"The file names {len(found)} global(s) outside the allowlist:"]
+             f"default.{stopped_at}", "", f"The file names {len(found)} global(s) outside the allowlist "
+             "(with those in pickles it carries as bytes):"]
     for f in found:
         lines.append(f"  {f.name} ({where(f)}){'  DANGEROUS: runs code or touches the system' if f.dangerous else ''}")
     dangerous = [f.name for f in found if f.dangerous]

@@ -114,6 +114,11 @@ def note(names: list[str]) -> None:
         seen.update(dict.fromkeys(names))
 
 
+def made_any() -> bool:
+    """Whether the load being collected stood in for any global so far."""
+    return bool(_stubbed.get())
+
+
 @contextlib.contextmanager
 def collecting() -> Iterator[list[str]]:
     """The names of the globals stubbed while the block runs (filled when it ends)."""

@@ -60,6 +60,10 @@ def _run(data: bytes, encoding: str, unknown_globals: str, backend: str, limits:
         try:
             loaded = _core.loads(data, backend=backend, user_names=names, user_objects=objects, limits=merged,
                                  encoding=encoding, stub=unknown_globals == "stub", stream=stream)
+            if _stub.made_any():
+                from ._refusal import refuse_hostile
+
+                refuse_hostile(data, names, merged)
         except _core.UnsafeCheckpointError as refused:
             from ._refusal import complete
 
