@@ -324,7 +324,8 @@ def test_the_command_line_gives_command_line_advice_and_stubs_on_request(written
     root, _ = written
     refused = _cli("inspect", root / "namespace.pt")
     assert refused.returncode != 0
-    assert "--stub" in refused.stderr and "add_safe_globals([argparse.Namespace])" in refused.stderr
+    assert "--stub" in refused.stderr and "--allow argparse.Namespace" in refused.stderr
+    assert "add_safe_globals" not in refused.stderr
     assert "weights_only" not in refused.stderr and "unknown_globals" not in refused.stderr
     assert "[entry 'namespace/data.pkl', byte offset" in refused.stderr
     shown = _cli("inspect", "--stub", root / "namespace.pt")
@@ -362,3 +363,19 @@ def test_patch_torch_stubs_only_when_asked(written, monkeypatch):
             assert isinstance(torch.load(root / "namespace.pt")["args"], tensorplay.Stub)
     with pytest.raises(ValueError, match="'error' or 'stub'"):
         tensorplay.patch_torch(unknown_globals="yes")
+
+
+def test_allow_on_the_command_line(written, tmp_path):
+    root, _ = written
+    shown = _cli("inspect", "--allow", "argparse.Namespace", root / "namespace.pt")
+    assert shown.returncode == 0, shown.stderr
+    assert "args = Namespace(lr=0.1)" in shown.stdout
+    converted = _cli("convert", "--allow", "argparse.*", "--metadata", root / "namespace.pt", tmp_path / "n.st")
+    assert converted.returncode == 0, converted.stderr
+    for command in (["inspect"], ["scan"]):
+        refused = _cli(*command, "--allow", "os.system", root / "namespace.pt")
+        assert refused.returncode == 2 and "denylist" in refused.stderr, refused.stderr
+    missing = _cli("inspect", "--allow", "no_such_module_xyz.Thing", root / "namespace.pt")
+    assert missing.returncode == 2 and "no such importable object" in missing.stderr
+    pattern = _cli("scan", "--allow", "argparse.*", root / "namespace.pt")
+    assert pattern.returncode == 2 and "not patterns" in pattern.stderr

@@ -23,6 +23,7 @@ __all__ = [
     "MappedFile",
     "load",
     "allowed_in_file",
+    "is_dangerous",
     "default_limits",
     "dtypes",
     "scan",
@@ -128,6 +129,7 @@ def allowed_in_file(file_name: str) -> list[str]:
     """The globals a file of this name may name beyond the allowlist (a distributed
     checkpoint's ``.metadata``: its metadata classes)."""
 
+def is_dangerous(module: str, name: str) -> bool: ...
 def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
     """torch's dtypes by name: ``(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)``."""
 

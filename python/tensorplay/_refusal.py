@@ -91,9 +91,8 @@ def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
     allow = ", ".join(names)
     lines += ["", "Ways through that run nothing from the file:"]
     if api == "cli":
-        lines.append("  (1) to take the tensors and keep the rest as inert data: --stub")
-        lines.append(f"  (2) if you trust these classes, load in Python after "
-                     f"tensorplay.serialization.add_safe_globals([{allow}])")
+        lines.append(f"  (1) if you trust these classes: {' '.join(f'--allow {n}' for n in names)}")
+        lines.append("  (2) to take the tensors and keep the rest as inert data: --stub")
         return "\n".join(lines)
     module = "torch.serialization" if api == "torch" else "tensorplay.serialization"
     lines.append(f"  (1) if you trust these classes, allowlist them (import them first): "

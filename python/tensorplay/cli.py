@@ -53,6 +53,17 @@ def exit_code(reports: list[scanner.ScanReport]) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    from ._allow import AllowError, check_names
+
+    try:
+        check_names(args.allow)
+        patterns = [a for a in args.allow if a.endswith(".*")]
+        if patterns:
+            raise AllowError(f"--allow {patterns[0]}: a scan allows names, not patterns (inspect and convert "
+                             "import a pattern's module to allow its classes)")
+    except AllowError as e:
+        print(f"tensorplay scan: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
     progress = _Progress(sys.stderr.isatty() and not args.json)
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
                                  pickles_only=args.pickles_only)
@@ -81,11 +92,16 @@ def _inspect(args: argparse.Namespace) -> int:
 
     from ._inspect import inspect
     from ._types import TensorInfo
+    from .serialization import safe_globals
 
     status = 0
+    allowed = _allowed(args)
+    if allowed is None:
+        return EXIT_UNREADABLE
     for path in args.paths:
         try:
-            result = inspect(path, unknown_globals="stub" if args.stub else "error")
+            with safe_globals(allowed):
+                result = inspect(path, unknown_globals="stub" if args.stub else "error")
         except Exception as e:  # noqa: BLE001 - reported per file; the exit code says it failed
             print(f"{path}: {type(e).__name__}: {_cli_advice(e)}", file=sys.stderr)
             status = EXIT_UNREADABLE
@@ -111,6 +127,17 @@ def _inspect(args: argparse.Namespace) -> int:
     return status
 
 
+def _allowed(args: argparse.Namespace) -> list | None:
+    """What ``--allow`` names, imported; None (after saying why) when it cannot be."""
+    from ._allow import AllowError, resolve
+
+    try:
+        return resolve(args.allow)
+    except AllowError as e:
+        print(f"tensorplay {args.command}: {e}", file=sys.stderr)
+        return None
+
+
 def _cli_advice(error: BaseException) -> BaseException:
     """A refusal for globals, with the command line's ways through, not Python's."""
     from ._refusal import complete
@@ -120,6 +147,11 @@ def _cli_advice(error: BaseException) -> BaseException:
 
 def _convert(args: argparse.Namespace) -> int:
     from ._convert import convert
+    from .serialization import safe_globals
+
+    allowed = _allowed(args)
+    if allowed is None:
+        return EXIT_UNREADABLE
 
     progress = _Progress(sys.stderr.isatty())
 
@@ -130,9 +162,10 @@ def _convert(args: argparse.Namespace) -> int:
                 sys.stderr.write("\n")
 
     try:
-        summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
-                          progress=tensor_progress, report=lambda line: print(line, file=sys.stderr),
-                          unknown_globals="stub" if args.stub else "error")
+        with safe_globals(allowed):
+            summary = convert(args.source, args.target, force=args.force, metadata=args.metadata,
+                              progress=tensor_progress, report=lambda line: print(line, file=sys.stderr),
+                              unknown_globals="stub" if args.stub else "error")
     except Exception as e:  # noqa: BLE001 - reported; the exit code says it failed
         print(f"{args.source}: {type(e).__name__}: {_cli_advice(e)}", file=sys.stderr)
         from ._core import UnsafeCheckpointError
@@ -175,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--json", action="store_true", help="machine-readable output")
     scan.add_argument("--jobs", type=int, default=None, help="files scanned in parallel (default: cores)")
     scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
-                      help="also allow this global (repeatable)")
+                      help="also allow this global (repeatable); denylisted names are refused")
     scan.add_argument("--pickles-only", action="store_true",
                       help="read only the archive directory and the pickles; clean then means no unsafe "
                            "global, not that a load would accept the file")
@@ -184,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                              formatter_class=_HelpFormatter)
     inspect.add_argument("paths", nargs="+", help="checkpoint files or distributed checkpoint folders")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
+                     help="trust this class or function (imported to build it; repeatable); MODULE.* trusts "
+                          "every class MODULE defines; denylisted names are refused")
     inspect.add_argument("--stub", action="store_true",
                          help="stand an inert tensorplay.Stub in for each global outside the allowlist (never "
                               "imported or called) instead of refusing the file, and list them")
@@ -195,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("target", help="OUT.safetensors; for a sharded checkpoint, the folder for its shards")
     convert.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     convert.add_argument("--metadata", action="store_true", help="store non-tensor values as JSON in the metadata")
+    convert.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
+                     help="trust this class or function (imported to build it; repeatable); MODULE.* trusts "
+                          "every class MODULE defines; denylisted names are refused")
     convert.add_argument("--stub", action="store_true",
                          help="take the tensors of a file with globals outside the allowlist: each becomes an "
                               "inert stub (never imported or called) whose tensors are converted and whose other "

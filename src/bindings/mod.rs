@@ -75,6 +75,14 @@ fn allowed_in_file(file_name: &str) -> Vec<&'static str> {
     crate::torch::policy::allowed_in_file(file_name).to_vec()
 }
 
+/// Whether `module.name` is on the denylist of names that run code, touch the
+/// system or unpickle nested data: what no allowlist may lift (`--allow` refuses
+/// it) and a scan marks dangerous.
+#[pyfunction]
+fn is_dangerous(module: &str, name: &str) -> bool {
+    crate::torch::policy::is_dangerous(module, name)
+}
+
 type DenylistRow = (
     &'static str,
     &'static str,
@@ -92,6 +100,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(denylist, m)?)?;
     m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;
+    m.add_function(wrap_pyfunction!(is_dangerous, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;

@@ -1,0 +1,74 @@
+"""``--allow`` on the command line: the globals a user trusts, by name.
+
+``tensorplay scan`` only needs names. ``inspect`` and ``convert`` build what they
+allow, so they import it, which is what trusting a class means; a pattern
+``pkg.module.*`` allows every class that module defines. A name on the denylist
+(``os.system``, ``builtins.eval``, ...) is refused: no allowlist lifts it, and
+accepting it silently would mislead."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from . import _core
+
+
+class AllowError(ValueError):
+    """An ``--allow`` entry that cannot be honoured, and why."""
+
+
+def check_names(entries: list[str]) -> list[str]:
+    """The entries of ``tensorplay scan --allow``, each a ``module.name``;
+    a denylisted one raises :class:`AllowError`."""
+    for entry in entries:
+        module, _, name = entry.rpartition(".")
+        if not module or not name:
+            raise AllowError(f"--allow {entry}: expected MODULE.NAME")
+        if name != "*" and _core.is_dangerous(module, name):
+            raise AllowError(f"--allow {entry}: it is on the denylist of globals that run code or touch the "
+                             "system, which no allowlist lifts")
+    return entries
+
+
+def resolve(entries: list[str]) -> list[tuple[Any, str]]:
+    """``(object, "module.qualname")`` for each entry of ``inspect``/``convert``
+    ``--allow``: the named object, or for ``pkg.module.*`` every class defined in
+    that module (denylisted ones left out)."""
+    allowed: list[tuple[Any, str]] = []
+    for entry in check_names(entries):
+        if entry.endswith(".*"):
+            module_name = entry[:-2]
+            module = _import(module_name, entry)
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == module_name and not _core.is_dangerous(module_name, cls.__qualname__):
+                    allowed.append((cls, f"{module_name}.{cls.__qualname__}"))
+            continue
+        allowed.append((_lookup(entry), entry))
+    return allowed
+
+
+def _import(module_name: str, entry: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        raise AllowError(f"--allow {entry}: cannot import {module_name}: {e}") from None
+
+
+def _lookup(entry: str) -> Any:
+    """The object ``module.qual.name`` names: the longest importable module
+    prefix, then attributes."""
+    parts = entry.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        return obj
+    raise AllowError(f"--allow {entry}: no such importable object")
