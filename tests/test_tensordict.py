@@ -471,6 +471,26 @@ def test_malicious_pickle_sidecar_runs_nothing(tmp_path, allow):
     assert not marker.exists()
 
 
+def test_a_sidecar_with_a_class_outside_the_allowlist_loads_in_stub_mode(tmp_path):
+    """A NonTensorData holding a user's object (pickled by tensordict): refused, or
+    with unknown_globals="stub" an inert stub; a payload in a sidecar stays refused."""
+    folder = _copy("pickled", tmp_path)
+    # What pickle.dumps({"data": obj}, protocol=2) writes for a my_project.configs.RunConfig with lr=0.1.
+    (folder / "tags" / "other.pickle").write_bytes(
+        b"\x80\x02}q\x00X\x04\x00\x00\x00dataq\x01cmy_project.configs\nRunConfig\nq\x02)\x81q\x03}q\x04X\x02"
+        b"\x00\x00\x00lrq\x05G?\xb9\x99\x99\x99\x99\x99\x9asbs.")
+    with pytest.raises(Unsafe, match="my_project.configs.RunConfig"):
+        tensorplay.load_memmap(folder, allow_pickle=True, backend="numpy")
+    with pytest.warns(tensorplay.StubWarning, match="my_project.configs.RunConfig"):
+        loaded = tensorplay.load_memmap(folder, allow_pickle=True, backend="numpy", unknown_globals="stub")
+    assert isinstance(loaded["tags"], tensorplay.Stub) and loaded["tags"].to_dict() == {"lr": 0.1}
+    marker = tmp_path / "marker"
+    (folder / "tags" / "other.pickle").write_bytes(_malicious_pickle(marker))
+    with pytest.raises(Unsafe, match="posix.system"):
+        tensorplay.load_memmap(folder, allow_pickle=True, backend="numpy", unknown_globals="stub")
+    assert not marker.exists()
+
+
 def test_sidecar_pickles_may_not_name_storages(tmp_path):
     folder = _copy("pickled", tmp_path)
     pid = (b"\x80\x02}X\x04\x00\x00\x00data(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000"

@@ -36,7 +36,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits
+from . import _allowlist, _core, _limits, _refusal, _stub
 from ._types import TensorSpec
 
 FORMAT_VERSION = 1
@@ -441,6 +441,8 @@ class _Reader:
     allow_pickle: bool
     limits: dict[str, int]
     user: tuple[list[str], list[Any]] = field(default_factory=lambda: ([], []))
+    #: Pickle sidecars stand a tensorplay.Stub in for globals outside the allowlist.
+    stub: bool = False
 
     @property
     def max_bytes(self) -> int:
@@ -612,8 +614,11 @@ class _Reader:
                                  "allowlisted globals are built)")
         data = folder.read(name, self.max_bytes)
         names, objects = self.user
-        return _core.loads(data, name=where, user_names=names, user_objects=objects,
-                           limits=_limits.merged(None))
+        limits = _limits.merged(None)
+        value = _core.loads(data, name=where, user_names=names, user_objects=objects, limits=limits, stub=self.stub)
+        if _stub.made_any():
+            _refusal.refuse_hostile(data, names, limits)
+        return value
 
 
 # --- building the result ------------------------------------------------------------------
@@ -809,6 +814,7 @@ def load_memmap(
     robust_key: bool | None = True,
     backend: Literal["torch", "numpy"] | None = None,
     as_tensordict: bool = False,
+    unknown_globals: Literal["error", "stub"] = "error",
 ) -> Any:
     """Load a TensorDict memmap folder or archive (``memmap()``, ``save()``, ``.tdz``)
     without tensordict and without running code from it.
@@ -833,6 +839,9 @@ def load_memmap(
             the plain names of keys that are safe file names; False the plain names only.
         backend: ``"numpy"``, ``"torch"``, or None for torch when it is installed.
         as_tensordict: return a ``TensorDict`` (needs tensordict and the torch backend).
+        unknown_globals: ``"stub"`` decodes pickle sidecars (with ``allow_pickle=True``)
+            as ``tensorplay.load`` does in stub mode: a global outside the allowlist
+            becomes an inert ``tensorplay.Stub``; ``"error"`` refuses it.
 
     Returns nested dicts of arrays or tensors; lazy stacks become lists, non-tensor
     data its value, a jagged tensor a nested tensor (torch) or a list of its
@@ -863,7 +872,19 @@ def load_memmap(
     if not _O_NOFOLLOW:
         raise _unsupported(os.fspath(prefix), "this platform cannot open files without following links")
     user = _allowlist.resolved()
-    reader = _Reader(meta_only, robust, allow_pickle is True, _limits.default_limits(), user)
+    if unknown_globals not in ("error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
+    reader = _Reader(meta_only, robust, allow_pickle is True, _limits.default_limits(), user,
+                     stub=unknown_globals == "stub")
+    with _stub.collecting() as stubbed:
+        tree = _read_tree(reader, prefix, keys, robust, subpath, writable, num_threads)
+    _stub.warn(stubbed)
+    builder = _Builder(backend, meta_only, copy_to, as_tensordict, user, fake)
+    return builder.build(tree)
+
+
+def _read_tree(reader: _Reader, prefix: Any, keys: Any, robust: bool, subpath: Any, writable: bool,
+               num_threads: int) -> Any:
     path = os.fspath(prefix)
     fd, is_folder = _open_prefix(path, writable)
     archive = None
@@ -881,8 +902,7 @@ def load_memmap(
             root.close()
         else:
             os.close(fd)
-    builder = _Builder(backend, meta_only, copy_to, as_tensordict, user, fake)
-    return builder.build(tree)
+    return tree
 
 
 def _require_tensordict() -> None:
