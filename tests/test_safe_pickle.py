@@ -124,3 +124,35 @@ def test_random_pickles_load_as_the_restricted_unpickler_loads_them(program):
         assert_same_description(describe(loaded), describe(expected))
     elif their_error is not None:
         assert our_error is not None, f"the reference refuses it ({their_error!r}), tensorplay.pickle loads {loaded!r}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=programs(_no_persistent_ids))
+def test_random_pickles_in_stub_mode_import_and_call_nothing(program, tmp_path_factory):
+    """Random programs calling allowed and forbidden globals: stub mode either loads
+    (what the reference loads, the same) or refuses with a CheckpointError; it never
+    imports a module, and no payload runs."""
+    import os
+    import sys
+
+    data = assemble(program)
+    expected, their_error = _torch_loads(data)
+    safe_pickle.loads(pickle.dumps(1))  # tensorplay's own first-use imports
+    before = set(sys.modules)
+    cwd = tmp_path_factory.mktemp("stub_run")
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tensorplay.StubWarning)
+            loaded, our_error = safe_pickle.loads(data, backend="torch", encoding="utf-8",
+                                                  unknown_globals="stub"), None
+    except tensorplay.CheckpointError as error:
+        loaded, our_error = None, error
+    finally:
+        os.chdir(here)
+    assert set(sys.modules) - before == set(), set(sys.modules) - before
+    assert not list(cwd.iterdir())
+    if their_error is None and not refused_on_purpose(our_error):
+        assert our_error is None, f"the reference loads it, stub mode refuses: {our_error}"
+        assert_same_description(describe(loaded), describe(expected))
