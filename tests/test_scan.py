@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -403,3 +404,20 @@ def test_the_denylist_names_its_families_and_their_sources():
         assert f["why"] and f["sources"] and (f["modules"] or f["names"]), f
     process = next(f for f in families if f["family"] == "process")
     assert "os" in process["modules"] and "subprocess" in process["modules"]
+
+
+def test_the_command_reports_its_version():
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == f"tensorplay {tensorplay.__version__}"
+
+
+def test_a_closed_pipe_ends_the_command_cleanly_with_the_verdict():
+    """`tensorplay scan --json FOLDER | head -c 10`: no traceback, the scan's exit code."""
+    corpus = pathlib.Path(__file__).parent / "malicious" / "files"
+    scan = subprocess.Popen([sys.executable, "-m", "tensorplay", "scan", "--json", str(corpus)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    scan.stdout.read(10)
+    scan.stdout.close()
+    stderr = scan.stderr.read().decode()
+    assert scan.wait(timeout=300) == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

@@ -69,14 +69,20 @@ def _scan(args: argparse.Namespace) -> int:
                                  pickles_only=args.pickles_only)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
-    if args.json:
-        import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
+    code = exit_code(reports)
+    try:
+        if args.json:
+            import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
 
-        json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
-        print()
-    else:
-        _print_table(reports)
-    return exit_code(reports)
+            json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
+            print()
+        else:
+            _print_table(reports)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `tensorplay scan ... | head`: the verdict stands, whoever stopped reading.
+        _silence_stdout()
+    return code
 
 
 def _size(n: int) -> str:
@@ -200,6 +206,9 @@ class _HelpFormatter(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorplay", description="Safe tools for PyTorch checkpoints.",
                                      formatter_class=_HelpFormatter)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tensorplay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     scan = sub.add_parser("scan", help="scan files for globals that could run code", formatter_class=_HelpFormatter,
                           description="Exit codes: 0 all clean, 1 something unsafe, 2 something unreadable.")
@@ -242,9 +251,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_stdout() -> None:
+    """After the reader of stdout went away: the interpreter's final flush would
+    raise again, so stdout goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+# What a shell reports for a process a closed pipe stopped (128 + SIGPIPE).
+EXIT_PIPE_CLOSED = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_PIPE_CLOSED
 
 
 if __name__ == "__main__":
