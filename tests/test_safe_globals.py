@@ -202,6 +202,35 @@ def test_bytes_loads_by_default_and_namespaces_by_preset():
     assert tensorplay.load(_checkpoint(data), backend="numpy")["args"] == ns
 
 
+def test_the_pathlib_preset_rebuilds_paths_without_touching_files(tmp_path, monkeypatch):
+    import pathlib
+
+    from tensorplay.serialization import PATHLIB_PRESET
+
+    monkeypatch.chdir(tmp_path)
+    paths = {"pure": pathlib.PurePosixPath("a/b"), "win": pathlib.PureWindowsPath("c:/x"),
+             "posix": pathlib.PosixPath("runs/missing/dir")}
+    data = pickle.dumps(paths, protocol=2)
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="pathlib"):
+        tensorplay.load(_checkpoint(data), backend="numpy")
+    add_safe_globals(PATHLIB_PRESET)
+    assert tensorplay.load(_checkpoint(data), backend="numpy") == paths
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_lightning_preset_builds_attribute_dicts():
+    lightning_data = pytest.importorskip("lightning.fabric.utilities.data")
+    from tensorplay.serialization import LIGHTNING_PRESET
+
+    hparams = lightning_data.AttributeDict(lr=0.1, layers=[1, 2])
+    data = pickle.dumps({"hparams": hparams}, protocol=2)
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="AttributeDict"):
+        tensorplay.load(_checkpoint(data), backend="numpy")
+    add_safe_globals(LIGHTNING_PRESET)
+    loaded = tensorplay.load(_checkpoint(data), backend="numpy")["hparams"]
+    assert type(loaded) is lightning_data.AttributeDict and loaded == hparams and loaded.lr == 0.1
+
+
 def test_the_argparse_preset_is_built_on_first_use():
     """argparse is a third of `import tensorplay`; only the preset needs it."""
     code = (
