@@ -99,3 +99,44 @@ def test_transformers_training_args_are_refused_then_read_as_data(training_args_
     assert state["learning_rate"] == expected.learning_rate == 3e-5
     assert state["num_train_epochs"] == 2 and state["output_dir"] == expected.output_dir
     assert "transformers.training_args.TrainingArguments" in warning
+
+
+def test_the_presets_load_a_lightning_checkpoint_as_plain_data(lightning_ckpt):
+    """ARGPARSE_PRESET and OMEGACONF_PRESET: the hyperparameters come back as a
+    Namespace and plain dicts, omegaconf never imported by the load."""
+    import sys
+
+    from tensorplay.serialization import ARGPARSE_PRESET, OMEGACONF_PRESET, safe_globals
+
+    expected = torch.load(lightning_ckpt, weights_only=False)
+    with safe_globals(ARGPARSE_PRESET + OMEGACONF_PRESET):
+        loaded = tensorplay.load(lightning_ckpt)
+    config = loaded["hyper_parameters"]["config"]
+    assert type(config).__name__ == "OmegaDict"
+    assert config == omegaconf.OmegaConf.to_container(expected["hyper_parameters"]["config"])
+    assert loaded["hyper_parameters"]["args"] == expected["hyper_parameters"]["args"]
+    for key, value in expected["state_dict"].items():
+        assert torch.equal(loaded["state_dict"][key], value)
+    assert "omegaconf" in sys.modules  # imported by this test, not by the preset: see below
+
+
+def test_the_omegaconf_preset_needs_no_omegaconf():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pickle, io, zipfile\n"
+        "sys.modules['omegaconf'] = None\n"
+        "from tensorplay.serialization import OMEGACONF_PRESET, add_safe_globals\n"
+        "import tensorplay.pickle as tp\n"
+        "add_safe_globals(OMEGACONF_PRESET)\n"
+        f"data = {_omegaconf_pickle()!r}\n"
+        "assert tp.loads(data) == {'a': 1, 'b': {'c': [1, 2]}, 'n': None}, tp.loads(data)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _omegaconf_pickle() -> bytes:
+    import pickle
+
+    return pickle.dumps(omegaconf.OmegaConf.create({"a": 1, "b": {"c": [1, 2]}, "n": None}), protocol=2)

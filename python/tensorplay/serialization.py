@@ -41,6 +41,7 @@ __all__ = [
     "ARGPARSE_PRESET",
     "PATHLIB_PRESET",
     "LIGHTNING_PRESET",
+    "OMEGACONF_PRESET",
     "safe_globals",
     "CheckpointError",
     "UnsafeCheckpointError",
@@ -587,54 +588,19 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     return _core.unsafe_globals(source, _allowlist.names(), _limits.merged(None))
 
 
-ARGPARSE_PRESET: list[type]  # built by __getattr__ below
-PATHLIB_PRESET: list[type]
-LIGHTNING_PRESET: list[type]
-
-
-def _argparse_preset() -> list[type]:
-    """``argparse.Namespace`` (how many training scripts save their hyperparameters):
-    built with ``__new__`` and its attribute state, no ``__init__`` runs."""
-    import argparse
-
-    return [argparse.Namespace]
-
-
-def _pathlib_preset() -> list[type]:
-    """pathlib's paths: rebuilt by calling the class with the path's parts, which
-    only parses text (no file is touched)."""
-    import pathlib
-
-    return [pathlib.PurePath, pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.Path, pathlib.PosixPath,
-            pathlib.WindowsPath]
-
-
-def _lightning_preset() -> list[type]:
-    """Lightning's ``AttributeDict`` (hyperparameters): a dict subclass, built with
-    ``__new__`` and its items; the class of each Lightning package installed."""
-    preset = []
-    for module, name in (("lightning.fabric.utilities.data", "AttributeDict"),
-                         ("lightning.pytorch.utilities.parsing", "AttributeDict"),
-                         ("pytorch_lightning.utilities.parsing", "AttributeDict"),
-                         ("lightning_fabric.utilities.data", "AttributeDict")):
-        try:
-            cls = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-        if cls not in preset:
-            preset.append(cls)
-    return preset
-
-
-# Opt-in presets, never on by default: ``add_safe_globals(PATHLIB_PRESET)``. Each is
-# built on first use (argparse alone is a third of ``import tensorplay``).
-_PRESETS = {"ARGPARSE_PRESET": _argparse_preset, "PATHLIB_PRESET": _pathlib_preset,
-            "LIGHTNING_PRESET": _lightning_preset}
+# Opt-in presets, never on by default (see _presets): built on first use, since
+# argparse alone is a third of ``import tensorplay``.
+ARGPARSE_PRESET: list[Any]
+PATHLIB_PRESET: list[Any]
+LIGHTNING_PRESET: list[Any]
+OMEGACONF_PRESET: list[Any]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _PRESETS:
-        globals()[name] = preset = _PRESETS[name]()
+    from ._presets import PRESETS
+
+    if name in PRESETS:
+        globals()[name] = preset = PRESETS[name]()
         return preset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
