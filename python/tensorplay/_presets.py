@@ -9,17 +9,18 @@ plain dicts and lists: omegaconf itself is never imported or called."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 
-def argparse_preset() -> list[Any]:
+def argparse_preset() -> list[type]:
     """``argparse.Namespace`` (how many training scripts save hyperparameters)."""
     import argparse
 
     return [argparse.Namespace]
 
 
-def pathlib_preset() -> list[Any]:
+def pathlib_preset() -> list[type]:
     """pathlib's paths: rebuilt by calling the class with the path's parts, which
     only parses text (no file is touched)."""
     import pathlib
@@ -28,10 +29,10 @@ def pathlib_preset() -> list[Any]:
             pathlib.WindowsPath]
 
 
-def lightning_preset() -> list[Any]:
+def lightning_preset() -> list[type]:
     """Lightning's ``AttributeDict`` (hyperparameters): a dict subclass, built with
     ``__new__`` and its items; the class of each Lightning package installed."""
-    preset: list[Any] = []
+    preset: list[type] = []
     for module, name in (("lightning.fabric.utilities.data", "AttributeDict"),
                          ("lightning.pytorch.utilities.parsing", "AttributeDict"),
                          ("pytorch_lightning.utilities.parsing", "AttributeDict"),
@@ -123,5 +124,5 @@ def omegaconf_preset() -> list[Any]:
     return preset
 
 
-PRESETS = {"ARGPARSE_PRESET": argparse_preset, "PATHLIB_PRESET": pathlib_preset,
+PRESETS: dict[str, Callable[[], list[Any]]] = {"ARGPARSE_PRESET": argparse_preset, "PATHLIB_PRESET": pathlib_preset,
            "LIGHTNING_PRESET": lightning_preset, "OMEGACONF_PRESET": omegaconf_preset}

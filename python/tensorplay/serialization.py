@@ -590,10 +590,10 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
 
 # Opt-in presets, never on by default (see _presets): built on first use, since
 # argparse alone is a third of ``import tensorplay``.
-ARGPARSE_PRESET: list[Any]
-PATHLIB_PRESET: list[Any]
-LIGHTNING_PRESET: list[Any]
-OMEGACONF_PRESET: list[Any]
+ARGPARSE_PRESET: list[type]
+PATHLIB_PRESET: list[type]
+LIGHTNING_PRESET: list[type]
+OMEGACONF_PRESET: list[Any]  # classes, and (stand-in, "omegaconf name") pairs
 
 
 def __getattr__(name: str) -> Any:
