@@ -597,11 +597,13 @@ OMEGACONF_PRESET: list[Any]  # classes, and (stand-in, "omegaconf name") pairs
 
 
 def __getattr__(name: str) -> Any:
-    from ._presets import PRESETS
+    # Any other missing name (a `from .serialization import x` probe) imports nothing.
+    if name.endswith("_PRESET"):
+        from ._presets import PRESETS
 
-    if name in PRESETS:
-        globals()[name] = preset = PRESETS[name]()
-        return preset
+        if name in PRESETS:
+            globals()[name] = preset = PRESETS[name]()
+            return preset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
