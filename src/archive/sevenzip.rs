@@ -359,7 +359,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn expect(&mut self, id: u8, what: &str) -> Result<(), Error> {
+    /// Read the next property id, which must be `id`: an error naming `what` otherwise.
+    fn property(&mut self, id: u8, what: &str) -> Result<(), Error> {
         let at = self.location();
         let got = self.byte(what)?;
         if got == id {
@@ -537,7 +538,7 @@ fn read_archive(data: &[u8], budget: &mut Budget) -> Result<Option<Archive>, Err
     match header.first() {
         Some(&K_HEADER) => read_header(&mut r, start, budget).map(Some),
         Some(&K_ENCODED_HEADER) => {
-            r.expect(K_ENCODED_HEADER, "an encoded header")?;
+            r.property(K_ENCODED_HEADER, "an encoded header")?;
             let streams = read_streams(&mut r, start, budget)?;
             r.finish("encoded header's streams info")?;
             let [folder] = streams.folders.as_slice() else {
@@ -582,7 +583,7 @@ fn read_header(
     header_start: usize,
     budget: &mut Budget,
 ) -> Result<Archive, Error> {
-    r.expect(K_HEADER, "the header")?;
+    r.property(K_HEADER, "the header")?;
     let mut id = r.byte("the header's first property")?;
     if id == K_ARCHIVE_PROPERTIES {
         loop {
@@ -678,7 +679,7 @@ fn read_pack_info(
     let pack_pos = r.number("the pack position")?;
     // Each packed stream has a size of at least one byte.
     let n = r.count("the number of packed streams", 1)?;
-    r.expect(K_SIZE, "the packed stream sizes")?;
+    r.property(K_SIZE, "the packed stream sizes")?;
     let mut packs: Vec<Pack> = budget.vec(n, r)?;
     let mut next = (SIGNATURE_HEADER_LEN as u64).checked_add(pack_pos);
     for _ in 0..n {
@@ -719,7 +720,7 @@ fn read_pack_info(
 }
 
 fn read_unpack_info(r: &mut Reader<'_>, budget: &mut Budget) -> Result<Vec<Folder>, Error> {
-    r.expect(K_FOLDER, "the folders")?;
+    r.property(K_FOLDER, "the folders")?;
     // A folder takes at least two bytes (its coder count and one coder's flags)
     // and its unpack size one more.
     let n = r.count("the number of folders", 3)?;
@@ -738,7 +739,7 @@ fn read_unpack_info(r: &mut Reader<'_>, budget: &mut Budget) -> Result<Vec<Folde
         folders.push(folder);
         outs.push((total_outs, main));
     }
-    r.expect(K_CODERS_UNPACK_SIZE, "the folders' unpack sizes")?;
+    r.property(K_CODERS_UNPACK_SIZE, "the folders' unpack sizes")?;
     for (folder, (total_outs, main)) in folders.iter_mut().zip(outs) {
         for out in 0..total_outs {
             let size = r.number("an unpack size")?;
