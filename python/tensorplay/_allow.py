@@ -19,13 +19,17 @@ class AllowError(ValueError):
     """An ``--allow`` entry that cannot be honoured, and why."""
 
 
-def check_names(entries: list[str]) -> list[str]:
-    """The entries of ``tensorplay scan --allow``, each a ``module.name``;
-    a denylisted one raises :class:`AllowError`."""
+def check_names(entries: list[str], patterns: bool = True) -> list[str]:
+    """``--allow`` entries, each a ``module.name`` (or with ``patterns`` a
+    ``module.*``); a denylisted one raises :class:`AllowError`. ``tensorplay scan``
+    passes ``patterns=False``: it imports nothing, so it cannot list a module's classes."""
     for entry in entries:
         module, _, name = entry.rpartition(".")
         if not module or not name:
             raise AllowError(f"--allow {entry}: expected MODULE.NAME")
+        if name == "*" and not patterns:
+            raise AllowError(f"--allow {entry}: a scan allows names, not patterns (inspect and convert import a "
+                             "pattern's module to allow its classes)")
         if name != "*" and _core.is_dangerous(module, name):
             raise AllowError(f"--allow {entry}: it is on the denylist of globals that run code or touch the "
                              "system, which no allowlist lifts")

@@ -21,7 +21,7 @@ def _malformed(what: str, cause: BaseException) -> BaseException:
 
 # --- stub mode: globals outside the allowlist, recorded and never called ------------
 
-stub = _stub.make
+stub = _stub.Stub
 stubbed = _stub.note
 
 

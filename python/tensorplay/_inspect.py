@@ -93,8 +93,7 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None,
         with _stub.collecting() as stubbed:
             fmt, tree = _core.inspect(source, user_names=names, user_objects=objects, limits=_limits.merged(limits),
                                       stub=unknown_globals == "stub")
-            if _stub.made_any():
-                _refusal.refuse_hostile(source, names, _limits.merged(limits))
+            _refusal.refuse_hostile(source, names, _limits.merged(limits))
     except _core.UnsafeCheckpointError as refused:
         raise _refusal.complete(refused, source, names, _limits.merged(limits)) from None
     return Inspection(fmt, tree, tuple(stubbed))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from . import _core
+from . import _core, _stub
 
 Api = Literal["tensorplay", "torch", "cli"]
 
@@ -41,10 +41,12 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
 
 
 def refuse_hostile(source: Any, user_names: list[str], limits: dict[str, int], api: Api = "tensorplay") -> None:
-    """Raise for a file a stub-mode load built, when the scanner finds a dangerous
-    global anywhere in it: in bytes a stub was given (a pickle inside a pickle),
-    or in another reading of the file. Stub mode salvages data, never a file
-    that carries a payload."""
+    """After a stub-mode load that stubbed something: raise when the scanner finds
+    a dangerous global anywhere in the file, in bytes a stub was given (a pickle
+    inside a pickle) or in another reading of it. Stub mode salvages data, never
+    a file that carries a payload."""
+    if not _stub.made_any():
+        return
     found = _findings(source, user_names, limits)
     dangerous = [f for f in found or () if f.dangerous]
     if not dangerous:

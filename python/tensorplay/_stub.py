@@ -102,11 +102,6 @@ class _Builds(list):
 _stubbed: contextvars.ContextVar[dict[str, None] | None] = contextvars.ContextVar("tensorplay_stubbed", default=None)
 
 
-def make(module: str, name: str) -> Stub:
-    """The builder's stand-in for the global ``module.name``."""
-    return Stub(module, name)
-
-
 def note(names: list[str]) -> None:
     """The builder's list of every global a load stood in for, for the warning."""
     seen = _stubbed.get()

@@ -616,8 +616,7 @@ class _Reader:
         names, objects = self.user
         limits = _limits.merged(None)
         value = _core.loads(data, name=where, user_names=names, user_objects=objects, limits=limits, stub=self.stub)
-        if _stub.made_any():
-            _refusal.refuse_hostile(data, names, limits)
+        _refusal.refuse_hostile(data, names, limits)
         return value
 
 

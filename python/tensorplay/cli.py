@@ -56,11 +56,7 @@ def _scan(args: argparse.Namespace) -> int:
     from ._allow import AllowError, check_names
 
     try:
-        check_names(args.allow)
-        patterns = [a for a in args.allow if a.endswith(".*")]
-        if patterns:
-            raise AllowError(f"--allow {patterns[0]}: a scan allows names, not patterns (inspect and convert "
-                             "import a pattern's module to allow its classes)")
+        check_names(args.allow, patterns=False)
     except AllowError as e:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE

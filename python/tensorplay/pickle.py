@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits, _stub
+from . import _allowlist, _core, _limits, _refusal, _stub
 
 __all__ = ["load", "loads"]
 
@@ -60,13 +60,8 @@ def _run(data: bytes, encoding: str, unknown_globals: str, backend: str, limits:
         try:
             loaded = _core.loads(data, backend=backend, user_names=names, user_objects=objects, limits=merged,
                                  encoding=encoding, stub=unknown_globals == "stub", stream=stream)
-            if _stub.made_any():
-                from ._refusal import refuse_hostile
-
-                refuse_hostile(data, names, merged)
+            _refusal.refuse_hostile(data, names, merged)
         except _core.UnsafeCheckpointError as refused:
-            from ._refusal import complete
-
-            raise complete(refused, data, names, merged) from None
+            raise _refusal.complete(refused, data, names, merged) from None
     _stub.warn(stubbed)
     return loaded

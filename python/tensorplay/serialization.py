@@ -457,7 +457,7 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         if path is None:
             raise
         return _load_many_files(path, map_location, mmap, backend, limits, many_files_args, stub)
-    if stub and _stub.made_any():
+    if stub:
         _refusal.refuse_hostile(source, names, _limits.merged(limits), api)
     if start is None:
         return loaded
