@@ -29,6 +29,14 @@ def _join(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
 
 
+def _leave_together() -> None:
+    """Wait for every rank before tearing the group down, so that no rank
+    destroys it while a peer's gloo thread still talks to it: the likely cause of
+    one rank aborting ("terminate called without an active exception") in a CI
+    run on a loaded machine."""
+    dist.barrier()
+
+
 def save(rank: int, world: int, port: int, folder: str) -> None:
     """Each rank holds a row shard of w and emb, and a replica of b."""
     _join(rank, world, port)
@@ -45,6 +53,7 @@ def save(rank: int, world: int, port: int, folder: str) -> None:
             "config": {"lr": 0.5, "betas": (0.9, 0.99), "name": "run"},
         }
         dcp.save(state, checkpoint_id=folder)
+        _leave_together()
     finally:
         dist.destroy_process_group()
 
@@ -76,5 +85,6 @@ def load(rank: int, world: int, port: int, folder: str, reader: str, keys: str, 
         gathered = {k: v.full_tensor() for k, v in model.items()}
         if rank == 0:
             torch.save({"model": gathered, **{k: v for k, v in state.items() if k != "model"}}, out)
+        _leave_together()
     finally:
         dist.destroy_process_group()
