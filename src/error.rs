@@ -171,19 +171,28 @@ pub enum ErrorKind {
     Unsupported { reason: String },
 }
 
+/// The stable names of error kinds, for programs: an exception's `.kind`, and
+/// the kind of a scan's problem (which adds its own in `scan::report`).
+pub mod code {
+    pub const IO: &str = "io";
+    pub const MALFORMED_ARCHIVE: &str = "malformed_archive";
+    pub const MALFORMED_PICKLE: &str = "malformed_pickle";
+    pub const LIMIT: &str = "limit";
+}
+
 impl ErrorKind {
     /// A stable name of the kind, for programs (`malformed_archive`, `limit`...).
     pub fn code(&self) -> &'static str {
         match self {
-            ErrorKind::Io { .. } => "io",
-            ErrorKind::Archive { .. } => "malformed_archive",
-            ErrorKind::Pickle { .. } => "malformed_pickle",
+            ErrorKind::Io { .. } => code::IO,
+            ErrorKind::Archive { .. } => code::MALFORMED_ARCHIVE,
+            ErrorKind::Pickle { .. } => code::MALFORMED_PICKLE,
             ErrorKind::Unsafe(Refusal::UnsupportedGlobal { .. }) => "unsafe_global",
             ErrorKind::Unsafe(Refusal::BlockedGlobal { .. }) => "blocked_global",
             ErrorKind::Unsafe(Refusal::ExtensionCode { .. }) => "extension_code",
             ErrorKind::Unsafe(Refusal::Forbidden(_)) => "forbidden",
             ErrorKind::Unsafe(Refusal::UnsafeFile(_)) => "unsafe_file",
-            ErrorKind::Limit { .. } => "limit",
+            ErrorKind::Limit { .. } => code::LIMIT,
             ErrorKind::Tensor { .. } => "tensor_bounds",
             ErrorKind::Unsupported { .. } => "unsupported",
         }

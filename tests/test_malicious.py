@@ -402,7 +402,7 @@ def test_the_scan_command_reads_each_file_from_stdin(entry, tmp_path):
     expected = scanner.scan(data)
     assert report["verdict"] == entry["scan_verdict"]
     assert [g["name"] for g in report["globals"]] == [f.name for f in expected.findings]
-    assert report["problems"] == list(expected.problems)
+    assert report["problems"] == [p.to_json() for p in expected.problems]
 
 
 @pytest.fixture(scope="module")

@@ -421,3 +421,72 @@ def test_a_closed_pipe_ends_the_command_cleanly_with_the_verdict():
     stderr = scan.stderr.read().decode()
     assert scan.wait(timeout=300) == 1
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def _tar_cut_short() -> bytes:
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("model.pkl")
+        body = pickle.dumps({"a": 1})
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    return out.getvalue()[:700]
+
+
+def _nested_gzip(levels: int) -> bytes:
+    import gzip
+
+    data = pickle.dumps([1, 2, 3])
+    for _ in range(levels):
+        data = gzip.compress(data)
+    return data
+
+
+def _zip_after_pickle() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("data.pkl", pickle.dumps(1))
+    return pickle.dumps({"a": 1}) + out.getvalue()
+
+
+PROBLEM_KINDS = {
+    "malformed_pickle": (lambda: pickle.dumps({"a": [1, 2, 3]})[:-4], "model.pkl"),
+    "malformed_archive": (_tar_cut_short, "model.tar"),
+    "limit": (lambda: _nested_gzip(40), "model.pt.gz"),
+    "unknown_format": (lambda: bytes(range(256)) * 4, "model.pt"),
+    "parser_disagreement": (_zip_after_pickle, "model.pkl"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PROBLEM_KINDS))
+def test_each_problem_names_its_kind_in_python_and_in_json(kind, tmp_path):
+    make, name = PROBLEM_KINDS[kind]
+    path = tmp_path / name
+    path.write_bytes(make())
+    report = scanner.scan(path)
+    assert report.verdict == "unreadable", report
+    problem = next((p for p in report.problems if p.kind == kind), None)
+    assert problem is not None, report.problems
+    assert isinstance(problem, str) and problem.reason in problem
+    assert pickle.loads(pickle.dumps(problem)).kind == kind
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(path)], capture_output=True,
+                            text=True, timeout=60)
+    (record,) = json.loads(result.stdout)
+    assert {"kind": kind, "location": problem.location, "message": problem.reason} in record["problems"]
+    assert all(set(p) == {"kind", "location", "message"} for p in record["problems"])
+
+
+def test_a_loads_refusal_of_a_file_the_scan_read_has_the_refusals_kind(tmp_path):
+    """A storage's local header that disagrees with the directory: the scan reads
+    no pickle there, the load refuses the archive."""
+    data = bytearray((TORCH_FIXTURES / "seed_batchnorm_state_dict.pt").read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        storage = next(i for i in z.infolist() if "/data/" in i.filename)
+    data[storage.header_offset + 30 + len(storage.filename) - 1] ^= 0x01
+    report = scanner.scan(bytes(data))
+    with pytest.raises(tensorplay.CheckpointError) as refused:
+        tensorplay.load(io.BytesIO(bytes(data)), backend="numpy")
+    assert any(p.kind == refused.value.kind and "a load would refuse it" in p for p in report.problems), \
+        report.problems

@@ -76,7 +76,9 @@ def test_a_link_that_leads_nowhere_is_unreadable(tmp_path, kind):
     verdicts = {pathlib.Path(r["path"]).name: r["verdict"] for r in reports}
     assert verdicts["ok.pt"] == "clean" and verdicts["gone.pt"] == "unreadable"
     gone = next(r for r in reports if r["path"].endswith("gone.pt"))
-    assert gone["problems"] and ("No such file" in gone["problems"][0] or "symbolic links" in gone["problems"][0])
+    (problem,) = gone["problems"]
+    assert problem["kind"] == "io"
+    assert "No such file" in problem["message"] or "symbolic links" in problem["message"]
 
 
 def test_an_unlistable_folder_is_unreadable(tmp_path, monkeypatch):
@@ -96,6 +98,7 @@ def test_an_unlistable_folder_is_unreadable(tmp_path, monkeypatch):
     reports = {pathlib.Path(r.path).name: r for r in scanner.scan_paths([tmp_path])}
     assert reports["ok.pt"].verdict == "clean"
     assert reports["locked"].verdict == "unreadable" and "Permission denied" in reports["locked"].problems[0]
+    assert reports["locked"].problems[0].kind == "io"
 
 
 def test_a_pipe_inside_a_folder_is_unreadable_not_waited_on(tmp_path):
@@ -106,7 +109,8 @@ def test_a_pipe_inside_a_folder_is_unreadable_not_waited_on(tmp_path):
     verdicts = {pathlib.Path(r["path"]).name: r for r in reports}
     assert verdicts["model.pt"]["verdict"] == "clean"
     assert verdicts["stream.pt"]["verdict"] == "unreadable"
-    assert "not a regular file" in verdicts["stream.pt"]["problems"][0]
+    (problem,) = verdicts["stream.pt"]["problems"]
+    assert problem["kind"] == "not_a_regular_file" and "not a regular file" in problem["message"]
 
 
 def test_a_named_pipe_is_read_as_a_stream(tmp_path):

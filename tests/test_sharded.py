@@ -123,4 +123,5 @@ def test_scan_reads_every_shard_and_checks_the_index(sharded, tmp_path):
     code, reports = _scan(folder)
     index = next(r for r in reports if r["path"].endswith(".index.json"))
     assert code == 2 and index["verdict"] == "unreadable"
-    assert any(missing.name in p and "does not exist" in p for p in index["problems"])
+    assert any(p["kind"] == "shard_index" and missing.name in p["message"] and "does not exist" in p["message"]
+               for p in index["problems"])

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         format: str
         verdict: str
         findings: tuple[GlobalFinding, ...] = ()
-        problems: tuple[str, ...] = ()
+        problems: tuple[Problem, ...] = ()
         pickles: int = 0
         pickles_only: bool = False
 else:
@@ -48,6 +48,37 @@ class GlobalFinding(_FindingFields):
     names that run code, touch files or the network, or unpickle nested data."""
 
     __slots__ = ()
+
+
+class Problem(str):
+    """Why (part of) a file could not be read: the text a person reads
+    (``location: reason``), with the parts a program reads. ``kind`` is stable:
+    an exception's ``.kind`` (``malformed_archive``, ``malformed_pickle``,
+    ``limit``, ``tensor_bounds``, ``unsupported``, ``io``...; a load's refusal
+    of a file the scan read is reported with the refusal's kind), or one only
+    a scan meets: ``parser_disagreement`` (two readers of the bytes would read
+    different things), ``unknown_format`` (binary data where a model was
+    expected), ``not_a_regular_file`` (a pipe or device inside a folder) or
+    ``shard_index`` (a sharded checkpoint's index names what cannot be loaded)."""
+
+    kind: str
+    location: str
+    reason: str
+
+    def __new__(cls, kind: str, location: str, reason: str) -> Problem:
+        self = super().__new__(cls, f"{location}: {reason}" if location else reason)
+        self.kind, self.location, self.reason = kind, location, reason
+        return self
+
+    def __reduce__(self) -> tuple[type[Problem], tuple[str, str, str]]:
+        return Problem, (self.kind, self.location, self.reason)
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "location": self.location, "message": self.reason}
+
+
+def _io_problem(e: OSError, location: str = "") -> Problem:
+    return Problem("io", location, f"{type(e).__name__}: {e}")
 
 
 class ScanReport(_ReportFields):
@@ -72,7 +103,7 @@ class ScanReport(_ReportFields):
                 {"name": f.name, "dangerous": f.dangerous, "location": f.location, "offset": f.offset}
                 for f in self.findings
             ],
-            "problems": list(self.problems),
+            "problems": [p.to_json() for p in self.problems],
             "pickles": self.pickles,
             "pickles_only": self.pickles_only,
         }
@@ -103,9 +134,10 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
         # is a measurable part of a first call.
         kind, verdict, found, problems, pickles = _core.scan(source, allow, _limits.merged(None), pickles_only)
     except OSError as e:
-        return ScanReport(path, "unknown", "unreadable", problems=(f"{type(e).__name__}: {e}",),
-                          pickles_only=pickles_only)
+        return ScanReport(path, "unknown", "unreadable", problems=(_io_problem(e),), pickles_only=pickles_only)
     findings = tuple(map(GlobalFinding._make, found)) if found else ()
+    if problems:
+        problems = tuple(Problem(*p) for p in problems)
     # What ScanReport(...) does, without its generated __new__: a first call of
     # that Python function was a fortieth of a pickles-only scan.
     return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only))
@@ -126,7 +158,7 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
         yield path
 
 
-def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str | None]]:
+def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Problem | None]]:
     """What :func:`iter_files` yields, each with the reason it cannot be read when a
     walk already knows it (an unlistable folder, a pipe or device inside a folder:
     reading one could wait forever), else None."""
@@ -142,12 +174,12 @@ def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str
         for root, dirs, files in os.walk(p, followlinks=True, onerror=failures.append):
             while failures:
                 e = failures.pop()
-                yield e.filename or root, f"{type(e).__name__}: {e}"
+                yield e.filename or root, _io_problem(e)
             try:
                 st = os.stat(root)
             except OSError as e:
                 dirs.clear()
-                yield root, f"{type(e).__name__}: {e}"
+                yield root, _io_problem(e)
                 continue
             if (st.st_dev, st.st_ino) in seen:
                 dirs.clear()
@@ -163,19 +195,20 @@ def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str
                     mode = os.stat(full).st_mode
                 except OSError as e:
                     # A dangling link or a loop of links: named, never passed over.
-                    yield full, f"{type(e).__name__}: {e}"
+                    yield full, _io_problem(e)
                     continue
                 if stat.S_ISREG(mode):
                     yield full, None
                 else:
-                    yield full, ("not a regular file: a pipe, socket or device inside a folder is not read "
-                                 "(it could wait forever); name it to scan it as a stream")
+                    yield full, Problem("not_a_regular_file", "",
+                                        "not a regular file: a pipe, socket or device inside a folder is not "
+                                        "read (it could wait forever); name it to scan it as a stream")
         while failures:
             e = failures.pop()
-            yield e.filename or p, f"{type(e).__name__}: {e}"
+            yield e.filename or p, _io_problem(e)
 
 
-def _scan_target(path: str, problem: str | None, allow: list[str], pickles_only: bool) -> ScanReport:
+def _scan_target(path: str, problem: Problem | None, allow: list[str], pickles_only: bool) -> ScanReport:
     if problem is not None:
         return ScanReport(path, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only)
     if path == STDIN:
@@ -193,9 +226,11 @@ def _check_shard_index(report: ScanReport) -> ScanReport:
     from . import _sharded
 
     try:
-        problems = _sharded.Index(report.path).problems()
-    except (OSError, _core.CheckpointError) as e:
-        problems = [str(e)]
+        problems = [Problem("shard_index", "", p) for p in _sharded.Index(report.path).problems()]
+    except OSError as e:
+        problems = [_io_problem(e)]
+    except _core.CheckpointError as e:
+        problems = [Problem("shard_index", "", str(e))]
     if not problems:
         return report
     return report._replace(verdict="unreadable", problems=(*report.problems, *problems))

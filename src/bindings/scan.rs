@@ -100,17 +100,21 @@ pub fn scan<'py>(
 }
 
 /// `(format, verdict, findings, problems, pickles)`, each finding a tuple
-/// `(name, dangerous, location, offset)`: the fields of `scanner.ScanReport`
-/// and `scanner.GlobalFinding` in order.
+/// `(name, dangerous, location, offset)` and each problem `(kind, location,
+/// reason)`: the fields of `scanner.ScanReport`, `scanner.GlobalFinding` and
+/// `scanner.Problem` in order.
 fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyTuple>> {
     let findings = (report.findings.iter())
         .map(|f| (&f.name, f.dangerous, &f.location, f.offset).into_pyobject(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let problems = (report.problems.iter())
+        .map(|p| (p.kind, &p.location, &p.reason).into_pyobject(py))
         .collect::<PyResult<Vec<_>>>()?;
     (
         report.format.name(),
         report.verdict().name(),
         PyTuple::new(py, findings)?,
-        PyTuple::new(py, &report.problems)?,
+        PyTuple::new(py, problems)?,
         report.pickles,
     )
         .into_pyobject(py)

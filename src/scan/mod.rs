@@ -21,7 +21,7 @@ mod zip;
 use crate::archive::streams::{Compression, StreamError};
 use crate::archive::zip::{self as archive_zip, Entry, FileBytes};
 use crate::checkpoint::{self, LoadOptions};
-use crate::error::{Error, Location};
+use crate::error::{code, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::opcodes;
 use crate::torch::policy::UserGlobals;
@@ -32,7 +32,7 @@ pub use budget::{Budget, Work, MAX_DEFLATE_RATIO, WORK_PER_FILE_BYTE};
 pub use kind::{is_tensordict_leaf, Kind};
 
 use kind::{named_like_a_model, NotAPickle};
-pub use report::{Finding, Format, Report, Verdict};
+pub use report::{problem_kind, Finding, Format, Problem, Report, Verdict};
 
 use budget::MAX_DEPTH;
 use zip::{TorchPayloads, ZipLayout, ZipReading};
@@ -58,8 +58,8 @@ struct Scan<'o> {
     budget: Budget,
     report: Report,
     /// Why a load would refuse the file, kept until the scan shows whether an
-    /// unsafe global explains it: (location, reason).
-    pending_refusal: Option<(String, String)>,
+    /// unsafe global explains it: a problem of the refusal's kind.
+    pending_refusal: Option<Problem>,
     /// How many times the scan stopped short of something (the nesting depth,
     /// the work budget): never dropped with a speculative reading's problems.
     stopped_short: usize,
@@ -80,22 +80,22 @@ impl<'o> Scan<'o> {
     /// A problem that means the scan did not look at everything.
     fn stop_short(&mut self, location: &str, problem: impl Into<String>) {
         self.stopped_short += 1;
-        self.problem(location, problem.into());
+        self.problem(location, code::LIMIT, problem.into());
     }
 
     /// The report, with a load's refusal as a problem when no unsafe global
     /// explains it.
     fn finish(mut self) -> Report {
-        if let Some((location, reason)) = self.pending_refusal.take() {
+        if let Some(refusal) = self.pending_refusal.take() {
             if self.report.findings.is_empty() {
-                (self.report).problem(&location, format!("a load would refuse it: {reason}"));
+                self.report.problems.push(refusal);
             }
         }
         self.report
     }
 
-    fn problem(&mut self, location: &str, reason: impl std::fmt::Display) {
-        self.report.problem(location, reason);
+    fn problem(&mut self, location: &str, kind: &'static str, reason: impl std::fmt::Display) {
+        self.report.problem(location, kind, reason);
     }
 
     /// Account for reading `bytes` of a nested entry; `false` (reported once)
@@ -185,7 +185,11 @@ impl<'o> Scan<'o> {
             Err(StreamError::TooLarge(_)) => {
                 self.charge(room.saturating_add(1), Work::Inflate, location);
             }
-            Err(e) => self.problem(location, format!("{} stream: {e}", c.name())),
+            Err(e) => self.problem(
+                location,
+                code::MALFORMED_ARCHIVE,
+                format!("{} stream: {e}", c.name()),
+            ),
         }
     }
 
@@ -203,11 +207,14 @@ impl<'o> Scan<'o> {
         match NotAPickle::of(data) {
             _ if named_model => self.problem(
                 location,
+                problem_kind::UNKNOWN_FORMAT,
                 "named like a model or a pickle, yet no pickle, archive or compressed file",
             ),
-            NotAPickle::Unknown => {
-                self.problem(location, "binary data of no format the scanner knows")
-            }
+            NotAPickle::Unknown => self.problem(
+                location,
+                problem_kind::UNKNOWN_FORMAT,
+                "binary data of no format the scanner knows",
+            ),
             NotAPickle::Text | NotAPickle::Known(_) => {}
         }
     }
@@ -221,7 +228,11 @@ impl<'o> Scan<'o> {
         }
         let s = self.stream(data, location, depth, IdFormat::Legacy, Some(5));
         if s.problem.is_none() && s.pickles < 5 {
-            self.problem(location, "a legacy torch file with fewer than five pickles");
+            self.problem(
+                location,
+                code::MALFORMED_ARCHIVE,
+                "a legacy torch file with fewer than five pickles",
+            );
         }
     }
 
@@ -249,7 +260,13 @@ impl<'o> Scan<'o> {
             None => checkpoint::validate(data, &load),
         };
         validated
-            .map_err(|e| self.pending_refusal = Some((location.to_owned(), e.to_string())))
+            .map_err(|e| {
+                self.pending_refusal = Some(Problem {
+                    kind: e.kind().code(),
+                    location: location.to_owned(),
+                    reason: format!("a load would refuse it: {e}"),
+                })
+            })
             .ok()
     }
 
@@ -264,8 +281,8 @@ impl<'o> Scan<'o> {
         max_pickles: Option<usize>,
     ) -> stream::StreamScan {
         let s = self.read_stream(data, location, depth, format, max_pickles);
-        if let Some(p) = &s.problem {
-            self.problem(location, p);
+        if let Some((kind, reason)) = &s.problem {
+            self.problem(location, kind, reason);
         }
         s
     }
@@ -342,14 +359,14 @@ impl<'o> Scan<'o> {
     fn pickle(&mut self, data: &[u8], location: &str, depth: u32, top: bool) {
         let before = self.report.findings.len();
         let s = self.read_stream(data, location, depth, IdFormat::Zip, None);
-        if let Some(problem) = s.problem {
+        if let Some((kind, problem)) = s.problem {
             let not_a_pickle = s.pickles == 0
                 && self.report.findings.len() == before
                 && !data.starts_with(&[0x80]);
             if not_a_pickle {
                 self.not_a_pickle(data, location, top);
             } else {
-                self.problem(location, problem);
+                self.problem(location, kind, problem);
             }
         }
     }

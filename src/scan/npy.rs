@@ -1,12 +1,13 @@
 //! `.npy` files in a scan: only object arrays hold a pickle, after the header.
 
+use crate::error::code;
 use crate::scan::Scan;
 use crate::torch::storages::IdFormat;
 
 impl Scan<'_> {
     pub(super) fn npy(&mut self, data: &[u8], location: &str, depth: u32) {
         let Some(&major) = data.get(6) else {
-            return self.problem(location, "truncated .npy header");
+            return self.problem(location, code::MALFORMED_ARCHIVE, "truncated .npy header");
         };
         let (len, start) = match major {
             1 => (
@@ -26,7 +27,7 @@ impl Scan<'_> {
         let header =
             len.and_then(|l| data.get(start..start.checked_add(usize::try_from(l).ok()?)?));
         let Some(header) = header else {
-            return self.problem(location, "malformed .npy header");
+            return self.problem(location, code::MALFORMED_ARCHIVE, "malformed .npy header");
         };
         let text = String::from_utf8_lossy(header);
         let object = text.contains("'|O'")

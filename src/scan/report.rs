@@ -78,12 +78,40 @@ impl Format {
     }
 }
 
+/// The kinds of problem only a scan meets, beside the error kinds of `error::code`.
+pub mod problem_kind {
+    /// Two readers of the same bytes would read different things (two end
+    /// records, a prefix or an appended archive, pickle readers that part ways).
+    pub const PARSER_DISAGREEMENT: &str = "parser_disagreement";
+    /// Bytes of no format the scanner knows, where a model or pickle was expected.
+    pub const UNKNOWN_FORMAT: &str = "unknown_format";
+}
+
+/// Why (part of) a file could not be read: a stable `kind` for programs, where,
+/// and why in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub kind: &'static str,
+    pub location: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.location.is_empty() {
+            f.write_str(&self.reason)
+        } else {
+            write!(f, "{}: {}", self.location, self.reason)
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub format: Format,
     pub findings: Vec<Finding>,
     /// Why (part of) the file could not be read.
-    pub problems: Vec<String>,
+    pub problems: Vec<Problem>,
     /// How many pickles were read.
     pub pickles: u32,
 }
@@ -93,13 +121,19 @@ impl Report {
         self.findings.push(finding);
     }
 
-    /// Record why something at `location` could not be read.
-    pub fn problem(&mut self, location: &str, reason: impl std::fmt::Display) {
-        if location.is_empty() {
-            self.problems.push(reason.to_string());
-        } else {
-            self.problems.push(format!("{location}: {reason}"));
-        }
+    /// Record why something at `location` could not be read; `kind` is one of
+    /// `error::code` or [`problem_kind`].
+    pub fn problem(&mut self, location: &str, kind: &'static str, reason: impl std::fmt::Display) {
+        self.problems.push(Problem {
+            kind,
+            location: location.to_owned(),
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Record an error of the core met at `location`, of its kind.
+    pub fn error(&mut self, location: &str, error: &crate::error::Error) {
+        self.problem(location, error.kind().code(), error);
     }
 
     /// Unsafe outranks unreadable: a malformed file with a dangerous global before

@@ -23,7 +23,7 @@ impl Scan<'_> {
             Err(e) if e.is_limit() && !spent => {
                 self.charge(room.saturating_add(1), Work::Inflate, location);
             }
-            Err(e) => self.problem(location, format!("7z archive: {e}")),
+            Err(e) => self.problem(location, e.kind().code(), format!("7z archive: {e}")),
         }
     }
 }

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeSet;
 
-use crate::error::Error;
+use crate::error::{code, Error};
 use crate::limits::Limits;
 use crate::pickle::decoder::Divergence;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::pickle::opcodes::{self, Arg};
 use crate::scan::walker;
-use crate::scan::{Finding, Report};
+use crate::scan::{problem_kind, Finding, Report};
 use crate::torch::policy::{self, FoundGlobal, UserGlobals};
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storages::IdFormat;
@@ -26,7 +26,8 @@ pub struct StreamScan {
     /// Bytes consumed by complete pickles.
     pub end: usize,
     /// Why the stream could not be read to its end, if it could not.
-    pub problem: Option<String>,
+    /// Where the stream stopped being read, of an `error::code` kind.
+    pub problem: Option<(&'static str, String)>,
     /// Bytes handed to refused callables (`pickle.loads(b'...')`), with the
     /// offset of the call: what such a file would unpickle next.
     pub payloads: Vec<(u64, Vec<u8>)>,
@@ -112,6 +113,7 @@ pub fn scan_stream(
             let op = opcodes::opcode_name(d.op);
             report.problem(
                 location,
+                problem_kind::PARSER_DISAGREEMENT,
                 format!("readers disagree at byte {at} ({op}): {}", d.what),
             );
             // What a reader that goes on from elsewhere would reach.
@@ -139,12 +141,13 @@ pub fn scan_stream(
                     .unwrap_or(0)
                     .saturating_add(pos as u64);
                 let problem = if pickles > 0 && offset == pos as u64 {
-                    format!(
+                    let reason = format!(
                         "{} bytes after the end of pickle {pickles} are not a pickle",
                         data.len() - pos
-                    )
+                    );
+                    (code::MALFORMED_PICKLE, reason)
                 } else {
-                    format!(
+                    let reason = format!(
                         "{}: {} (at byte {offset})",
                         if pickles > 0 {
                             "a later pickle breaks"
@@ -152,7 +155,8 @@ pub fn scan_stream(
                             "the pickle breaks"
                         },
                         e.reason()
-                    )
+                    );
+                    (e.kind().code(), reason)
                 };
                 sweep_rest(data, offset as usize, location, user, report);
                 return StreamScan {
@@ -164,7 +168,10 @@ pub fn scan_stream(
             }
         }
     }
-    let problem = (pos < data.len()).then(|| format!("more than {wanted} pickles in one stream"));
+    let problem = (pos < data.len()).then(|| {
+        let reason = format!("more than {wanted} pickles in one stream");
+        (code::MALFORMED_ARCHIVE, reason)
+    });
     StreamScan {
         pickles,
         end: pos,

@@ -1,5 +1,6 @@
 //! POSIX tar archives in a scan: every regular member is scanned by content.
 
+use crate::error::code;
 use crate::scan::{nested, Scan, Work};
 
 impl Scan<'_> {
@@ -12,7 +13,7 @@ impl Scan<'_> {
             }
             members += 1;
             if members > self.options.limits.max_zip_entries {
-                return self.problem(location, "too many tar members");
+                return self.problem(location, code::LIMIT, "too many tar members");
             }
             let name = String::from_utf8_lossy(header.get(..100).unwrap_or_default())
                 .trim_end_matches('\0')
@@ -21,7 +22,7 @@ impl Scan<'_> {
                 .trim_matches(|c: char| c == '\0' || c == ' ')
                 .to_owned();
             let Ok(size) = u64::from_str_radix(&size_text, 8) else {
-                return self.problem(location, "malformed tar header");
+                return self.problem(location, code::MALFORMED_ARCHIVE, "malformed tar header");
             };
             let kind = header.get(156).copied().unwrap_or(0);
             let body_start = pos + 512;
@@ -29,7 +30,11 @@ impl Scan<'_> {
                 .ok()
                 .and_then(|s| data.get(body_start..body_start.checked_add(s)?))
             else {
-                return self.problem(location, format!("tar member {name} runs past the end"));
+                return self.problem(
+                    location,
+                    code::MALFORMED_ARCHIVE,
+                    format!("tar member {name} runs past the end"),
+                );
             };
             if matches!(kind, b'0' | 0) {
                 let here = nested(location, &name);
@@ -40,6 +45,6 @@ impl Scan<'_> {
             }
             pos = body_start + body.len().div_ceil(512) * 512;
         }
-        self.problem(location, "truncated tar archive");
+        self.problem(location, code::MALFORMED_ARCHIVE, "truncated tar archive");
     }
 }

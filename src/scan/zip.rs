@@ -5,8 +5,9 @@
 use crate::archive::inflate::inflated_len;
 use crate::archive::method::Method;
 use crate::archive::zip::{self, Entry, FileBytes};
+use crate::error::code;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
-use crate::scan::{entry_data, nested, Format, Scan, Work};
+use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::records;
 
 /// How a zip's index was read, and where the zip is.
@@ -61,6 +62,7 @@ impl Scan<'_> {
                     strict = false;
                     self.problem(
                         location,
+                        problem_kind::PARSER_DISAGREEMENT,
                         "the archive follows other bytes; offsets are shifted by them",
                     );
                     index
@@ -69,6 +71,7 @@ impl Scan<'_> {
                     strict = false;
                     self.problem(
                         location,
+                        e.kind().code(),
                         format!("{e}; reading the local headers one by one instead"),
                     );
                     let entries = zip::walk_local_headers(data, max);
@@ -126,7 +129,7 @@ impl Scan<'_> {
         let pickles_only = self.options.pickles_only;
         let unlocated = strict && pickles_only;
         for d in &index.disagreements {
-            self.problem(location, d.error());
+            self.problem(location, problem_kind::PARSER_DISAGREEMENT, d.error());
         }
         let valid = if unlocated {
             // A repeated name leaves readers to pick one of its entries: only the
@@ -136,7 +139,7 @@ impl Scan<'_> {
             zip::validate_entries(&index)
         };
         if let Err(e) = valid {
-            self.problem(location, e);
+            self.report.error(location, &e);
         }
         if top {
             self.report.format = layout.format(&index);
@@ -180,12 +183,13 @@ impl Scan<'_> {
                 located = match zip::locate_entry(data, entry) {
                     Ok(e) => e,
                     Err(e) => {
-                        self.problem(&here, e);
+                        self.report.error(&here, &e);
                         continue;
                     }
                 };
                 if let Some(what) = located.disagreement {
-                    self.problem(location, zip::disagreement_error(&located, what));
+                    let reason = zip::disagreement_error(&located, what);
+                    self.problem(location, problem_kind::PARSER_DISAGREEMENT, reason);
                 }
                 &located
             } else {
@@ -201,7 +205,7 @@ impl Scan<'_> {
                 let entry = match zip::locate_entry(data, entry) {
                     Ok(located) => located,
                     Err(e) => {
-                        self.problem(&here, e);
+                        self.report.error(&here, &e);
                         continue;
                     }
                 };
@@ -227,7 +231,7 @@ impl Scan<'_> {
     fn member<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str, depth: u32) {
         let bytes = match entry_data(entry, data, &self.options.limits) {
             Ok(b) => b,
-            Err(e) => return self.problem(here, e),
+            Err(e) => return self.report.error(here, &e),
         };
         let scan_it = named_like_a_model(&entry.name)
             || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty);
@@ -252,13 +256,18 @@ impl Scan<'_> {
             Some(Ok(n)) if n == entry.uncompressed_size => {}
             Some(Ok(n)) => self.problem(
                 location,
+                code::MALFORMED_ARCHIVE,
                 format!(
                     "inflates to {n} bytes, declares {}",
                     entry.uncompressed_size
                 ),
             ),
-            Some(Err(e)) => self.problem(location, e),
-            None => self.problem(location, "entry data lies outside the file"),
+            Some(Err(e)) => self.problem(location, code::MALFORMED_ARCHIVE, e),
+            None => self.problem(
+                location,
+                code::MALFORMED_ARCHIVE,
+                "entry data lies outside the file",
+            ),
         }
     }
 
@@ -274,7 +283,11 @@ impl Scan<'_> {
         let max = self.options.limits.max_zip_entries;
         if let Ok(index) = zip::read_entries_after_prefix(data, max) {
             if !index.entries.is_empty() {
-                self.problem(location, "a zip archive is appended to the file");
+                self.problem(
+                    location,
+                    problem_kind::PARSER_DISAGREEMENT,
+                    "a zip archive is appended to the file",
+                );
                 self.zip(data, location, depth + 1, false);
             }
         }
