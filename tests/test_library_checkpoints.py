@@ -101,6 +101,34 @@ def test_transformers_training_args_are_refused_then_read_as_data(training_args_
     assert "transformers.training_args.TrainingArguments" in warning
 
 
+def test_the_transformers_preset_builds_training_arguments_without_running_post_init(training_args_bin, monkeypatch):
+    import dataclasses
+
+    from accelerate.utils.dataclasses import DistributedType
+    from tensorplay.serialization import TRANSFORMERS_PRESET, safe_globals
+    from transformers.trainer_utils import IntervalStrategy
+
+    expected = torch.load(training_args_bin, weights_only=False)
+
+    def refuse(self):
+        raise AssertionError("__post_init__ ran")
+
+    monkeypatch.setattr(transformers.TrainingArguments, "__post_init__", refuse)
+    with safe_globals(TRANSFORMERS_PRESET):
+        loaded = tensorplay.load(training_args_bin)
+    assert type(loaded) is transformers.TrainingArguments
+    fields = [f.name for f in dataclasses.fields(expected)]
+    assert len(fields) > 100
+    assert {f: getattr(loaded, f) for f in fields} == {f: getattr(expected, f) for f in fields}
+    assert loaded.eval_strategy is IntervalStrategy.NO and loaded.learning_rate == 3e-5
+    assert loaded.accelerator_config == expected.accelerator_config
+    state = loaded.distributed_state
+    assert type(state).__name__ == "DistributedState"
+    assert state.distributed_type is DistributedType.NO and state.device == torch.device("cpu")
+    assert state.num_processes == expected.distributed_state.num_processes == 1
+    assert "DistributedState(" in repr(state)
+
+
 def test_the_presets_load_a_lightning_checkpoint_as_plain_data(lightning_ckpt):
     """ARGPARSE_PRESET and OMEGACONF_PRESET: the hyperparameters come back as a
     Namespace and plain dicts, omegaconf never imported by the load."""

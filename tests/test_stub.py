@@ -170,6 +170,7 @@ def test_stub_mode_builds_every_tensor_and_records_every_use(written, name):
     assert type(marked) is torch.Tensor and torch.equal(marked, torch.arange(4.0))
 
     (warning,) = stub_warnings
+    assert warning.filename == __file__  # it points at the caller of tensorplay.load
     for qualname in ("argparse.Namespace", "stubtest_user_module.Config", "stubtest_user_module.Registry",
                      "stubtest_user_module.History", "stubtest_user_module.Point", "stubtest_user_module.Marked"):
         assert qualname in str(warning.message)

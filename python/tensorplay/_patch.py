@@ -58,11 +58,9 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
                                   pickle_load_args, api="torch")
     from . import _stub
 
-    with _stub.collecting() as stubbed:
-        loaded = _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
-                                    pickle_load_args, stub=True, api="torch")
-    _stub.warn(stubbed)
-    return loaded
+    with _stub.warning():
+        return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
+                                  pickle_load_args, stub=True, api="torch")
 
 
 def _stub_from_environment() -> bool:

@@ -124,5 +124,51 @@ def omegaconf_preset() -> list[Any]:
     return preset
 
 
+# --- transformers' training arguments -------------------------------------------
+
+class DistributedState:
+    """accelerate's ``PartialState`` (the process layout when the arguments were
+    made), as a plain record of its fields. The real class shares one state across
+    the process and sets up distributed training when made: neither happens."""
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):
+            self.__dict__.update({k: v for k, v in state.items() if isinstance(k, str)})
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"DistributedState({fields})"
+
+
+def _classes(module: str, names: tuple[str, ...]) -> list[type]:
+    """The classes ``names`` of ``module`` that the installed version defines (none
+    when it is not installed: ``from tensorplay.serialization import *`` builds
+    every preset)."""
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return []
+    return [getattr(found, name) for name in names if isinstance(getattr(found, name, None), type)]
+
+
+def transformers_preset() -> list[Any]:
+    """transformers' ``TrainingArguments`` (the ``training_args.bin`` Trainer saves
+    beside each checkpoint) and ``Seq2SeqTrainingArguments``: the dataclass made with
+    ``__new__`` and given its fields, so ``__post_init__`` (which checks and sets up
+    devices and distributed state) never runs; the enums its fields hold (looked up
+    by value); ``AcceleratorConfig`` (a dataclass of flags); and accelerate's
+    ``PartialState`` as a :class:`DistributedState` record."""
+    preset: list[Any] = _classes("transformers.training_args", ("TrainingArguments", "OptimizerNames"))
+    preset += _classes("transformers.training_args_seq2seq", ("Seq2SeqTrainingArguments",))
+    preset += _classes("transformers.trainer_utils", ("IntervalStrategy", "SaveStrategy", "EvaluationStrategy",
+                                                      "HubStrategy", "SchedulerType", "FSDPOption"))
+    preset += _classes("transformers.debug_utils", ("DebugOption",))
+    preset += _classes("transformers.trainer_pt_utils", ("AcceleratorConfig",))
+    preset.append((DistributedState, "accelerate.state.PartialState"))
+    preset += _classes("accelerate.utils.dataclasses", ("DistributedType",))
+    return preset
+
+
 PRESETS: dict[str, Callable[[], list[Any]]] = {"ARGPARSE_PRESET": argparse_preset, "PATHLIB_PRESET": pathlib_preset,
-           "LIGHTNING_PRESET": lightning_preset, "OMEGACONF_PRESET": omegaconf_preset}
+           "LIGHTNING_PRESET": lightning_preset, "OMEGACONF_PRESET": omegaconf_preset,
+           "TRANSFORMERS_PRESET": transformers_preset}

@@ -127,11 +127,16 @@ def collecting() -> Iterator[list[str]]:
         names.extend(seen)
 
 
-def warn(names: list[str]) -> None:
-    """One warning for a load that stubbed ``names`` (none when it stubbed none)."""
+@contextlib.contextmanager
+def warning() -> Iterator[None]:
+    """One warning, when the block ends without an error, listing the globals
+    stubbed while it ran (none when it stubbed none)."""
+    with collecting() as names:
+        yield
     if names:
         import warnings
 
         listed = ", ".join(names)
+        # Past this generator, contextlib's __exit__ and the public load function: its caller.
         warnings.warn(StubWarning(f"stood in for {len(names)} global(s) outside the allowlist with "
-                                  f"tensorplay.Stub, never importing or calling them: {listed}"), stacklevel=3)
+                                  f"tensorplay.Stub, never importing or calling them: {listed}"), stacklevel=4)

@@ -875,9 +875,8 @@ def load_memmap(
         raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     reader = _Reader(meta_only, robust, allow_pickle is True, _limits.default_limits(), user,
                      stub=unknown_globals == "stub")
-    with _stub.collecting() as stubbed:
+    with _stub.warning():
         tree = _read_tree(reader, prefix, keys, robust, subpath, writable, num_threads)
-    _stub.warn(stubbed)
     builder = _Builder(backend, meta_only, copy_to, as_tensordict, user, fake)
     return builder.build(tree)
 

@@ -56,12 +56,11 @@ def _run(data: bytes, encoding: str, unknown_globals: str, backend: str, limits:
         raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     names, objects = _allowlist.resolved()
     merged = _limits.merged(limits)
-    with _stub.collecting() as stubbed:
+    with _stub.warning():
         try:
             loaded = _core.loads(data, backend=backend, user_names=names, user_objects=objects, limits=merged,
                                  encoding=encoding, stub=unknown_globals == "stub", stream=stream)
             _refusal.refuse_hostile(data, names, merged)
         except _core.UnsafeCheckpointError as refused:
             raise _refusal.complete(refused, data, names, merged) from None
-    _stub.warn(stubbed)
     return loaded

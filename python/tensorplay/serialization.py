@@ -42,6 +42,7 @@ __all__ = [
     "PATHLIB_PRESET",
     "LIGHTNING_PRESET",
     "OMEGACONF_PRESET",
+    "TRANSFORMERS_PRESET",
     "safe_globals",
     "CheckpointError",
     "UnsafeCheckpointError",
@@ -396,11 +397,9 @@ def load(
     if unknown_globals == "error":
         return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
                                   pickle_load_args)
-    with _stub.collecting() as stubbed:
-        loaded = _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
-                                    pickle_load_args, stub=True)
-    _stub.warn(stubbed)
-    return loaded
+    with _stub.warning():
+        return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
+                                  pickle_load_args, stub=True)
 
 
 def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool,
@@ -594,6 +593,7 @@ ARGPARSE_PRESET: list[type]
 PATHLIB_PRESET: list[type]
 LIGHTNING_PRESET: list[type]
 OMEGACONF_PRESET: list[Any]  # classes, and (stand-in, "omegaconf name") pairs
+TRANSFORMERS_PRESET: list[Any]  # classes, and (stand-in, "accelerate name") pairs
 
 
 def __getattr__(name: str) -> Any:
