@@ -21,7 +21,7 @@ use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding,
 use crate::bindings::storages::{self, DataMode, Placement};
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Endianness, Format, Trailing};
+use crate::checkpoint::{self, Checkpoint, Endianness, Format, Trailing};
 use crate::fill::{self, FillJob};
 
 /// The user's allowlist comes as names and the objects they name, in order.
@@ -114,10 +114,24 @@ pub fn open_source(
         .map_err(|e| to_pyerr(py, e))
 }
 
+/// A parsed checkpoint of this many nodes (about 12,000 tensors) left enough
+/// free heap behind to give back. Smaller ones keep it: glibc hands the same
+/// blocks to the next allocations, and giving them back would cost a service
+/// that loads file after file a page fault per 4 KiB of each next load's
+/// storages (four times torch's time per load of a 4 MiB file).
+const RETURN_FREED_FROM_NODES: usize = 100_000;
+
+/// After a failed open, whatever it had built is freed and worth giving back.
+fn worth_returning(opened: &Result<Checkpoint, crate::error::Error>) -> bool {
+    opened
+        .as_ref()
+        .map_or(true, |c| c.arena.len() >= RETURN_FREED_FROM_NODES)
+}
+
 /// Give the heap blocks just freed back to the system: glibc keeps them for
 /// reuse, but the Python objects of a load come from other allocators. Called
 /// when the pickle's scaffolding (most of the VM's arena) goes, and when the
-/// parsed checkpoint goes after the objects are built.
+/// parsed checkpoint goes after the objects are built, for big ones.
 fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap memory to the system; it touches
@@ -182,7 +196,9 @@ pub fn load<'py>(
     let checkpoint = py
         .detach(|| {
             let checkpoint = checkpoint::open(source, &options);
-            return_freed_memory();
+            if worth_returning(&checkpoint) {
+                return_freed_memory();
+            }
             checkpoint
         })
         .map_err(|e| to_pyerr(py, e))?;
@@ -250,10 +266,12 @@ pub fn load<'py>(
     let end = checkpoint.end;
     // The checkpoint's parsed form lies below the objects just built, where the
     // heap cannot shrink on its own: 10 MiB kept for 50,000 tensors without this.
-    py.detach(move || {
-        drop(checkpoint);
-        return_freed_memory();
-    });
+    if checkpoint.arena.len() >= RETURN_FREED_FROM_NODES {
+        py.detach(move || {
+            drop(checkpoint);
+            return_freed_memory();
+        });
+    }
     if stream {
         return Ok((loaded?, end).into_pyobject(py)?.into_any());
     }

@@ -1,0 +1,59 @@
+"""A service that loads file after file in one process: a small checkpoint's
+load leaves the heap it freed for the next load to reuse (giving it back to the
+system made every next load fault each 4 KiB page of its storages again), and
+a big one gives its scaffolding back, so memory stays bounded over many loads.
+Each case runs in a fresh process, where page faults and RSS are its own. (The
+numpy backend gives each storage of 4 MiB and more a mapping of its own, which
+every load faults in anew: not covered here.)"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPEAT = r"""
+import gc, json, resource, sys
+import tensorplay
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+path, times = sys.argv[1], int(sys.argv[2])
+faults, rss = [], []
+for _ in range(times):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    loaded = tensorplay.load(path, backend=sys.argv[3])
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    del loaded
+    gc.collect()
+    rss.append(rss_kib())
+print(json.dumps({"faults": faults, "rss": rss}))
+"""
+
+
+def _repeat(path, times: int, backend: str = "torch") -> dict:
+    result = subprocess.run([sys.executable, "-c", REPEAT, str(path), str(times), backend], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_path):
+    path = tmp_path / "4mib.pt"
+    torch.save({"w": torch.randn(1 << 20)}, path)
+    faults = _repeat(path, 15)["faults"]
+    pages = (4 << 20) // 4096
+    # Without reuse each load faults in all 1,024 pages of its storage.
+    assert sorted(faults[5:])[5] < pages // 8, faults
+
+
+def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):
+    path = tmp_path / "many.pt"
+    torch.save({f"t{i}": torch.tensor([float(i)]) for i in range(50_000)}, path)
+    rss = _repeat(path, 50)["rss"]
+    assert rss[-1] - rss[0] < 16 << 10, rss  # KiB
