@@ -1,7 +1,10 @@
 //! Copying storages out of the file into memory the caller owns, on several
 //! threads: page faults on fresh memory dominate an eager load, and they
 //! parallelise. Big stored storages are split into chunks so one huge tensor
-//! still uses every thread.
+//! still uses every thread. A [`FreshPages`] hook sees each chunk just before
+//! its first write and after it: where the bindings ask for huge pages.
+
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Checkpoint, StorageData};
 use crate::error::Error;
@@ -16,17 +19,43 @@ pub struct FillJob<'a> {
     pub dst: &'a mut [u8],
 }
 
+/// Where a chunk of fresh memory lies: `len` bytes at `offset` into a
+/// destination of `total` bytes that starts at address `base`.
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    pub base: usize,
+    pub total: usize,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Told about each chunk of fresh memory just before the first write to it,
+/// and, when it prepared the chunk, how long the write took.
+pub trait FreshPages: Sync {
+    /// Whether it did anything to the chunk, and wants to hear how the write went.
+    fn before_first_write(&self, region: Region) -> bool;
+    fn written(&self, region: Region, took: Duration);
+}
+
 struct Piece<'a> {
     storage: StorageId,
     start: usize,
     dst: &'a mut [u8],
     whole: bool,
+    base: usize,
+    total: usize,
 }
 
 /// Fill every job's destination, using up to `threads` threads.
-pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> Result<(), Error> {
+pub fn fill(
+    checkpoint: &Checkpoint,
+    jobs: Vec<FillJob<'_>>,
+    threads: usize,
+    pages: &dyn FreshPages,
+) -> Result<(), Error> {
     let mut pieces = Vec::new();
     for job in jobs {
+        let (base, total) = (job.dst.as_ptr() as usize, job.dst.len());
         let stored = matches!(
             checkpoint.storage(job.storage).map(|s| &s.data),
             Some(StorageData::Stored { .. })
@@ -37,6 +66,8 @@ pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> 
                 start: 0,
                 whole: true,
                 dst: job.dst,
+                base,
+                total,
             });
             continue;
         }
@@ -48,6 +79,8 @@ pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> 
                 start,
                 whole: false,
                 dst,
+                base,
+                total,
             });
             start += len;
         }
@@ -57,7 +90,7 @@ pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> 
     if threads == 1 || total < (1 << 20) || pieces.len() < 2 {
         return pieces
             .into_iter()
-            .try_for_each(|p| copy_piece(checkpoint, p));
+            .try_for_each(|p| copy_piece(checkpoint, p, pages));
     }
     // Largest first into the least loaded bin: a near-even split without a work queue.
     pieces.sort_unstable_by_key(|p| std::cmp::Reverse(p.dst.len()));
@@ -72,7 +105,10 @@ pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> 
         let handles: Vec<_> = bins
             .into_iter()
             .map(|(_, bin)| {
-                scope.spawn(move || bin.into_iter().try_for_each(|p| copy_piece(checkpoint, p)))
+                scope.spawn(move || {
+                    bin.into_iter()
+                        .try_for_each(|p| copy_piece(checkpoint, p, pages))
+                })
             })
             .collect();
         handles.into_iter().try_for_each(|h| match h.join() {
@@ -82,10 +118,26 @@ pub fn fill(checkpoint: &Checkpoint, jobs: Vec<FillJob<'_>>, threads: usize) -> 
     })
 }
 
-fn copy_piece(checkpoint: &Checkpoint, piece: Piece<'_>) -> Result<(), Error> {
-    if piece.whole {
+fn copy_piece(
+    checkpoint: &Checkpoint,
+    piece: Piece<'_>,
+    pages: &dyn FreshPages,
+) -> Result<(), Error> {
+    let region = Region {
+        base: piece.base,
+        total: piece.total,
+        offset: piece.start,
+        len: piece.dst.len(),
+    };
+    // Timed only when prepared: 50,000 tiny storages would read the clock 100,000 times.
+    let started = pages.before_first_write(region).then(Instant::now);
+    let copied = if piece.whole {
         checkpoint.read_storage(piece.storage, piece.dst)
     } else {
         checkpoint.read_stored_chunk(piece.storage, piece.start, piece.dst)
+    };
+    if let Some(started) = started {
+        pages.written(region, started.elapsed());
     }
+    copied
 }

@@ -25,6 +25,7 @@ __all__ = [
     "allowed_in_file",
     "is_dangerous",
     "default_limits",
+    "huge_pages",
     "dtypes",
     "scan",
     "plan_archive",
@@ -124,6 +125,9 @@ def load(
     ``(object, bytes the checkpoint took)``."""
 
 def default_limits() -> dict[str, int]: ...
+
+# Whether an eager load asks for transparent huge pages, and why.
+def huge_pages() -> str: ...
 
 def allowed_in_file(file_name: str) -> list[str]:
     """The globals a file of this name may name beyond the allowlist (a distributed

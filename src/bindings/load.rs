@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyInt, PyString};
 use crate::archive::source::{HeldBytes, MapMode, Source};
 use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
+use crate::bindings::huge_pages::HugePages;
 use crate::bindings::mapping::MappedFile;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
@@ -244,7 +245,7 @@ pub fn load<'py>(
                 dst: unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) },
             })
             .collect();
-        fill::fill(&checkpoint, jobs, threads)
+        fill::fill(&checkpoint, jobs, threads, &HugePages::for_load())
     })
     .map_err(|e| to_pyerr(py, e))?;
     if let Some(restore) = restore.filter(|_| mode != DataMode::Meta) {

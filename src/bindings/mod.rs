@@ -7,6 +7,7 @@ mod archive;
 mod build;
 mod errors;
 mod gc;
+mod huge_pages;
 mod inspect;
 mod load;
 mod mapping;
@@ -97,6 +98,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mapping::MappedFile>()?;
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
+    m.add_function(wrap_pyfunction!(huge_pages::huge_pages, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(denylist, m)?)?;
     m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;

@@ -57,13 +57,12 @@ impl<'py> NumpyApi<'py> {
         Ok(Some(descr))
     }
 
-    /// Fresh memory for a storage of `n` bytes, and where it starts. Allocation
-    /// failure is a Python MemoryError, never a panic.
+    /// Fresh memory for a storage of `n` bytes, about to be written, and where it
+    /// starts. Allocation failure is a Python MemoryError, never a panic.
     ///
-    /// numpy asks for transparent huge pages on arrays of 4 MiB and more; where the
-    /// kernel defragments on request, the first touch of such an array can stall
-    /// in memory compaction for longer than the copy itself. Big storages get an
-    /// anonymous mapping of their own instead, with ordinary pages.
+    /// numpy asks for transparent huge pages on arrays of 4 MiB and more, whatever
+    /// the machine makes of them. Big storages get an anonymous mapping of their
+    /// own instead, which an eager load's copy advises as `huge_pages` decides.
     pub fn alloc(&self, n: usize) -> PyResult<Buffer<'py>> {
         const OWN_MAPPING_FROM: usize = 4 << 20;
         let py = self.py;
