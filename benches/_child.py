@@ -18,6 +18,7 @@ import json
 import mmap
 import os
 import resource
+import statistics
 import sys
 import time
 import warnings
@@ -54,7 +55,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def family(op: str) -> str:
-    op = op.removesuffix("_batch").removesuffix("_warm")
+    op = op.removesuffix("_batch").removesuffix("_warm").removesuffix("_repeat")
     for prefix in ("tp_torch", "tp_numpy", "torch_load", "st_torch", "st_numpy"):
         if op.startswith(prefix):
             return prefix
@@ -176,8 +177,40 @@ def _batched(fn, seconds: float):
     return repeat
 
 
+REPEATS = 15
+
+
+class Repeated(NamedTuple):
+    """What a "_repeat" operation returns: its last result, and the time and minor
+    page faults of each of its loads."""
+
+    result: Any
+    ms: list[float]
+    faults: list[int]
+
+
+def _repeated(fn):
+    def repeat() -> Repeated:
+        ms, faults, result = [], [], None
+        for _ in range(REPEATS):
+            result = None  # the last load's objects go before the next load, as in a service
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = time.perf_counter()
+            result = fn()
+            ms.append((time.perf_counter() - t0) * 1e3)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return Repeated(result, ms, faults)
+
+    return repeat
+
+
 def operation(op: str, path: str, payload: int, batch_seconds: float = 0.0):
     """(setup-free callable timed as the operation, whether to touch afterwards)."""
+    if op.endswith("_repeat"):
+        # The same file loaded over and over in one process: a service's first
+        # load, and its steady state.
+        fn, _ = operation(op.removesuffix("_repeat"), path, payload)
+        return _repeated(fn), False
     if op.endswith("_batch"):
         # After the warm-up scan of another file, the same file scanned over and
         # over: a scanning service's throughput, per file.
@@ -414,8 +447,11 @@ def run_job(job: dict) -> dict:
     result = fn()
     t1 = time.perf_counter()
     calls = 1
+    repeated = None
     if isinstance(result, Batched):
         result, calls = result
+    elif isinstance(result, Repeated):
+        repeated, result = result, result.result
     if touch_after:
         touch(result)
     t2 = time.perf_counter()
@@ -436,6 +472,10 @@ def run_job(job: dict) -> dict:
         "result": describe(result),
     }
     rec["peak_delta_kib"] = rec["peak_kib"] - (rec["rss_before_kib"] or 0)
+    if repeated is not None:
+        steady = repeated.ms[5:]
+        rec.update(repeat_ms=repeated.ms, repeat_faults=repeated.faults, first_ms=repeated.ms[0],
+                   steady_ms=statistics.median(steady), steady_faults=statistics.median(repeated.faults[5:]))
     del result
     return rec
 

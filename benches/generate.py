@@ -251,6 +251,46 @@ def _payload(obj) -> tuple[int, int, int]:
     return len(tensors), len(storages), sum(storages.values())
 
 
+def _resnet18(gen: torch.Generator) -> dict:
+    """resnet18's state dict, by its names and shapes (122 tensors, 44.6 MiB)."""
+    sd = {"conv1.weight": _randn(gen, 64, 3, 7, 7)}
+
+    def batch_norm(prefix: str, c: int) -> None:
+        sd.update({f"{prefix}.weight": torch.ones(c), f"{prefix}.bias": torch.zeros(c),
+                   f"{prefix}.running_mean": _randn(gen, c), f"{prefix}.running_var": torch.ones(c),
+                   f"{prefix}.num_batches_tracked": torch.tensor(0)})
+
+    batch_norm("bn1", 64)
+    c_in = 64
+    for layer, c in enumerate((64, 128, 256, 512), 1):
+        for block in range(2):
+            p, first_in = f"layer{layer}.{block}", c_in if block == 0 else c
+            sd[f"{p}.conv1.weight"] = _randn(gen, c, first_in, 3, 3)
+            batch_norm(f"{p}.bn1", c)
+            sd[f"{p}.conv2.weight"] = _randn(gen, c, c, 3, 3)
+            batch_norm(f"{p}.bn2", c)
+            if first_in != c:
+                sd[f"{p}.downsample.0.weight"] = _randn(gen, c, first_in, 1, 1)
+                batch_norm(f"{p}.downsample.1", c)
+        c_in = c
+    sd.update({"fc.weight": _randn(gen, 1000, 512), "fc.bias": _randn(gen, 1000)})
+    return sd
+
+
+def make_repeat_files(out: Path) -> dict[str, str]:
+    """The files a service loads one after another in one process: one tensor of
+    4 MiB and of 16 MiB, and a resnet18. The same at every scale."""
+    folder = out / "repeat"
+    folder.mkdir(exist_ok=True)
+    gen = torch.Generator().manual_seed(99)
+    files = {"4 MiB tensor": ("4mib.pt", {"w": _randn(gen, 1 << 20)}),
+             "16 MiB tensor": ("16mib.pt", {"w": _randn(gen, 4 << 20)}),
+             "resnet18": ("resnet18.pt", _resnet18(gen))}
+    for name, obj in files.values():
+        torch.save(obj, folder / name)
+    return {label: f"repeat/{name}" for label, (name, _) in files.items()}
+
+
 def generate(scale: str, out: Path, only: list[str] | None = None, quiet: bool = False) -> dict:
     out = out / scale
     out.mkdir(parents=True, exist_ok=True)
@@ -258,6 +298,7 @@ def generate(scale: str, out: Path, only: list[str] | None = None, quiet: bool =
     manifest = {"scale": scale, "torch": torch.__version__, "checkpoints": {}}
     if only and manifest_path.exists():
         manifest["checkpoints"] = json.loads(manifest_path.read_text())["checkpoints"]
+    manifest["repeat"] = make_repeat_files(out)
     for name, make in MAKERS.items():
         if only and name not in only:
             continue

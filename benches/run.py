@@ -49,17 +49,24 @@ class Op:
     file: str
     needs: str | None = None  # a capability from probe(); skipped when missing
     cli: bool = False  # timed from outside, as a whole process
+    env: tuple[tuple[str, str], ...] = ()  # set for its process
 
 
 OPS = [
     Op("tp_torch_eager", "tensorplay.load(backend='torch')", "torch"),
+    Op("tp_torch_eager_4k", "tensorplay.load(backend='torch'), TENSORPLAY_HUGE_PAGES=0", "torch",
+       env=(("TENSORPLAY_HUGE_PAGES", "0"),)),
     Op("tp_torch_mmap", "tensorplay.load(backend='torch', mmap=True)", "torch"),
     Op("tp_torch_mmap_touch", "tensorplay.load(backend='torch', mmap=True) + touch", "torch"),
     Op("tp_numpy_eager", "tensorplay.load(backend='numpy')", "torch"),
+    Op("tp_numpy_eager_4k", "tensorplay.load(backend='numpy'), TENSORPLAY_HUGE_PAGES=0", "torch",
+       env=(("TENSORPLAY_HUGE_PAGES", "0"),)),
     Op("tp_numpy_mmap", "tensorplay.load(backend='numpy', mmap=True)", "torch"),
     Op("tp_numpy_mmap_touch", "tensorplay.load(backend='numpy', mmap=True) + touch", "torch"),
     Op("tp_torch_fileobj", "tensorplay.load(open(path, 'rb'), backend='torch')", "torch"),
     Op("torch_load", "torch.load(weights_only=True)", "torch"),
+    Op("torch_load_thp", "torch.load(weights_only=True), THP_MEM_ALLOC_ENABLE=1 (torch's huge pages)", "torch",
+       env=(("THP_MEM_ALLOC_ENABLE", "1"),)),
     Op("torch_load_fileobj", "torch.load(open(path, 'rb'), weights_only=True)", "torch"),
     Op("torch_load_mmap", "torch.load(weights_only=True, mmap=True)", "torch"),
     Op("torch_load_mmap_touch", "torch.load(weights_only=True, mmap=True) + touch", "torch"),
@@ -147,6 +154,8 @@ if out["tensorplay"]:
     import hashlib
     cores = sorted(Path(tensorplay.__file__).parent.glob("_core*"))
     out["tensorplay_core_sha256"] = cores and hashlib.sha256(cores[0].read_bytes()).hexdigest()[:12]
+    huge_pages = getattr(importlib.import_module("tensorplay._core"), "huge_pages", None)
+    out["tensorplay_huge_pages"] = huge_pages() if huge_pages else "not asked for (this version never does)"
     caps["tp_threads_env"] = any(
         b"TENSORPLAY_THREADS" in p.read_bytes() for p in pkg.rglob("*") if p.suffix in (".py", ".so", ".pyd")
     )
@@ -321,11 +330,11 @@ def measure_checkpoint(name: str, info: dict, data: Path, ops: list[Op], caps: d
         warm(list(files.values()))
         child_ops = [op for op in active if not op.cli]
         if smoke:  # one process for all of a checkpoint's operations: checks the runner, not timings
-            for rec in run_child([job(op) for op in child_ops]):
+            for rec in run_child([job(op) for op in child_ops if not op.env]):
                 recs[rec["op"]].append(rec)
-        else:
-            for op in child_ops:
-                recs[op.id].append(run_child([job(op)])[0])
+        for op in child_ops:
+            if not smoke or op.env:
+                recs[op.id].append(run_child([job(op)], env=op_env(op))[0])
         for op in active:
             if op.cli:
                 recs[op.id].append(run_cli(op, files[op.file]))
@@ -338,6 +347,36 @@ def measure_checkpoint(name: str, info: dict, data: Path, ops: list[Op], caps: d
         "measured_at": dt.datetime.now().isoformat(timespec="seconds"),
         "ops": {op.id: result[op.id] for op in ops},
     }
+
+
+def op_env(op: Op) -> dict | None:
+    return {**os.environ, **dict(op.env)} if op.env else None
+
+
+REPEAT_OPS = {"tp_torch_eager_repeat": "tensorplay.load(backend='torch')",
+              "torch_load_repeat": "torch.load(weights_only=True)"}
+
+
+def repeated_loads(data: Path, files: dict[str, str], runs: int, log) -> dict:
+    """Each file loaded 15 times in one process, by tensorplay and by torch: the
+    first load, and the steady state (median of loads 6-15), median over runs."""
+    out: dict = {}
+    for label, name in files.items():
+        path = data / name
+        recs: dict[str, list[dict]] = {op: [] for op in REPEAT_OPS}
+        for _ in range(runs):
+            warm([path])
+            for op in REPEAT_OPS:
+                recs[op] += run_child([{"op": op, "path": str(path), "payload": path.stat().st_size}])
+        out[label] = {}
+        for op, rs in recs.items():
+            ok = [r for r in rs if "error" not in r]
+            out[label][op] = {"errors": sorted({r["error"] for r in rs if "error" in r}), "n": len(ok)}
+            if ok:
+                out[label][op].update({k: statistics.median(r[k] for r in ok)
+                                       for k in ("first_ms", "steady_ms", "steady_faults")})
+    log("  repeated loads done")
+    return out
 
 
 def threads_sweep(data: Path, info: dict, caps: dict, runs: int, log) -> dict:
@@ -387,6 +426,12 @@ RATIOS_SPEED = [
     ("safetensors.torch.load_file + touch ÷ tensorplay mmap + touch (torch)", "st_torch_touch",
      "tp_torch_mmap_touch"),
     ("safetensors.numpy.load_file ÷ tensorplay eager (numpy)", "st_numpy", "tp_numpy_eager"),
+    ("eager: torch.load with THP_MEM_ALLOC_ENABLE=1 ÷ tensorplay (torch backend)", "torch_load_thp",
+     "tp_torch_eager"),
+    ("eager, torch backend: tensorplay with TENSORPLAY_HUGE_PAGES=0 ÷ tensorplay", "tp_torch_eager_4k",
+     "tp_torch_eager"),
+    ("eager, numpy backend: tensorplay with TENSORPLAY_HUGE_PAGES=0 ÷ tensorplay", "tp_numpy_eager_4k",
+     "tp_numpy_eager"),
     ("safetensors.numpy.load_file + touch ÷ tensorplay mmap + touch (numpy)", "st_numpy_touch",
      "tp_numpy_mmap_touch"),
     ("DCP into a state dict: dcp.load with torch's FileSystemReader ÷ with tensorplay's", "torch_dcp_load",
@@ -513,10 +558,10 @@ def render(results: dict) -> str:
         f"{v.get('tensorplay_core_sha256')}{' (a snapshot taken at the start)' if results.get('snapshot') else ''}",
         f"- Load average when the run started: {', '.join(f'{x:.2f}' for x in load) if load else 'unknown'}"
         " (the machine may be shared; min is the least disturbed run)",
-        f"- Transparent huge pages: enabled `{thp.get('enabled')}`, defrag `{thp.get('defrag')}`. numpy "
-        "madvises huge pages for arrays of 4 MiB and more, so with defrag on madvise the first touch of a big "
-        "numpy-allocated result (tensorplay's numpy backend, safetensors.numpy) can stall in memory compaction: "
-        "compare medians with minimums there.",
+        f"- Transparent huge pages: enabled `{thp.get('enabled')}`, defrag `{thp.get('defrag')}`; tensorplay: "
+        f"{v.get('tensorplay_huge_pages', 'unknown')}. numpy madvises huge pages for arrays of 4 MiB and more, "
+        "so with defrag on madvise the first touch of a big numpy-allocated result (safetensors.numpy) can stall "
+        "in memory compaction: compare medians with minimums there.",
         "",
         "## Method",
         "",
@@ -576,6 +621,25 @@ def render(results: dict) -> str:
                              f"{fmt_mib(e['peak_delta_mib'])} | {fmt_mib(e.get('anon_delta_mib'))} | {e['n']}{err} |")
         lines.append("")
     lines += ["## Ratios", ""] + ratio_tables(results) + [""]
+    repeated = results.get("repeated_loads")
+    if repeated:
+        lines += ["## Repeated loads in one process", "",
+                  "Each file loaded 15 times in one fresh process, the last load's objects dropped before the next: "
+                  "the first load, and the steady state (median of loads 6-15) with its minor page faults per "
+                  "load; medians over runs.", "",
+                  "| file | loader | first ms | steady ms | faults per load | steady: torch ÷ tensorplay |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for label, by_op in repeated.items():
+            ours, theirs = by_op.get("tp_torch_eager_repeat", {}), by_op.get("torch_load_repeat", {})
+            ratio = (f"{theirs['steady_ms'] / ours['steady_ms']:.2f}x"
+                     if ours.get("steady_ms") and theirs.get("steady_ms") else "")
+            for op, e in by_op.items():
+                if not e.get("n"):
+                    lines.append(f"| {label} | {REPEAT_OPS[op]} | error: {'; '.join(e['errors'])[:120]} | | | |")
+                    continue
+                lines.append(f"| {label} | {REPEAT_OPS[op]} | {fmt_ms(e['first_ms'])} | {fmt_ms(e['steady_ms'])} "
+                             f"| {e['steady_faults']:.0f} | {ratio if op == 'tp_torch_eager_repeat' else ''} |")
+        lines.append("")
     sweep = results.get("threads_sweep")
     if sweep:
         lines += ["## Copy threads (tensorplay eager load of gpt2, torch backend)", ""]
@@ -645,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help="report (default benches/RESULTS.md)")
     ap.add_argument("--threads-sweep", action="store_true",
                     help="also time tensorplay's eager gpt2 load with TENSORPLAY_THREADS=1 against the default")
+    ap.add_argument("--repeated", action="store_true",
+                    help="also time 15 loads in one process of small files, tensorplay against torch")
     ap.add_argument("--snapshot", action="store_true",
                     help="copy the installed tensorplay package to a temp dir first and measure that copy "
                          "(for a work tree that others may rebuild during a long run)")
@@ -732,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         if old.get("scale") == args.scale:
             results["checkpoints"] = old.get("checkpoints", {})
             results["threads_sweep"] = old.get("threads_sweep")
+            results["repeated_loads"] = old.get("repeated_loads")
             # The header keeps describing the run that made most of the numbers; the
             # partial re-measurements are listed with their own commit.
             # An earlier re-measurement this one repeats in full is no longer shown.
@@ -759,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
         if "gpt2" in manifest["checkpoints"]:
             results["threads_sweep"] = threads_sweep(data, manifest["checkpoints"]["gpt2"], caps,
                                                      1 if args.smoke else args.runs, log)
+    if (args.repeated or args.smoke) and "repeat" in manifest:
+        results["repeated_loads"] = repeated_loads(data, manifest["repeat"], 1 if args.smoke else args.runs, log)
     results["skipped_notes"] = results.pop("skipped_notes_before", {})
     results["skipped_notes"].update(
         {op.id: SKIP_REASONS[op.needs] for op in ops if op.needs and not caps.get(op.needs)})
@@ -775,6 +844,9 @@ def main(argv: list[str] | None = None) -> int:
         sweep = results.get("threads_sweep") or {}
         problems += [f"threads sweep/{k}: {e['errors']}" for k, e in sweep.items()
                      if isinstance(e, dict) and e.get("errors")]
+        problems += [f"repeated loads/{label}/{op}: {e['errors'] or 'not run'}"
+                     for label, by_op in (results.get("repeated_loads") or {}).items()
+                     for op, e in by_op.items() if e["errors"] or not e["n"]]
         n_ops = sum(1 for e in results["checkpoints"].values() for o in e["ops"].values() if "skipped" not in o)
         skipped = sorted(results["skipped_notes"])
         tmp.cleanup()
