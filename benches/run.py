@@ -349,6 +349,34 @@ def measure_checkpoint(name: str, info: dict, data: Path, ops: list[Op], caps: d
     }
 
 
+def evict(paths: list[Path]) -> None:
+    """Drop each file's pages from the page cache (POSIX_FADV_DONTNEED: clean
+    pages only, no privileges needed), so the next read comes from the disk."""
+    for file in (f for p in paths for f in (sorted(p.iterdir()) if p.is_dir() else [p])):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+COLD_OPS = ["tp_torch_eager", "tp_torch_mmap_touch", "tp_numpy_eager", "torch_load", "torch_load_mmap_touch",
+            "floor_read"]
+
+
+def cold_cache(data: Path, info: dict, runs: int, log) -> dict:
+    """The eager and the touched mmap loads of a checkpoint whose file was just
+    evicted from the page cache, against torch's and the read-file floor."""
+    path = data / info["torch"]
+    recs: dict[str, list[dict]] = {op: [] for op in COLD_OPS}
+    for _ in range(runs):
+        for op in COLD_OPS:
+            evict([path])
+            recs[op] += run_child([{"op": op, "path": str(path), "payload": info["payload_bytes"]}])
+    log("  cold cache done")
+    return {op: summarize(OPS_BY_ID[op], rs) for op, rs in recs.items()}
+
+
 def op_env(op: Op) -> dict | None:
     return {**os.environ, **dict(op.env)} if op.env else None
 
@@ -621,6 +649,20 @@ def render(results: dict) -> str:
                              f"{fmt_mib(e['peak_delta_mib'])} | {fmt_mib(e.get('anon_delta_mib'))} | {e['n']}{err} |")
         lines.append("")
     lines += ["## Ratios", ""] + ratio_tables(results) + [""]
+    cold = results.get("cold_cache")
+    if cold:
+        lines += ["## Cold page cache (gpt2)", "",
+                  "Each run first evicts the file from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`), so "
+                  "the load reads it from the disk; the warm rows above read it from memory.", "",
+                  "| operation | median ms | min ms | ÷ read-file floor (cold) |", "| --- | ---: | ---: | ---: |"]
+        floor = cold.get("floor_read", {}).get("median_ms")
+        for e in cold.values():
+            if not e.get("n"):
+                lines.append(f"| {e['label']} | error: {'; '.join(e['errors'])[:120]} | | |")
+                continue
+            ratio = f"{e['median_ms'] / floor:.2f}×" if floor else ""
+            lines.append(f"| {e['label']} | {fmt_ms(e['median_ms'])} | {fmt_ms(e['min_ms'])} | {ratio} |")
+        lines.append("")
     repeated = results.get("repeated_loads")
     if repeated:
         lines += ["## Repeated loads in one process", "",
@@ -709,6 +751,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help="report (default benches/RESULTS.md)")
     ap.add_argument("--threads-sweep", action="store_true",
                     help="also time tensorplay's eager gpt2 load with TENSORPLAY_THREADS=1 against the default")
+    ap.add_argument("--cold", action="store_true",
+                    help="also time gpt2's eager and touched-mmap loads with its file evicted from the page cache")
     ap.add_argument("--repeated", action="store_true",
                     help="also time 15 loads in one process of small files, tensorplay against torch")
     ap.add_argument("--snapshot", action="store_true",
@@ -799,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
             results["checkpoints"] = old.get("checkpoints", {})
             results["threads_sweep"] = old.get("threads_sweep")
             results["repeated_loads"] = old.get("repeated_loads")
+            results["cold_cache"] = old.get("cold_cache")
             # The header keeps describing the run that made most of the numbers; the
             # partial re-measurements are listed with their own commit.
             # An earlier re-measurement this one repeats in full is no longer shown.
@@ -826,6 +871,8 @@ def main(argv: list[str] | None = None) -> int:
         if "gpt2" in manifest["checkpoints"]:
             results["threads_sweep"] = threads_sweep(data, manifest["checkpoints"]["gpt2"], caps,
                                                      1 if args.smoke else args.runs, log)
+    if (args.cold or args.smoke) and "gpt2" in manifest["checkpoints"]:
+        results["cold_cache"] = cold_cache(data, manifest["checkpoints"]["gpt2"], 1 if args.smoke else args.runs, log)
     if (args.repeated or args.smoke) and "repeat" in manifest:
         results["repeated_loads"] = repeated_loads(data, manifest["repeat"], 1 if args.smoke else args.runs, log)
     results["skipped_notes"] = results.pop("skipped_notes_before", {})
@@ -844,6 +891,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep = results.get("threads_sweep") or {}
         problems += [f"threads sweep/{k}: {e['errors']}" for k, e in sweep.items()
                      if isinstance(e, dict) and e.get("errors")]
+        problems += [f"cold cache/{op}: {e['errors'] or 'not run'}"
+                     for op, e in (results.get("cold_cache") or {}).items() if e["errors"] or not e["n"]]
         problems += [f"repeated loads/{label}/{op}: {e['errors'] or 'not run'}"
                      for label, by_op in (results.get("repeated_loads") or {}).items()
                      for op, e in by_op.items() if e["errors"] or not e["n"]]
