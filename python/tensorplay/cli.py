@@ -41,15 +41,36 @@ def _print_table(reports: list[scanner.ScanReport]) -> None:
     print(f"\n{len(reports)} files: {summary}")
 
 
-def exit_code(reports: list[scanner.ScanReport]) -> int:
-    """1 if anything is unsafe (it outranks unreadable), 2 if something could not be
-    read or there was nothing to scan, else 0 (every file clean or skipped)."""
-    verdicts = {r.verdict for r in reports}
-    if "unsafe" in verdicts:
+# What fails a scan, from the most lenient policy to the strictest (the default).
+FAIL_ON = ("dangerous", "unsafe", "unreadable")
+
+
+def exit_code(reports: list[scanner.ScanReport], fail_on: str = "unreadable") -> int:
+    """1 if something fails as unsafe (it outranks unreadable), 2 if something fails
+    as unreadable or there was nothing to scan, else 0. ``fail_on`` is the least
+    finding that fails: ``dangerous`` (a global on the denylist), ``unsafe`` (any
+    global outside the allowlist) or ``unreadable`` (that, or a file not read to
+    its end)."""
+    level = FAIL_ON.index(fail_on)
+    unsafe = [r for r in reports if r.verdict == "unsafe"]
+    if any(f.dangerous for r in unsafe for f in r.findings) or (level >= 1 and unsafe):
         return EXIT_UNSAFE
-    if "unreadable" in verdicts or not reports:
+    if not reports or (level >= 2 and any(r.verdict == "unreadable" for r in reports)):
         return EXIT_UNREADABLE
     return EXIT_CLEAN
+
+
+def _byte_size(text: str) -> int:
+    """``1024``, ``10K``, ``512M`` or ``2G`` (powers of 1024), for ``--max-file-size``."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    try:
+        size = int(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (say 1024, 10K, 512M or 2G)") from None
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
+    return size
 
 
 def _scan(args: argparse.Namespace) -> int:
@@ -61,11 +82,12 @@ def _scan(args: argparse.Namespace) -> int:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
     progress = _Progress(sys.stderr.isatty() and not args.json)
+    selection = scanner.Selection(args.include, args.exclude, args.max_file_size)
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
-                                 pickles_only=args.pickles_only)
+                                 pickles_only=args.pickles_only, selection=selection)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
-    code = exit_code(reports)
+    code = exit_code(reports, args.fail_on)
     try:
         if args.json:
             import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
@@ -207,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tensorplay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     scan = sub.add_parser("scan", help="scan files for globals that could run code", formatter_class=_HelpFormatter,
-                          description="Exit codes: 0 all clean, 1 something unsafe, 2 something unreadable.")
+                          description="Exit codes: 0 nothing failed the policy, 1 something unsafe, 2 something "
+                                      "unreadable (or nothing to scan).")
     scan.add_argument("paths", nargs="+",
                       help="files or directories (walked recursively, following links); - reads standard input")
     scan.add_argument("--json", action="store_true", help="machine-readable output")
@@ -217,6 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--pickles-only", action="store_true",
                       help="read only the archive directory and the pickles; clean then means no unsafe "
                            "global, not that a load would accept the file")
+    scan.add_argument("--fail-on", choices=FAIL_ON, default="unreadable", metavar="LEVEL",
+                      help="the least finding that fails the scan: dangerous (a denylisted global: code, files, "
+                           "network), unsafe (any global outside the allowlist), or unreadable (that, or a file "
+                           "not read to its end; the default). Every finding is reported whatever fails")
+    scan.add_argument("--include", action="append", default=[], metavar="GLOB",
+                      help="in folders, scan only files matching this pattern (repeatable; tried on the path "
+                           "inside the folder and on the file name); files named on the command line always")
+    scan.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                      help="in folders, skip files matching this pattern (repeatable)")
+    scan.add_argument("--max-file-size", type=_byte_size, default=None, metavar="SIZE",
+                      help="report larger files unreadable (kind too_large) without reading them: 1024, 10K, "
+                           "512M, 2G")
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data",
                              formatter_class=_HelpFormatter)

@@ -58,8 +58,9 @@ class Problem(str):
     of a file the scan read is reported with the refusal's kind), or one only
     a scan meets: ``parser_disagreement`` (two readers of the bytes would read
     different things), ``unknown_format`` (binary data where a model was
-    expected), ``not_a_regular_file`` (a pipe or device inside a folder) or
-    ``shard_index`` (a sharded checkpoint's index names what cannot be loaded)."""
+    expected), ``not_a_regular_file`` (a pipe or device inside a folder),
+    ``too_large`` (over the scan's ``max_file_size``) or ``shard_index`` (a
+    sharded checkpoint's index names what cannot be loaded)."""
 
     kind: str
     location: str
@@ -146,7 +147,42 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
 STDIN = "-"
 
 
-def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
+class Selection:
+    """Which files of a folder walk are scanned: those matching an ``include``
+    pattern (all when there is none) and no ``exclude`` pattern, each an
+    ``fnmatch`` glob tried on the path relative to the folder named and on the
+    file's name (``*.bin``, ``snapshots/*/pytorch_model*``). A file named itself
+    is always scanned. Files over ``max_file_size`` bytes are reported unreadable
+    (kind ``too_large``), never passed over."""
+
+    def __init__(self, include: Iterable[str] = (), exclude: Iterable[str] = (), max_file_size: int | None = None):
+        self.include, self.exclude, self.max_file_size = tuple(include), tuple(exclude), max_file_size
+
+    def wants(self, relative: str) -> bool:
+        from fnmatch import fnmatch
+
+        def matches(patterns: tuple[str, ...]) -> bool:
+            name = os.path.basename(relative)
+            return any(fnmatch(relative, p) or fnmatch(name, p) for p in patterns)
+
+        return (not self.include or matches(self.include)) and not matches(self.exclude)
+
+    def too_large(self, path: str) -> Problem | None:
+        if self.max_file_size is None or path == STDIN:
+            return None
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return None  # the scan reports why it cannot be read
+        if size <= self.max_file_size:
+            return None
+        return Problem("too_large", "", f"{size} bytes, over the {self.max_file_size}-byte maximum: not read")
+
+
+EVERYTHING = Selection()
+
+
+def iter_files(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING) -> Iterator[str]:
     """Every file a scan of ``paths`` reports on, in order: a named path as given
     (``-`` is standard input; pipes and devices are read as streams), and the files
     under a named directory, following symbolic links as a loader opening the file
@@ -154,11 +190,12 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
     A directory reached twice (a link loop) is walked once. TensorDict leaves
     (``*.memmap`` next to a ``meta.json``) are raw tensor bytes that no reader
     unpickles, and are skipped."""
-    for path, _ in _targets(paths):
+    for path, _ in _targets(paths, selection):
         yield path
 
 
-def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Problem | None]]:
+def _targets(paths: Iterable[str | os.PathLike[str]],
+             selection: Selection = EVERYTHING) -> Iterator[tuple[str, Problem | None]]:
     """What :func:`iter_files` yields, each with the reason it cannot be read when a
     walk already knows it (an unlistable folder, a pipe or device inside a folder:
     reading one could wait forever), else None."""
@@ -167,7 +204,7 @@ def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Pro
     for p in paths:
         p = os.fspath(p)
         if p == STDIN or not os.path.isdir(p):
-            yield p, None
+            yield p, selection.too_large(p)
             continue
         seen: set[tuple[int, int]] = set()
         failures: list[OSError] = []
@@ -191,6 +228,8 @@ def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Pro
                 if _core.is_tensordict_leaf(name, names):
                     continue
                 full = os.path.join(root, name)
+                if selection is not EVERYTHING and not selection.wants(os.path.relpath(full, p)):
+                    continue
                 try:
                     mode = os.stat(full).st_mode
                 except OSError as e:
@@ -198,7 +237,7 @@ def _targets(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Pro
                     yield full, _io_problem(e)
                     continue
                 if stat.S_ISREG(mode):
-                    yield full, None
+                    yield full, selection.too_large(full)
                 else:
                     yield full, Problem("not_a_regular_file", "",
                                         "not a regular file: a pipe, socket or device inside a folder is not "
@@ -243,12 +282,13 @@ def scan_paths(
     allow: Iterable[str] = (),
     progress: Callable[[int, int], None] | None = None,
     pickles_only: bool = False,
+    selection: Selection = EVERYTHING,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
-    which files, as :func:`iter_files` walks them; ``pickles_only`` as for
-    :func:`scan`. A path that cannot be read is reported ``unreadable``, never
-    passed over."""
-    files = list(_targets(paths))
+    which files, as :func:`iter_files` walks them with ``selection``;
+    ``pickles_only`` as for :func:`scan`. A path that cannot be read is reported
+    ``unreadable``, never passed over."""
+    files = list(_targets(paths, selection))
     allow = list(allow)
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers <= 1:
