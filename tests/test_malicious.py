@@ -379,7 +379,7 @@ def test_the_scan_command_exits_1_on_the_corpus():
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(FILES)],
                             capture_output=True, text=True)
     assert result.returncode == 1
-    verdicts = {pathlib.Path(r["path"]).name: r["verdict"] for r in json.loads(result.stdout)}
+    verdicts = {pathlib.Path(r["path"]).name: r["verdict"] for r in json.loads(result.stdout)["files"]}
     assert verdicts == {e["file"]: e["scan_verdict"] for e in MANIFEST}
 
 
@@ -398,7 +398,7 @@ def test_the_scan_command_reads_each_file_from_stdin(entry, tmp_path):
                             capture_output=True, cwd=tmp_path, timeout=60)
     assert not (tmp_path / MARKER).exists()
     assert result.returncode == EXIT_CODES[entry["scan_verdict"]], (result.stdout[-2000:], result.stderr[-2000:])
-    (report,) = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["files"]
     expected = scanner.scan(data)
     assert report["verdict"] == entry["scan_verdict"]
     assert [g["name"] for g in report["globals"]] == [f.name for f in expected.findings]
@@ -413,7 +413,7 @@ def scan_of_linked_folder(tmp_path_factory):
         (folder / entry["file"]).symlink_to(FILES / entry["file"])
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(folder)],
                             capture_output=True, text=True, cwd=folder, timeout=600)
-    reports = {pathlib.Path(r["path"]).name: r for r in json.loads(result.stdout or "[]")}
+    reports = {pathlib.Path(r["path"]).name: r for r in json.loads(result.stdout)["files"]}
     return result, reports
 
 

@@ -30,7 +30,7 @@ def folder(tmp_path_factory):
 def _scan(*args: str) -> tuple[int, dict]:
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", *args], capture_output=True,
                             text=True, timeout=120)
-    return result.returncode, {r["path"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout or "[]")}
+    return result.returncode, {r["path"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)["files"]}
 
 
 @pytest.mark.parametrize(("files", "fail_on", "code"), [

@@ -21,7 +21,7 @@ CLEAN = pickle.dumps({"w": [1.0, 2.0]}, protocol=2)
 def run_scan(*args: str, stdin: bytes | None = None, cwd: pathlib.Path | None = None) -> tuple[int, list[dict]]:
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", *args], input=stdin,
                             capture_output=True, cwd=cwd, timeout=120)
-    return result.returncode, json.loads(result.stdout or b"[]")
+    return result.returncode, json.loads(result.stdout)["files"]
 
 
 def hub_cache(root: pathlib.Path, blob: bytes) -> pathlib.Path:

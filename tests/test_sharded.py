@@ -110,7 +110,7 @@ def test_convert_writes_sharded_safetensors_with_an_index(sharded, tmp_path):
 def _scan(path) -> tuple[int, list[dict]]:
     result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(path)],
                             capture_output=True, timeout=120)
-    return result.returncode, json.loads(result.stdout or b"[]")
+    return result.returncode, json.loads(result.stdout)["files"]
 
 
 def test_scan_reads_every_shard_and_checks_the_index(sharded, tmp_path):

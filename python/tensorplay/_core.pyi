@@ -141,10 +141,14 @@ def denylist() -> list[tuple[str, str, str, list[str], list[str]]]:
     """The dangerous globals by family: ``(name, why, sources, modules, names)``."""
 
 # `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
-# location, offset)` and each problem `(kind, location, reason)`: the fields of
-# scanner.ScanReport, scanner.GlobalFinding and scanner.Problem.
+# location, offset, module, wrappers)` and each problem `(kind, location, reason)`:
+# the fields of scanner.ScanReport, scanner.GlobalFinding and scanner.Problem.
 _ScanTuple: TypeAlias = tuple[
-    str, str, tuple[tuple[str, bool, str, int], ...], tuple[tuple[str, str, str], ...], int
+    str,
+    str,
+    tuple[tuple[str, bool, str, int, str, tuple[str, ...]], ...],
+    tuple[tuple[str, str, str], ...],
+    int,
 ]
 
 @overload

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from . import scanner
 
@@ -41,21 +42,13 @@ def _print_table(reports: list[scanner.ScanReport]) -> None:
     print(f"\n{len(reports)} files: {summary}")
 
 
-# What fails a scan, from the most lenient policy to the strictest (the default).
-FAIL_ON = ("dangerous", "unsafe", "unreadable")
-
-
-def exit_code(reports: list[scanner.ScanReport], fail_on: str = "unreadable") -> int:
-    """1 if something fails as unsafe (it outranks unreadable), 2 if something fails
-    as unreadable or there was nothing to scan, else 0. ``fail_on`` is the least
-    finding that fails: ``dangerous`` (a global on the denylist), ``unsafe`` (any
-    global outside the allowlist) or ``unreadable`` (that, or a file not read to
-    its end)."""
-    level = FAIL_ON.index(fail_on)
-    unsafe = [r for r in reports if r.verdict == "unsafe"]
-    if any(f.dangerous for r in unsafe for f in r.findings) or (level >= 1 and unsafe):
+def exit_code(reports: list[scanner.ScanReport], policy: scanner.Policy | None = None) -> int:
+    """1 if a global fails the policy (it outranks unreadable), 2 if an unreadable
+    file does or there was nothing to scan, else 0."""
+    policy = policy or scanner.Policy()
+    if any(policy.fails(f) for r in reports for f in r.findings):
         return EXIT_UNSAFE
-    if not reports or (level >= 2 and any(r.verdict == "unreadable" for r in reports)):
+    if not reports or (policy.fails(None) and any(r.verdict == "unreadable" for r in reports)):
         return EXIT_UNREADABLE
     return EXIT_CLEAN
 
@@ -81,26 +74,69 @@ def _scan(args: argparse.Namespace) -> int:
     except AllowError as e:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    progress = _Progress(sys.stderr.isatty() and not args.json)
-    selection = scanner.Selection(args.include, args.exclude, args.max_file_size)
+    policy = scanner.Policy(args.fail_on, args.allow, args.include, args.exclude, args.max_file_size,
+                            args.pickles_only)
+    progress = _Progress(sys.stderr.isatty() and args.format == "text" and args.output is None)
+    started, clock = _now(), time.perf_counter()
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
-                                 pickles_only=args.pickles_only, selection=selection)
+                                 pickles_only=args.pickles_only,
+                                 selection=scanner.Selection(args.include, args.exclude, args.max_file_size))
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
-    code = exit_code(reports, args.fail_on)
-    try:
-        if args.json:
-            import json  # not at the top: a table needs none, and `tensorplay scan` runs per upload
+    code = exit_code(reports, policy)
+    if args.format == "text":
+        report = None
+    else:
+        from . import _reports  # not at the top: a table needs none, and `tensorplay scan` runs per upload
 
-            json.dump([r.to_json() for r in reports], sys.stdout, indent=2)
-            print()
-        else:
+        report = (_reports.sarif(reports, policy, code) if args.format == "sarif" else
+                  _reports.json_document(reports, policy, started, time.perf_counter() - clock, code))
+    if args.output is not None:
+        return _write_report(args.output, report, reports) or code
+    try:
+        if report is None:
             _print_table(reports)
+        else:
+            import json
+
+            json.dump(report, sys.stdout, indent=2)
+            print()
         sys.stdout.flush()
     except BrokenPipeError:
         # `tensorplay scan ... | head`: the verdict stands, whoever stopped reading.
         _silence_stdout()
     return code
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _write_report(path: str, report: dict | None, reports: list[scanner.ScanReport]) -> int:
+    """Write the report to ``path`` through a temporary file renamed over it; 0,
+    or the unreadable exit code when it cannot be written."""
+    import contextlib
+    import io
+    import json
+
+    from ._atomic import replacing
+
+    if report is None:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            _print_table(reports)
+        data = text.getvalue()
+    else:
+        data = json.dumps(report, indent=2) + "\n"
+    try:
+        with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.write(data)
+    except (OSError, RuntimeError) as e:
+        print(f"tensorplay scan: cannot write {path}: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    return 0
 
 
 def _size(n: int) -> str:
@@ -233,14 +269,20 @@ def build_parser() -> argparse.ArgumentParser:
                                       "unreadable (or nothing to scan).")
     scan.add_argument("paths", nargs="+",
                       help="files or directories (walked recursively, following links); - reads standard input")
-    scan.add_argument("--json", action="store_true", help="machine-readable output")
+    scan.add_argument("--format", choices=("text", "json", "sarif"), default="text", metavar="FORMAT",
+                      help="text (a table), json (one document: a summary and a record per file; the schema is in "
+                           "the README) or sarif (SARIF 2.1.0, for GitHub code scanning)")
+    scan.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
+    scan.add_argument("-o", "--output", metavar="FILE",
+                      help="write the report to FILE (through a temporary file renamed over it) instead of "
+                           "standard output")
     scan.add_argument("--jobs", type=int, default=None, help="files scanned in parallel (default: cores)")
     scan.add_argument("--allow", action="append", default=[], metavar="MODULE.NAME",
                       help="also allow this global (repeatable); denylisted names are refused")
     scan.add_argument("--pickles-only", action="store_true",
                       help="read only the archive directory and the pickles; clean then means no unsafe "
                            "global, not that a load would accept the file")
-    scan.add_argument("--fail-on", choices=FAIL_ON, default="unreadable", metavar="LEVEL",
+    scan.add_argument("--fail-on", choices=scanner.FAIL_ON, default="unreadable", metavar="LEVEL",
                       help="the least finding that fails the scan: dangerous (a denylisted global: code, files, "
                            "network), unsafe (any global outside the allowlist), or unreadable (that, or a file "
                            "not read to its end; the default). Every finding is reported whatever fails")

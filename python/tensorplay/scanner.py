@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         dangerous: bool
         location: str
         offset: int
+        module: str = ""
+        wrappers: tuple[str, ...] = ()
 
     class _ReportFields(NamedTuple):
         path: str
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
 else:
     from collections import namedtuple
 
-    _FindingFields = namedtuple("GlobalFinding", "name dangerous location offset")
+    _FindingFields = namedtuple("GlobalFinding", "name dangerous location offset module wrappers",
+                                defaults=("", ()))
     _ReportFields = namedtuple(
         "ScanReport", "path format verdict findings problems pickles pickles_only", defaults=((), (), 0, False)
     )
@@ -45,9 +48,21 @@ else:
 
 class GlobalFinding(_FindingFields):
     """A global outside the allowlist: ``dangerous`` when it is on the denylist of
-    names that run code, touch files or the network, or unpickle nested data."""
+    names that run code, touch files or the network, or unpickle nested data.
+    ``name`` is ``module.qualname`` (or a ``<...>`` description of a global named
+    by no text: an extension code, a computed name), found at byte ``offset`` of
+    ``location`` (an archive entry, or nested ``outer > inner``), inside the
+    compressions and archives ``wrappers`` names, outermost first."""
 
     __slots__ = ()
+
+    @property
+    def qualname(self) -> str:
+        return self.name[len(self.module) + 1:] if self.module and self.module != self.name else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "module": self.module, "qualname": self.qualname, "dangerous": self.dangerous,
+                "location": self.location, "offset": self.offset, "wrappers": list(self.wrappers)}
 
 
 class Problem(str):
@@ -95,15 +110,18 @@ class ScanReport(_ReportFields):
         """The distinct global names, in order of first appearance."""
         return tuple(dict.fromkeys(f.name for f in self.findings))
 
+    @property
+    def wrappers(self) -> list[str]:
+        """The compressions and archives any finding was inside, each once."""
+        return list(dict.fromkeys(w for f in self.findings for w in f.wrappers))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "format": self.format,
             "verdict": self.verdict,
-            "globals": [
-                {"name": f.name, "dangerous": f.dangerous, "location": f.location, "offset": f.offset}
-                for f in self.findings
-            ],
+            "wrappers": self.wrappers,
+            "globals": [f.to_json() for f in self.findings],
             "problems": [p.to_json() for p in self.problems],
             "pickles": self.pickles,
             "pickles_only": self.pickles_only,
@@ -145,6 +163,34 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
 
 
 STDIN = "-"
+
+
+# What fails a scan, from the most lenient policy to the strictest (the default).
+FAIL_ON = ("dangerous", "unsafe", "unreadable")
+
+
+class Policy:
+    """What a scan was asked to do: what fails it (``fail_on``, the least finding
+    that does: ``dangerous``, a denylisted global; ``unsafe``, any global outside
+    the allowlist; ``unreadable``, that or a file not read to its end), the extra
+    allowlist, and the folder walk's selection."""
+
+    def __init__(self, fail_on: str = "unreadable", allow: Iterable[str] = (), include: Iterable[str] = (),
+                 exclude: Iterable[str] = (), max_file_size: int | None = None, pickles_only: bool = False):
+        if fail_on not in FAIL_ON:
+            raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
+        self.fail_on, self.allow, self.include, self.exclude = fail_on, list(allow), list(include), list(exclude)
+        self.max_file_size, self.pickles_only = max_file_size, pickles_only
+
+    def fails(self, finding: GlobalFinding | None) -> bool:
+        """Whether the policy fails a scan for this finding (None: a file not read to its end)."""
+        if finding is None:
+            return self.fail_on == "unreadable"
+        return finding.dangerous or self.fail_on != "dangerous"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fail_on": self.fail_on, "allow": self.allow, "include": self.include, "exclude": self.exclude,
+                "max_file_size": self.max_file_size, "pickles_only": self.pickles_only}
 
 
 class Selection:

@@ -100,12 +100,24 @@ pub fn scan<'py>(
 }
 
 /// `(format, verdict, findings, problems, pickles)`, each finding a tuple
-/// `(name, dangerous, location, offset)` and each problem `(kind, location,
-/// reason)`: the fields of `scanner.ScanReport`, `scanner.GlobalFinding` and
+/// `(name, dangerous, location, offset, module, wrappers)` and each problem
+/// `(kind, location, reason)`: the fields of `scanner.ScanReport`, `scanner.GlobalFinding` and
 /// `scanner.Problem` in order.
 fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyTuple>> {
     let findings = (report.findings.iter())
-        .map(|f| (&f.name, f.dangerous, &f.location, f.offset).into_pyobject(py))
+        .map(|f| {
+            let module = f.name.get(..f.module_len).unwrap_or(&f.name);
+            let wrappers = PyTuple::new(py, &f.wrappers)?;
+            (
+                &f.name,
+                f.dangerous,
+                &f.location,
+                f.offset,
+                module,
+                wrappers,
+            )
+                .into_pyobject(py)
+        })
         .collect::<PyResult<Vec<_>>>()?;
     let problems = (report.problems.iter())
         .map(|p| (p.kind, &p.location, &p.reason).into_pyobject(py))

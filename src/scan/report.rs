@@ -7,6 +7,8 @@ use crate::archive::streams::Compression;
 pub struct Finding {
     /// `module.name`, or a `<...>` description of a global without a name.
     pub name: String,
+    /// Where the module ends in `name` (all of it for a described global).
+    pub module_len: usize,
     pub dangerous: bool,
     /// The file, archive entry or pickle it was found in.
     pub location: String,

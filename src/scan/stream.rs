@@ -76,6 +76,7 @@ fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -
 fn finding(f: FoundGlobal) -> Finding {
     Finding {
         name: f.name,
+        module_len: f.module_len,
         dangerous: f.dangerous,
         location: String::new(),
         offset: f.offset,
@@ -280,6 +281,7 @@ fn record(
     let dangerous = policy::is_dangerous(&module, &name);
     report.add(Finding {
         name: format!("{module}.{name}"),
+        module_len: module.len(),
         dangerous,
         location: location.to_owned(),
         offset: offset as u64,

@@ -121,6 +121,8 @@ pub struct FoundGlobal {
     /// `module.name` after Python 2 name mapping, or a `<...>` description of a global
     /// that has no name (an extension code, a computed STACK_GLOBAL).
     pub name: String,
+    /// Where the module ends in `name` (all of it for a described global).
+    pub module_len: usize,
     pub offset: u64,
     /// Blocked, or on the denylist (code execution, files, network, nested pickles).
     pub dangerous: bool,
@@ -137,6 +139,7 @@ impl FoundGlobal {
         };
         FoundGlobal {
             name: full,
+            module_len: module.len(),
             offset,
             dangerous: is_dangerous(module, name),
         }
