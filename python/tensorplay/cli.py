@@ -74,13 +74,12 @@ def _scan(args: argparse.Namespace) -> int:
     except AllowError as e:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    policy = scanner.Policy(args.fail_on, args.allow, args.include, args.exclude, args.max_file_size,
-                            args.pickles_only)
+    policy = scanner.Policy(args.fail_on, args.allow, scanner.Selection(args.include, args.exclude,
+                                                                         args.max_file_size), args.pickles_only)
     progress = _Progress(sys.stderr.isatty() and args.format == "text" and args.output is None)
     started, clock = _now(), time.perf_counter()
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
-                                 pickles_only=args.pickles_only,
-                                 selection=scanner.Selection(args.include, args.exclude, args.max_file_size))
+                                 pickles_only=args.pickles_only, selection=policy.selection)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
     code = exit_code(reports, policy)

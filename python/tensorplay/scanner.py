@@ -169,30 +169,6 @@ STDIN = "-"
 FAIL_ON = ("dangerous", "unsafe", "unreadable")
 
 
-class Policy:
-    """What a scan was asked to do: what fails it (``fail_on``, the least finding
-    that does: ``dangerous``, a denylisted global; ``unsafe``, any global outside
-    the allowlist; ``unreadable``, that or a file not read to its end), the extra
-    allowlist, and the folder walk's selection."""
-
-    def __init__(self, fail_on: str = "unreadable", allow: Iterable[str] = (), include: Iterable[str] = (),
-                 exclude: Iterable[str] = (), max_file_size: int | None = None, pickles_only: bool = False):
-        if fail_on not in FAIL_ON:
-            raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
-        self.fail_on, self.allow, self.include, self.exclude = fail_on, list(allow), list(include), list(exclude)
-        self.max_file_size, self.pickles_only = max_file_size, pickles_only
-
-    def fails(self, finding: GlobalFinding | None) -> bool:
-        """Whether the policy fails a scan for this finding (None: a file not read to its end)."""
-        if finding is None:
-            return self.fail_on == "unreadable"
-        return finding.dangerous or self.fail_on != "dangerous"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"fail_on": self.fail_on, "allow": self.allow, "include": self.include, "exclude": self.exclude,
-                "max_file_size": self.max_file_size, "pickles_only": self.pickles_only}
-
-
 class Selection:
     """Which files of a folder walk are scanned: those matching an ``include``
     pattern (all when there is none) and no ``exclude`` pattern, each an
@@ -226,6 +202,30 @@ class Selection:
 
 
 EVERYTHING = Selection()
+
+
+class Policy:
+    """What a scan was asked to do: what fails it (``fail_on``, the least finding
+    that does: ``dangerous``, a denylisted global; ``unsafe``, any global outside
+    the allowlist; ``unreadable``, that or a file not read to its end), the extra
+    allowlist, the folder walk's selection, and whether only pickles are read."""
+
+    def __init__(self, fail_on: str = "unreadable", allow: Iterable[str] = (), selection: Selection = EVERYTHING,
+                 pickles_only: bool = False):
+        if fail_on not in FAIL_ON:
+            raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
+        self.fail_on, self.allow, self.selection, self.pickles_only = fail_on, list(allow), selection, pickles_only
+
+    def fails(self, finding: GlobalFinding | None) -> bool:
+        """Whether the policy fails a scan for this finding (None: a file not read to its end)."""
+        if finding is None:
+            return self.fail_on == "unreadable"
+        return finding.dangerous or self.fail_on != "dangerous"
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.selection
+        return {"fail_on": self.fail_on, "allow": self.allow, "include": list(s.include), "exclude": list(s.exclude),
+                "max_file_size": s.max_file_size, "pickles_only": self.pickles_only}
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING) -> Iterator[str]:
