@@ -55,5 +55,8 @@ def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_
 def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):
     path = tmp_path / "many.pt"
     torch.save({f"t{i}": torch.tensor([float(i)]) for i in range(50_000)}, path)
-    rss = _repeat(path, 50)["rss"]
-    assert rss[-1] - rss[0] < 16 << 10, rss  # KiB
+    rss = _repeat(path, 50)["rss"]  # KiB
+    # A leaked parse would add about 16 MiB a load (800 MiB over 50). A fresh
+    # environment's first loads settle once (20 MiB by load 3 in one CI run).
+    assert rss[-1] - rss[0] < 32 << 10, rss
+    assert rss[-1] - rss[25] < 4 << 10, rss
