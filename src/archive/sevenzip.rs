@@ -1063,7 +1063,7 @@ fn read_names(r: &mut Reader<'_>, n: usize, budget: &mut Budget) -> Result<Vec<S
             r.location(),
         ));
     }
-    if r.remaining() % 2 != 0 {
+    if !r.remaining().is_multiple_of(2) {
         return Err(r.error("the names take an odd number of bytes"));
     }
     let mut names = budget.vec(n, r)?;

@@ -298,7 +298,7 @@ impl<H: Hooks> Machine<'_, H> {
         target: NodeId,
         flat: &[NodeId],
     ) -> Result<(), Error> {
-        if flat.len() % 2 != 0 {
+        if !flat.len().is_multiple_of(2) {
             return Err(d.err("odd number of items for SETITEMS"));
         }
         let kind = self.arena.get(target).kind_name();

@@ -224,7 +224,7 @@ impl Walker<'_> {
             }
             Op::EmptyDict => self.push(d, Shadow::DICT)?,
             Op::Dict { start } => {
-                require(self.take_items(d, start) % 2 == 0)?;
+                require(self.take_items(d, start).is_multiple_of(2))?;
                 self.push(d, Shadow::DICT)?;
             }
             Op::EmptySet => self.push(d, Shadow::SET)?,
@@ -240,7 +240,7 @@ impl Walker<'_> {
             }
             Op::SetItems { start } => {
                 let n = self.take_items(d, start);
-                require(n % 2 == 0)?;
+                require(n.is_multiple_of(2))?;
                 self.mutate(d, Shadow::DICT, n / 2)?;
             }
             Op::AddItems { start } => {
