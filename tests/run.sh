@@ -14,6 +14,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
+# The distribution was named tensorplay before it became tensorplay-serialization:
+# in a used environment, the old one would hold the same files.
+"$PY" -m pip uninstall --quiet --yes tensorplay 2>/dev/null || true
 "$PY" -m pip install --quiet ".[test]"
 
 cargo test --no-default-features --features fuzzing --quiet

@@ -66,6 +66,22 @@ def _json(value: Any) -> str:
         return json.dumps(repr(value))
 
 
+# The extra that installs the safetensors package (pyproject.toml), named in the
+# error a conversion without it raises.
+INSTALL_CONVERT = "pip install 'tensorplay-serialization[convert]'"
+
+
+def _safetensors_numpy() -> tuple[Callable[[str], dict], Callable[..., None]]:
+    """safetensors' numpy ``load_file`` and ``save_file``. safetensors is an
+    optional dependency: without it the error names the extra to install."""
+    try:
+        from safetensors.numpy import load_file, save_file
+    except ImportError as e:
+        raise ModuleNotFoundError(f"converting to safetensors needs the safetensors package, which is not installed: "
+                                  f"{INSTALL_CONVERT}", name="safetensors") from e
+    return load_file, save_file
+
+
 def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False, metadata: bool = False,
             progress: Callable[[int, int], None] | None = None, report: Callable[[str], None] | None = None,
             unknown_globals: Literal["error", "stub"] = "error") -> dict:
@@ -76,6 +92,7 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
     converts too: each stub's tensors are taken under its key
     (``hparams.state.mask``), its other values are like any other value, and
     ``<key>.__stub__`` names the global it stood in for."""
+    _safetensors_numpy()  # before a load that could take minutes
     index = _sharded_index(source)
     if index is not None:
         if unknown_globals != "error":
@@ -145,7 +162,7 @@ def _write(state: Any, target: str, metadata: bool, progress: Callable[[int, int
            report: Callable[[str], None] | None) -> tuple[dict, dict[str, np.ndarray]]:
     """Write one safetensors file of ``state``, read it back and compare; the
     summary and the arrays written, by name."""
-    from safetensors.numpy import load_file, save_file
+    load_file, save_file = _safetensors_numpy()
 
     tensors: dict[str, np.ndarray] = {}
     others: dict[str, Any] = {}

@@ -205,9 +205,14 @@ def _cli_advice(error: BaseException) -> BaseException:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from ._convert import convert
+    from ._convert import _safetensors_numpy, convert
     from .serialization import safe_globals
 
+    try:
+        _safetensors_numpy()
+    except ImportError as e:  # an optional dependency: the message names the extra that installs it
+        print(f"tensorplay convert: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
     allowed = _allowed(args)
     if allowed is None:
         return EXIT_UNREADABLE
