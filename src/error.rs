@@ -178,6 +178,7 @@ pub mod code {
     pub const MALFORMED_ARCHIVE: &str = "malformed_archive";
     pub const MALFORMED_PICKLE: &str = "malformed_pickle";
     pub const LIMIT: &str = "limit";
+    pub const TENSOR_BOUNDS: &str = "tensor_bounds";
 }
 
 impl ErrorKind {
@@ -193,7 +194,7 @@ impl ErrorKind {
             ErrorKind::Unsafe(Refusal::Forbidden(_)) => "forbidden",
             ErrorKind::Unsafe(Refusal::UnsafeFile(_)) => "unsafe_file",
             ErrorKind::Limit { .. } => code::LIMIT,
-            ErrorKind::Tensor { .. } => "tensor_bounds",
+            ErrorKind::Tensor { .. } => code::TENSOR_BOUNDS,
             ErrorKind::Unsupported { .. } => "unsupported",
         }
     }

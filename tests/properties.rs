@@ -159,10 +159,11 @@ fn check_walk_agrees(data: &[u8]) {
 
 fn check_walk_agrees_within(data: &[u8], limits: Limits) {
     let user = UserGlobals::default();
-    let Some(walk) = walker::walk(data, &user, &limits) else {
+    let Some(walk) = walker::walk(data, &user, &limits, true) else {
         return;
     };
     let mut hooks = TorchHooks::new(Refusals::Record, &user, limits, IdFormat::Zip);
+    hooks.allowed = Some(Vec::new());
     let mut arena = Arena::new(&limits);
     let parsed = machine::run(data, &mut hooks, &mut arena, &limits, StringEncoding::Utf8);
     let parsed = parsed.unwrap_or_else(|e| panic!("the walk answered, the VM failed: {e}"));
@@ -171,6 +172,11 @@ fn check_walk_agrees_within(data: &[u8], limits: Limits) {
         f.iter().map(|g| (g.name.clone(), g.offset)).collect()
     };
     assert_eq!(names(&hooks.found), names(&walk.found));
+    // And the globals inside the allowlist, which `--list-globals` shows.
+    assert_eq!(
+        names(&hooks.allowed.unwrap_or_default()),
+        names(&walk.allowed)
+    );
 }
 
 proptest! {

@@ -941,3 +941,115 @@ fn globals_python_resolves_before_a_break_are_reported() {
         assert_eq!(names(&scan(data)), ["os.system"], "{data:?}");
     }
 }
+
+fn scan_listing(data: &[u8]) -> Report {
+    let options = ScanOptions {
+        list_allowlisted: true,
+        ..ScanOptions::default()
+    };
+    scan_bytes(data, &options)
+}
+
+fn listed(r: &Report) -> Vec<(String, u64)> {
+    (r.allowlisted.iter().flatten())
+        .map(|f| (f.name.clone(), f.offset))
+        .collect()
+}
+
+#[test]
+fn listing_names_the_allowlisted_globals_beside_the_findings() {
+    // An OrderedDict, then os.system: the VM reads this one (a global outside the allowlist).
+    let data = b"\x80\x02ccollections\nOrderedDict\n)R0cos\nsystem\nX\x02\x00\x00\x00ls\x85R.";
+    let r = scan_listing(data);
+    assert_eq!(listed(&r), [("collections.OrderedDict".to_owned(), 2)]);
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    // A clean pickle the opcode walk answers for, with memoised STACK_GLOBAL names.
+    let clean = b"\x80\x04\x8c\x0bcollections\x94\x8c\x0bOrderedDict\x94\x93)R.";
+    let r = scan_listing(clean);
+    assert_eq!(listed(&r), [("collections.OrderedDict".to_owned(), 30)]);
+    assert_eq!(r.verdict(), Verdict::Clean);
+    // Nothing is listed unless asked, and listing changes no verdict.
+    assert!(scan(clean).allowlisted.is_none());
+    assert_eq!(scan(data).verdict(), Verdict::Unsafe);
+}
+
+#[test]
+fn listing_reads_the_main_pickle_of_a_checkpoint_a_load_accepts() {
+    let pkl = b"\x80\x02ccollections\nOrderedDict\n)R.";
+    let data = zipw::checkpoint(pkl, &[]);
+    assert_eq!(scan(&data).verdict(), Verdict::Clean);
+    let r = scan_listing(&data);
+    assert_eq!(r.verdict(), Verdict::Clean);
+    let found: Vec<_> = r.allowlisted.iter().flatten().collect();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, "collections.OrderedDict");
+    assert_eq!(found[0].location, "archive/data.pkl");
+    // Inside a wrapper, the wrapper is named.
+    let r = scan_listing(&wrap_gzip(pkl));
+    let found: Vec<_> = r.allowlisted.iter().flatten().collect();
+    assert_eq!(found[0].wrappers, ["gzip"]);
+}
+
+fn safetensors_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut f = (header.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(header.as_bytes());
+    f.extend_from_slice(data);
+    f
+}
+
+#[test]
+fn safetensors_headers_are_checked() {
+    let good = safetensors_file(
+        r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+        &[0; 8],
+    );
+    let r = scan(&good);
+    assert_eq!(r.format.name(), "safetensors");
+    assert_eq!(r.verdict(), Verdict::Clean);
+    for (header, data, kind) in [
+        (
+            r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}"#,
+            8,
+            "malformed_archive",
+        ),
+        (
+            r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}}"#,
+            8,
+            "tensor_bounds",
+        ),
+        (
+            r#"{"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}}"#,
+            8,
+            "tensor_bounds",
+        ),
+    ] {
+        let r = scan(&safetensors_file(header, &vec![0; data]));
+        assert_eq!(r.verdict(), Verdict::Unreadable, "{header}");
+        assert_eq!(r.problems[0].kind, kind, "{header}");
+    }
+    // A header length past the end of the file.
+    let mut short = good.clone();
+    short.truncate(20);
+    assert_eq!(scan(&short).verdict(), Verdict::Unreadable);
+}
+
+#[test]
+fn a_safetensors_file_that_is_also_a_pickle_is_read_as_both() {
+    let polyglot = include_bytes!("malicious/files/safetensors_polyglot.bin");
+    let r = scan(polyglot);
+    assert_eq!(r.format.name(), "safetensors");
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    assert_eq!(names(&r), ["os.system"]);
+    // A pickle reading that a limit stops could go on to a global: never clean.
+    let options = ScanOptions {
+        limits: tensorplay::limits::Limits {
+            max_pickle_bytes: 1000,
+            ..Default::default()
+        },
+        ..ScanOptions::default()
+    };
+    let r = scan_bytes(polyglot, &options);
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    assert_eq!(r.problems[0].kind, "limit");
+}

@@ -42,16 +42,19 @@ def test_the_json_document_has_a_summary_and_every_field_of_each_record(folder):
     assert set(doc) == {"summary", "files"}
     summary = doc["summary"]
     assert set(summary) == {"tool", "version", "schema_version", "started", "duration_seconds", "files", "clean",
-                            "unsafe", "unreadable", "skipped", "policy", "exit_code"}
+                            "unsafe", "unreadable", "skipped", "policy", "exit_code", "passed_over"}
     assert summary["tool"] == "tensorplay" and summary["schema_version"] == 1 and summary["exit_code"] == 1
     assert (summary["files"], summary["clean"], summary["unsafe"], summary["unreadable"]) == (4, 1, 2, 1)
     assert summary["policy"] == {"fail_on": "unsafe", "allow": [], "include": [], "exclude": ["*.txt"],
-                                 "max_file_size": None, "pickles_only": False}
+                                 "max_file_size": None, "pickles_only": False, "settings_file": None}
+    assert summary["passed_over"] == [{"path": str(folder / "notes.txt"),
+                                       "reason": "left out by the include and exclude patterns"}]
     assert summary["started"].endswith("+00:00") and summary["duration_seconds"] >= 0
     records = {r["path"].rsplit("/", 1)[-1]: r for r in doc["files"]}
     for record in records.values():
-        assert set(record) == {"path", "format", "wrappers", "verdict", "globals", "problems", "pickles",
-                               "pickles_only"}
+        assert set(record) == {"path", "format", "wrappers", "verdict", "skipped_because", "globals",
+                               "allowlisted_globals", "problems", "pickles", "pickles_only"}
+        assert record["allowlisted_globals"] is None and record["skipped_because"] is None
     evil = records["evil.pt.gz"]
     assert evil["format"] == "gzip" and evil["wrappers"] == ["gzip", "zip"]  # a torch zip, gzipped
     (found,) = [g for g in evil["globals"] if g["dangerous"]]

@@ -143,12 +143,15 @@ def denylist() -> list[tuple[str, str, str, list[str], list[str]]]:
 # `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
 # location, offset, module, wrappers)` and each problem `(kind, location, reason)`:
 # the fields of scanner.ScanReport, scanner.GlobalFinding and scanner.Problem.
+_FoundTuple: TypeAlias = tuple[tuple[str, bool, str, int, str, tuple[str, ...]], ...]
 _ScanTuple: TypeAlias = tuple[
     str,
     str,
-    tuple[tuple[str, bool, str, int, str, tuple[str, ...]], ...],
+    _FoundTuple,
     tuple[tuple[str, str, str], ...],
     int,
+    _FoundTuple | None,
+    str | None,
 ]
 
 @overload
@@ -157,6 +160,7 @@ def scan(
     user_names: Sequence[str] = ...,
     limits: _Limits = ...,
     pickles_only: bool = False,
+    list_globals: bool = False,
 ) -> _ScanTuple: ...
 @overload
 def scan(
@@ -165,6 +169,7 @@ def scan(
     limits: _Limits = ...,
     # A pickles-only scan reads a path or bytes, not a descriptor.
     pickles_only: Literal[False] = False,
+    list_globals: bool = False,
 ) -> _ScanTuple: ...
 def plan_archive(
     root: str,

@@ -67,8 +67,8 @@ def _findings(source: Any, user_names: list[str], limits: dict[str, int]) -> tup
     if not isinstance(source, (str, os.PathLike, bytes, memoryview, int)):
         return None
     try:
-        _, _, findings, _, _ = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
-                                          user_names, limits, True)
+        findings = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
+                              user_names, limits, True)[2]
     except (OSError, _core.CheckpointError):
         return None
     return tuple(GlobalFinding(*f) for f in findings)

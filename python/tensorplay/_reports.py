@@ -15,8 +15,9 @@ SCHEMA_VERSION = 1
 
 
 def json_document(reports: Sequence[ScanReport], policy: Policy, started: str, seconds: float,
-                  exit_code: int) -> dict[str, Any]:
-    """One document: a ``summary`` of the run, and a record per file."""
+                  exit_code: int, passed_over: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """One document: a ``summary`` of the run (with what folder walks passed
+    over, and why), and a record per file."""
     counts = {verdict: sum(r.verdict == verdict for r in reports)
               for verdict in ("clean", "unsafe", "unreadable", "skipped")}
     return {
@@ -24,6 +25,7 @@ def json_document(reports: Sequence[ScanReport], policy: Policy, started: str, s
             "tool": "tensorplay", "version": __version__, "schema_version": SCHEMA_VERSION,
             "started": started, "duration_seconds": round(seconds, 6), "files": len(reports), **counts,
             "policy": policy.to_json(), "exit_code": exit_code,
+            "passed_over": [{"path": path, "reason": why} for path, why in passed_over],
         },
         "files": [r.to_json() for r in reports],
     }
@@ -52,7 +54,8 @@ def _uri(path: str) -> str:
 
     if path == STDIN:
         return "stdin"
-    posix = path.replace(os.sep, "/")
+    # `scan .` walks `./models/x.pt`; code scanning matches `models/x.pt` to the repository's file.
+    posix = os.path.normpath(path).replace(os.sep, "/")
     return "file://" + quote(posix) if os.path.isabs(path) else quote(posix)
 
 

@@ -28,18 +28,39 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _print_table(reports: list[scanner.ScanReport]) -> None:
+def _print_table(reports: list[scanner.ScanReport], passed_over: list[tuple[str, str]] = ()) -> None:
     for r in reports:
-        print(f"{r.verdict.upper():<11} {r.format:<16} {r.path}")
+        skipped = f"  ({r.skipped_because})" if r.skipped_because else ""
+        print(f"{r.verdict.upper():<11} {r.format:<16} {r.path}{skipped}")
         for f in r.findings:
             kind = "dangerous" if f.dangerous else "not allowlisted"
             where = f"{f.location} @ {f.offset}" if f.location else f"@ {f.offset}"
             print(f"{'':<11} {f.name}  [{kind}]  {where}")
         for p in r.problems:
             print(f"{'':<11} {p}")
+        if r.allowlisted is not None:
+            _print_imports(r)
     counts = {v: sum(r.verdict == v for r in reports) for v in ("clean", "unsafe", "unreadable", "skipped")}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     print(f"\n{len(reports)} files: {summary}")
+    if passed_over:
+        reasons: dict[str, int] = {}
+        for _, why in passed_over:
+            reasons[why] = reasons.get(why, 0) + 1
+        print("passed over in folders: " + "; ".join(f"{n} x {why}" for why, n in reasons.items()))
+
+
+def _print_imports(r: scanner.ScanReport) -> None:
+    """Every global the file's pickles import, each once, as a hub's file view lists them."""
+    seen: dict[str, tuple[str, int]] = {}
+    for f, allowlisted in r.imports:
+        status = "allowlisted" if allowlisted else "dangerous" if f.dangerous else "not allowlisted"
+        _, n = seen.get(f.name, (status, 0))
+        seen[f.name] = (status, n + 1)
+    print(f"{'':<11} imports ({len(seen)}):")
+    for name, (status, n) in seen.items():
+        times = f" x{n}" if n > 1 else ""
+        print(f"{'':<13} {name}  [{status}]{times}")
 
 
 def exit_code(reports: list[scanner.ScanReport], policy: scanner.Policy | None = None) -> int:
@@ -55,31 +76,43 @@ def exit_code(reports: list[scanner.ScanReport], policy: scanner.Policy | None =
 
 def _byte_size(text: str) -> int:
     """``1024``, ``10K``, ``512M`` or ``2G`` (powers of 1024), for ``--max-file-size``."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
     try:
-        size = int(number) * unit
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (say 1024, 10K, 512M or 2G)") from None
-    if size < 0:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    return size
+        return scanner.byte_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _policy(args: argparse.Namespace) -> scanner.Policy:
+    """The settings file's policy (``--config``, else the nearest pyproject.toml's
+    ``[tool.tensorplay.scan]``), with what the command line says over it:
+    ``--allow`` adds to its allowlist; the other flags replace its values."""
+    from ._allow import check_names
+
+    settings = (scanner.Settings() if args.no_config else
+                scanner.Settings.read(args.config) if args.config else
+                scanner.Settings.find() or scanner.Settings())
+    allow = [*settings.allow, *args.allow]
+    check_names(allow, patterns=False)
+    selection = scanner.Selection(args.include or settings.include, args.exclude or settings.exclude,
+                                  settings.max_file_size if args.max_file_size is None else args.max_file_size)
+    return scanner.Policy(args.fail_on or settings.fail_on or "unreadable", allow, selection, args.pickles_only,
+                          settings.path)
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from ._allow import AllowError, check_names
+    from ._allow import AllowError
 
     try:
-        check_names(args.allow, patterns=False)
-    except AllowError as e:
+        policy = _policy(args)
+    except (AllowError, scanner.SettingsError) as e:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    policy = scanner.Policy(args.fail_on, args.allow, scanner.Selection(args.include, args.exclude,
-                                                                         args.max_file_size), args.pickles_only)
     progress = _Progress(sys.stderr.isatty() and args.format == "text" and args.output is None)
     started, clock = _now(), time.perf_counter()
-    reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=args.allow, progress=progress,
-                                 pickles_only=args.pickles_only, selection=policy.selection)
+    passed_over: list[tuple[str, str]] = []
+    reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=policy.allow, progress=progress,
+                                 pickles_only=args.pickles_only, selection=policy.selection,
+                                 list_globals=args.list_globals, passed_over=passed_over)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
     code = exit_code(reports, policy)
@@ -89,12 +122,12 @@ def _scan(args: argparse.Namespace) -> int:
         from . import _reports  # not at the top: a table needs none, and `tensorplay scan` runs per upload
 
         report = (_reports.sarif(reports, policy, code) if args.format == "sarif" else
-                  _reports.json_document(reports, policy, started, time.perf_counter() - clock, code))
+                  _reports.json_document(reports, policy, started, time.perf_counter() - clock, code, passed_over))
     if args.output is not None:
-        return _write_report(args.output, report, reports) or code
+        return _write_report(args.output, report, reports, passed_over) or code
     try:
         if report is None:
-            _print_table(reports)
+            _print_table(reports, passed_over)
         else:
             import json
 
@@ -113,7 +146,8 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _write_report(path: str, report: dict | None, reports: list[scanner.ScanReport]) -> int:
+def _write_report(path: str, report: dict | None, reports: list[scanner.ScanReport],
+                  passed_over: list[tuple[str, str]]) -> int:
     """Write the report to ``path`` through a temporary file renamed over it; 0,
     or the unreadable exit code when it cannot be written."""
     import contextlib
@@ -125,7 +159,7 @@ def _write_report(path: str, report: dict | None, reports: list[scanner.ScanRepo
     if report is None:
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
-            _print_table(reports)
+            _print_table(reports, passed_over)
         data = text.getvalue()
     else:
         data = json.dumps(report, indent=2) + "\n"
@@ -286,10 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--pickles-only", action="store_true",
                       help="read only the archive directory and the pickles; clean then means no unsafe "
                            "global, not that a load would accept the file")
-    scan.add_argument("--fail-on", choices=scanner.FAIL_ON, default="unreadable", metavar="LEVEL",
+    scan.add_argument("--fail-on", choices=scanner.FAIL_ON, default=None, metavar="LEVEL",
                       help="the least finding that fails the scan: dangerous (a denylisted global: code, files, "
                            "network), unsafe (any global outside the allowlist), or unreadable (that, or a file "
                            "not read to its end; the default). Every finding is reported whatever fails")
+    scan.add_argument("--list-globals", action="store_true",
+                      help="list every global each file's pickles import, allowlisted ones included (as a hub's "
+                           "file view shows them); in JSON, allowlisted_globals")
+    scan.add_argument("--config", metavar="FILE",
+                      help="read the settings (allow, fail-on, include, exclude, max-file-size) from FILE: a "
+                           "pyproject.toml's [tool.tensorplay.scan], or a TOML file of those keys. Default: the "
+                           "nearest pyproject.toml above the current folder; flags win over the file")
+    scan.add_argument("--no-config", action="store_true", help="read no settings file")
     scan.add_argument("--include", action="append", default=[], metavar="GLOB",
                       help="in folders, scan only files matching this pattern (repeatable; tried on the path "
                            "inside the folder and on the file name); files named on the command line always")

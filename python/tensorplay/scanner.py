@@ -2,8 +2,11 @@
 
 Files are recognised by content, not by extension: torch zip checkpoints (every
 pickle in the archive), legacy torch files, raw pickles, numpy ``.npy``/``.npz``
-with object arrays, zip and tar archives (nested ones too), and TensorDict
-folders with pickle sidecars. Only pickle bytes are read, never tensor payloads.
+with object arrays, zip, tar and 7z archives and compressed files (nested ones
+too), safetensors files (their headers checked), and TensorDict folders with
+pickle sidecars. Only pickle bytes and headers are read, never tensor payloads.
+A policy (what fails, the extra allowlist, which files of a folder) is a
+:class:`Policy`, and can live in a settings file (:class:`Settings`).
 """
 from __future__ import annotations
 
@@ -36,18 +39,22 @@ if TYPE_CHECKING:
         problems: tuple[Problem, ...] = ()
         pickles: int = 0
         pickles_only: bool = False
+        allowlisted: tuple[GlobalFinding, ...] | None = None
+        skipped_because: str | None = None
 else:
     from collections import namedtuple
 
     _FindingFields = namedtuple("GlobalFinding", "name dangerous location offset module wrappers",
                                 defaults=("", ()))
     _ReportFields = namedtuple(
-        "ScanReport", "path format verdict findings problems pickles pickles_only", defaults=((), (), 0, False)
+        "ScanReport", "path format verdict findings problems pickles pickles_only allowlisted skipped_because",
+        defaults=((), (), 0, False, None, None)
     )
 
 
 class GlobalFinding(_FindingFields):
-    """A global outside the allowlist: ``dangerous`` when it is on the denylist of
+    """A global a pickle names; in a report's ``findings``, one outside the
+    allowlist: ``dangerous`` when it is on the denylist of
     names that run code, touch files or the network, or unpickle nested data.
     ``name`` is ``module.qualname`` (or a ``<...>`` description of a global named
     by no text: an extension code, a computed name), found at byte ``offset`` of
@@ -99,9 +106,11 @@ def _io_problem(e: OSError, location: str = "") -> Problem:
 
 class ScanReport(_ReportFields):
     """One file's scan. ``verdict`` is ``"clean"``, ``"unsafe"`` (globals found;
-    outranks unreadable) or ``"unreadable"``; with ``pickles_only`` only the
+    outranks unreadable), ``"unreadable"`` or ``"skipped"`` (no pickle and no
+    model format: ``skipped_because`` says what it is); with ``pickles_only`` only the
     directory and the pickles were read, so ``"clean"`` does not say a load would
-    accept the file."""
+    accept the file. ``allowlisted`` holds the globals inside the allowlist when
+    the scan was asked to list them (``list_globals``), else None."""
 
     __slots__ = ()
 
@@ -115,13 +124,22 @@ class ScanReport(_ReportFields):
         """The compressions and archives any finding was inside, each once."""
         return list(dict.fromkeys(w for f in self.findings for w in f.wrappers))
 
+    @property
+    def imports(self) -> list[tuple[GlobalFinding, bool]]:
+        """Every global the pickles name, each with whether the allowlist holds
+        it, in file order (needs ``list_globals``: else only the findings)."""
+        listed = [(f, False) for f in self.findings] + [(f, True) for f in self.allowlisted or ()]
+        return sorted(listed, key=lambda item: (item[0].location, item[0].offset))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "format": self.format,
             "verdict": self.verdict,
+            "skipped_because": self.skipped_because,
             "wrappers": self.wrappers,
             "globals": [f.to_json() for f in self.findings],
+            "allowlisted_globals": None if self.allowlisted is None else [f.to_json() for f in self.allowlisted],
             "problems": [p.to_json() for p in self.problems],
             "pickles": self.pickles,
             "pickles_only": self.pickles_only,
@@ -131,9 +149,14 @@ class ScanReport(_ReportFields):
 _new_tuple = tuple.__new__
 
 
-def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False) -> ScanReport:
+def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False,
+         list_globals: bool = False, config: str | os.PathLike[str] | Settings | None = None) -> ScanReport:
     """Scan one file (a path, or its bytes). ``allow`` adds ``module.name`` entries
-    to the built-in allowlist.
+    to the built-in allowlist. ``list_globals`` also lists the globals inside the
+    allowlist (``ScanReport.allowlisted``, ``ScanReport.imports``): everything the
+    pickles import. ``config`` is a settings file (see :class:`Settings`), or
+    one already read: its ``allow`` adds to ``allow``, and a path over its
+    ``max-file-size`` is unreadable without being read.
 
     By default a file is clean only if a weights-only load would also accept it:
     the scan runs the load's every check without copying a tensor, and so reads
@@ -148,18 +171,30 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     else:
         source = path = os.fspath(f)
     allow = allow if isinstance(allow, (list, tuple)) else list(allow)
+    if config is not None:
+        settings = config if isinstance(config, Settings) else Settings.read(config)
+        allow = [*settings.allow, *allow]
+        too_large = settings.selection().too_large(path) if isinstance(source, str) else None
+        if too_large is not None:
+            return ScanReport(path, "unknown", "unreadable", problems=(too_large,), pickles_only=pickles_only)
     try:
         # Positional, as for get_unsafe_globals_in_checkpoint: matching keywords
         # is a measurable part of a first call.
-        kind, verdict, found, problems, pickles = _core.scan(source, allow, _limits.merged(None), pickles_only)
+        kind, verdict, found, problems, pickles, listed, skipped_because = _core.scan(
+            source, allow, _limits.merged(None), pickles_only, list_globals)
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(_io_problem(e),), pickles_only=pickles_only)
     findings = tuple(map(GlobalFinding._make, found)) if found else ()
     if problems:
         problems = tuple(Problem(*p) for p in problems)
+    if listed is not None:
+        listed = tuple(map(GlobalFinding._make, listed))
+    if verdict == "skipped" and skipped_because is None:
+        skipped_because = "an empty file" if kind == "empty" else "no pickle"
     # What ScanReport(...) does, without its generated __new__: a first call of
     # that Python function was a fortieth of a pickles-only scan.
-    return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only))
+    return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only, listed,
+                                   skipped_because))
 
 
 STDIN = "-"
@@ -211,10 +246,11 @@ class Policy:
     allowlist, the folder walk's selection, and whether only pickles are read."""
 
     def __init__(self, fail_on: str = "unreadable", allow: Iterable[str] = (), selection: Selection = EVERYTHING,
-                 pickles_only: bool = False):
+                 pickles_only: bool = False, settings_file: str | None = None):
         if fail_on not in FAIL_ON:
             raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
         self.fail_on, self.allow, self.selection, self.pickles_only = fail_on, list(allow), selection, pickles_only
+        self.settings_file = settings_file
 
     def fails(self, finding: GlobalFinding | None) -> bool:
         """Whether the policy fails a scan for this finding (None: a file not read to its end)."""
@@ -225,27 +261,147 @@ class Policy:
     def to_json(self) -> dict[str, Any]:
         s = self.selection
         return {"fail_on": self.fail_on, "allow": self.allow, "include": list(s.include), "exclude": list(s.exclude),
-                "max_file_size": s.max_file_size, "pickles_only": self.pickles_only}
+                "max_file_size": s.max_file_size, "pickles_only": self.pickles_only,
+                "settings_file": self.settings_file}
 
 
-def iter_files(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING) -> Iterator[str]:
+def byte_size(text: str | int) -> int:
+    """``1024``, ``"10K"``, ``"512M"`` or ``"2G"`` (powers of 1024) as bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        size = text
+    elif isinstance(text, str):
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+        try:
+            size = int(number) * unit
+        except ValueError:
+            raise ValueError(f"not a size: {text!r} (say 1024, 10K, 512M or 2G)") from None
+    else:
+        raise ValueError(f"not a size: {text!r} (say 1024, 10K, 512M or 2G)")
+    if size < 0:
+        raise ValueError(f"not a size: {text!r}")
+    return size
+
+
+class SettingsError(ValueError):
+    """A settings file that cannot be read, or holds a key or value a scan does not know."""
+
+
+class Settings:
+    """A scan's settings, from a TOML file: the ``[tool.tensorplay.scan]`` table
+    of a ``pyproject.toml``, or a file of its own (that table, or the keys at its
+    top level). Keys: ``allow`` (``module.name`` entries added to the allowlist),
+    ``fail-on`` (``dangerous``, ``unsafe`` or ``unreadable``), ``include`` and
+    ``exclude`` (glob patterns for folder walks) and ``max-file-size`` (bytes, or
+    ``"512M"``). A key a scan does not know is an error, never ignored: a
+    misspelt policy must not pass files the user meant to fail."""
+
+    KEYS = ("allow", "fail-on", "include", "exclude", "max-file-size")
+
+    def __init__(self, allow: Iterable[str] = (), fail_on: str | None = None, include: Iterable[str] = (),
+                 exclude: Iterable[str] = (), max_file_size: int | None = None, path: str | None = None):
+        if fail_on is not None and fail_on not in FAIL_ON:
+            raise SettingsError(f"fail-on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
+        self.allow, self.fail_on, self.path = list(allow), fail_on, path
+        self.include, self.exclude, self.max_file_size = list(include), list(exclude), max_file_size
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Settings:
+        import tomllib
+
+        path = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                document = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SettingsError(f"cannot read the settings file {path}: {e}") from None
+        table = document.get("tool", {}).get("tensorplay", {}).get("scan")
+        if table is None:
+            table = {} if os.path.basename(path) == "pyproject.toml" else document
+        return cls._from_table(table, path)
+
+    @classmethod
+    def find(cls, start: str | os.PathLike[str] = ".") -> Settings | None:
+        """The settings of the nearest ``pyproject.toml`` at or above ``start`` (as
+        ruff and black find theirs), or None when it has no ``[tool.tensorplay.scan]``."""
+        folder = os.path.abspath(start)
+        while True:
+            candidate = os.path.join(folder, "pyproject.toml")
+            if os.path.isfile(candidate):
+                settings = cls.read(candidate)
+                return settings if settings.path is not None else None
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return None
+            folder = parent
+
+    @classmethod
+    def _from_table(cls, table: Any, path: str) -> Settings:
+        where = f"the settings file {path}"
+        if not isinstance(table, dict):
+            raise SettingsError(f"{where}: [tool.tensorplay.scan] is not a table")
+        if not table:
+            return cls()
+        unknown = sorted(set(table) - set(cls.KEYS))
+        if unknown:
+            raise SettingsError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(cls.KEYS)})")
+
+        def strings(key: str) -> list[str]:
+            value = table.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SettingsError(f"{where}: {key} must be a list of strings")
+            return value
+
+        fail_on = table.get("fail-on")
+        if fail_on is not None and not isinstance(fail_on, str):
+            raise SettingsError(f"{where}: fail-on must be a string")
+        size = table.get("max-file-size")
+        try:
+            max_file_size = None if size is None else byte_size(size)
+        except ValueError as e:
+            raise SettingsError(f"{where}: max-file-size: {e}") from None
+        try:
+            return cls(strings("allow"), fail_on, strings("include"), strings("exclude"), max_file_size, path)
+        except SettingsError as e:
+            raise SettingsError(f"{where}: {e}") from None
+
+    def selection(self) -> Selection:
+        if not (self.include or self.exclude or self.max_file_size is not None):
+            return EVERYTHING
+        return Selection(self.include, self.exclude, self.max_file_size)
+
+    def policy(self, pickles_only: bool = False) -> Policy:
+        return Policy(self.fail_on or "unreadable", self.allow, self.selection(), pickles_only, self.path)
+
+
+def iter_files(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING,
+               passed_over: list[tuple[str, str]] | None = None) -> Iterator[str]:
     """Every file a scan of ``paths`` reports on, in order: a named path as given
     (``-`` is standard input; pipes and devices are read as streams), and the files
     under a named directory, following symbolic links as a loader opening the file
     by its name would (a Hugging Face cache snapshot is links into ``blobs/``).
-    A directory reached twice (a link loop) is walked once. TensorDict leaves
-    (``*.memmap`` next to a ``meta.json``) are raw tensor bytes that no reader
-    unpickles, and are skipped."""
-    for path, _ in _targets(paths, selection):
+    A directory reached twice (a link loop) is walked once. Passed over, with
+    the reason appended to ``passed_over`` when given: TensorDict leaves
+    (``*.memmap`` next to a ``meta.json``: raw tensor bytes that no reader
+    unpickles), ``.git`` folders (git's own objects: no loader opens them by
+    name; the checked-out files are scanned) and files the selection leaves out."""
+    for path, _ in _targets(paths, selection, passed_over):
         yield path
 
 
-def _targets(paths: Iterable[str | os.PathLike[str]],
-             selection: Selection = EVERYTHING) -> Iterator[tuple[str, Problem | None]]:
+GIT_FOLDER = ".git"
+
+
+def _targets(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING,
+             passed_over: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, Problem | None]]:
     """What :func:`iter_files` yields, each with the reason it cannot be read when a
     walk already knows it (an unlistable folder, a pipe or device inside a folder:
     reading one could wait forever), else None."""
     import stat
+
+    def pass_over(path: str, why: str) -> None:
+        if passed_over is not None:
+            passed_over.append((path, why))
 
     for p in paths:
         p = os.fspath(p)
@@ -268,13 +424,18 @@ def _targets(paths: Iterable[str | os.PathLike[str]],
                 dirs.clear()
                 continue
             seen.add((st.st_dev, st.st_ino))
+            if GIT_FOLDER in dirs:
+                dirs.remove(GIT_FOLDER)
+                pass_over(os.path.join(root, GIT_FOLDER), "git's own data: the checked-out files are scanned")
             dirs.sort()
             names = set(files)
             for name in sorted(files):
-                if _core.is_tensordict_leaf(name, names):
-                    continue
                 full = os.path.join(root, name)
+                if _core.is_tensordict_leaf(name, names):
+                    pass_over(full, "a TensorDict leaf: raw tensor bytes that no reader unpickles")
+                    continue
                 if selection is not EVERYTHING and not selection.wants(os.path.relpath(full, p)):
+                    pass_over(full, "left out by the include and exclude patterns")
                     continue
                 try:
                     mode = os.stat(full).st_mode
@@ -293,12 +454,14 @@ def _targets(paths: Iterable[str | os.PathLike[str]],
             yield e.filename or p, _io_problem(e)
 
 
-def _scan_target(path: str, problem: Problem | None, allow: list[str], pickles_only: bool) -> ScanReport:
+def _scan_target(path: str, problem: Problem | None, allow: list[str], pickles_only: bool,
+                 list_globals: bool) -> ScanReport:
     if problem is not None:
         return ScanReport(path, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only)
     if path == STDIN:
-        return scan("/dev/stdin", allow=allow, pickles_only=pickles_only)._replace(path=STDIN)
-    report = scan(path, allow=allow, pickles_only=pickles_only)
+        return scan("/dev/stdin", allow=allow, pickles_only=pickles_only,
+                    list_globals=list_globals)._replace(path=STDIN)
+    report = scan(path, allow=allow, pickles_only=pickles_only, list_globals=list_globals)
     if path.endswith(".index.json") and report.verdict != "unreadable":
         report = _check_shard_index(report)
     return report
@@ -329,20 +492,30 @@ def scan_paths(
     progress: Callable[[int, int], None] | None = None,
     pickles_only: bool = False,
     selection: Selection = EVERYTHING,
+    list_globals: bool = False,
+    config: str | os.PathLike[str] | Settings | None = None,
+    passed_over: list[tuple[str, str]] | None = None,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
-    which files, as :func:`iter_files` walks them with ``selection``;
-    ``pickles_only`` as for :func:`scan`. A path that cannot be read is reported
-    ``unreadable``, never passed over."""
-    files = list(_targets(paths, selection))
+    which files, as :func:`iter_files` walks them with ``selection`` (and
+    records what it passed over in ``passed_over``); ``pickles_only``,
+    ``list_globals`` and ``config`` as for :func:`scan` (the settings' patterns
+    choose the files when no ``selection`` is given). A path that cannot be
+    read is reported ``unreadable``, never passed over."""
     allow = list(allow)
+    if config is not None:
+        settings = config if isinstance(config, Settings) else Settings.read(config)
+        allow = [*settings.allow, *allow]
+        if selection is EVERYTHING:
+            selection = settings.selection()
+    files = list(_targets(paths, selection, passed_over))
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers <= 1:
         # One file, the common case of a hub's per-upload call: no pool to start
         # (concurrent.futures alone was a tenth of `tensorplay scan FILE`).
         in_order = []
         for path, problem in files:
-            in_order.append(_scan_target(path, problem, allow, pickles_only))
+            in_order.append(_scan_target(path, problem, allow, pickles_only, list_globals))
             if progress is not None:
                 progress(len(in_order), len(files))
         return in_order
@@ -351,7 +524,8 @@ def scan_paths(
     reports: list[ScanReport | None] = [None] * len(files)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {
-            pool.submit(_scan_target, path, problem, allow, pickles_only): i for i, (path, problem) in enumerate(files)
+            pool.submit(_scan_target, path, problem, allow, pickles_only, list_globals): i
+            for i, (path, problem) in enumerate(files)
         }
         for done, future in enumerate(as_completed(futures), 1):
             reports[futures[future]] = future.result()

@@ -12,7 +12,7 @@ use crate::bindings::load::open_source;
 use crate::bindings::options::LimitOverrides;
 use crate::scan::{
     scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
-    unsafe_globals_by_reading, Report, ScanOptions,
+    unsafe_globals_by_reading, Finding, Report, ScanOptions,
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -28,6 +28,7 @@ fn options(path: Option<&Path>, user_names: Vec<String>, limits: LimitOverrides)
         limits: limits.0,
         user_globals: UserGlobals::new(names),
         pickles_only: false,
+        list_allowlisted: false,
     }
 }
 
@@ -43,19 +44,22 @@ fn file_name(path: Option<&Path>) -> Option<String> {
     Some(path?.file_name()?.to_string_lossy().into_owned())
 }
 
-/// Scan a path or a bytes object; returns the report as a dict.
+/// Scan a path or a bytes object; returns the report as a tuple (see `report_tuple`).
+/// `list_globals` lists the globals inside the allowlist too.
 #[pyfunction]
-#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false))]
+#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false))]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
     user_names: Vec<String>,
     limits: LimitOverrides,
     pickles_only: bool,
+    list_globals: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let path = path_of(source);
     let options = ScanOptions {
         pickles_only,
+        list_allowlisted: list_globals,
         ..options(path.as_deref(), user_names, limits)
     };
     if let Some(path) = path.as_deref().filter(|_| pickles_only) {
@@ -99,13 +103,14 @@ pub fn scan<'py>(
     report_tuple(py, &report)
 }
 
-/// `(format, verdict, findings, problems, pickles)`, each finding a tuple
+/// `(format, verdict, findings, problems, pickles, allowlisted, skipped_because)`, each finding
+/// (and each allowlisted global, listed only when asked: else None) a tuple
 /// `(name, dangerous, location, offset, module, wrappers)` and each problem
 /// `(kind, location, reason)`: the fields of `scanner.ScanReport`, `scanner.GlobalFinding` and
 /// `scanner.Problem` in order.
 fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyTuple>> {
-    let findings = (report.findings.iter())
-        .map(|f| {
+    let globals = |found: &[Finding]| -> PyResult<Bound<'py, PyTuple>> {
+        let tuples = found.iter().map(|f| {
             let module = f.name.get(..f.module_len).unwrap_or(&f.name);
             let wrappers = PyTuple::new(py, &f.wrappers)?;
             (
@@ -117,17 +122,21 @@ fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, Py
                 wrappers,
             )
                 .into_pyobject(py)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
+        });
+        PyTuple::new(py, tuples.collect::<PyResult<Vec<_>>>()?)
+    };
+    let allowlisted = report.allowlisted.as_deref().map(globals).transpose()?;
     let problems = (report.problems.iter())
         .map(|p| (p.kind, &p.location, &p.reason).into_pyobject(py))
         .collect::<PyResult<Vec<_>>>()?;
     (
         report.format.name(),
         report.verdict().name(),
-        PyTuple::new(py, findings)?,
+        globals(&report.findings)?,
         PyTuple::new(py, problems)?,
         report.pickles,
+        allowlisted,
+        report.skipped_because,
     )
         .into_pyobject(py)
 }

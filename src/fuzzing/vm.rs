@@ -188,6 +188,25 @@ pub fn scanner_differential(data: &[u8]) {
     );
     let _ = scan::unsafe_globals(data, &options);
 
+    // Listing the allowlisted globals changes nothing else the scan reports.
+    let listing = scan::scan_bytes(
+        data,
+        &ScanOptions {
+            list_allowlisted: true,
+            ..options.clone()
+        },
+    );
+    assert_eq!(
+        listing.verdict(),
+        report.verdict(),
+        "listing changed the verdict"
+    );
+    assert_eq!(
+        listing.names(),
+        report.names(),
+        "listing changed the findings"
+    );
+
     // The pickles-only scan checks less than the full one, never more: a file the
     // full scan passes, it passes too.
     options.pickles_only = true;

@@ -48,7 +48,9 @@ impl Kind {
     }
 }
 
-/// safetensors: a little-endian u64 header length, then a JSON object.
+/// safetensors: a little-endian u64 header length, then a JSON object. A
+/// length that runs past the data still says safetensors: the header check
+/// reports it.
 fn is_safetensors(data: &[u8]) -> bool {
     let Some(len) = data
         .get(..8)
@@ -57,15 +59,24 @@ fn is_safetensors(data: &[u8]) -> bool {
     else {
         return false;
     };
-    len > 1 && len <= data.len() as u64 - 8 && data.get(8) == Some(&b'{')
+    len > 1 && len <= 1 << 32 && data.get(8) == Some(&b'{')
 }
 
 /// Whether a name says the file is a pickle or a model (`.pkl`, `.pt`, `.bin`...),
 /// in any case.
 pub fn named_like_a_model(name: &[u8]) -> bool {
-    const EXTENSIONS: [&[u8]; 10] = [
-        b".pkl", b".pickle", b".joblib", b".pt", b".pth", b".bin", b".ckpt", b".npy", b".dat",
+    const EXTENSIONS: [&[u8]; 11] = [
+        b".pkl",
+        b".pickle",
+        b".joblib",
+        b".pt",
+        b".pth",
+        b".bin",
+        b".ckpt",
+        b".npy",
+        b".dat",
         b".data",
+        b".safetensors",
     ];
     EXTENSIONS.iter().any(|ext| {
         name.len() >= ext.len()

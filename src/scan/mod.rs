@@ -12,6 +12,7 @@ mod budget;
 mod kind;
 mod npy;
 mod report;
+mod safetensors;
 mod sevenzip;
 pub mod stream;
 mod tar;
@@ -47,6 +48,10 @@ pub struct ScanOptions {
     /// compressed payloads. "Clean" then means every pickle was read to its end
     /// and holds only allowlisted globals, not that a load would accept the file.
     pub pickles_only: bool,
+    /// Also list the globals inside the allowlist (`Report::allowlisted`): what a
+    /// reviewer reads to see everything a pickle imports. Every pickle is then
+    /// walked, the main one of a checkpoint a load accepts too.
+    pub list_allowlisted: bool,
 }
 
 /// One file's scan: what it may do, and what it found.
@@ -71,7 +76,10 @@ impl<'o> Scan<'o> {
             options,
             name,
             budget: Budget::for_file(len, &options.limits),
-            report: Report::default(),
+            report: Report {
+                allowlisted: options.list_allowlisted.then(Vec::new),
+                ..Report::default()
+            },
             pending_refusal: None,
             stopped_short: 0,
         }
@@ -132,7 +140,8 @@ impl<'o> Scan<'o> {
             return;
         }
         match kind {
-            Kind::Empty | Kind::Safetensors => {}
+            Kind::Empty => {}
+            Kind::Safetensors => self.safetensors(data, location),
             Kind::Zip if top => self.zip(data, location, depth, top),
             Kind::Zip => self.wrapped("zip", |scan| scan.zip(data, location, depth, top)),
             Kind::Npy => self.npy(data, location, depth),
@@ -151,8 +160,15 @@ impl<'o> Scan<'o> {
     /// findings made inside name it as one of their wrappers.
     fn wrapped(&mut self, wrapper: &'static str, scan: impl FnOnce(&mut Self)) {
         let before = self.report.findings.len();
+        let listed_before = self.report.allowlisted.as_ref().map_or(0, Vec::len);
         scan(self);
-        for finding in self.report.findings.iter_mut().skip(before) {
+        let listed = self
+            .report
+            .allowlisted
+            .iter_mut()
+            .flatten()
+            .skip(listed_before);
+        for finding in self.report.findings.iter_mut().skip(before).chain(listed) {
             finding.wrappers.insert(0, wrapper);
         }
     }
@@ -193,6 +209,26 @@ impl<'o> Scan<'o> {
         }
     }
 
+    /// A safetensors file: its header checked as a reader checks it. Bytes that
+    /// start like a header may also be a pickle an unpickler runs from byte 0
+    /// (a polyglot): the globals of that reading are reported too.
+    fn safetensors(&mut self, data: &[u8], location: &str) {
+        if let Some((kind, reason)) = safetensors::header_problem(data) {
+            self.problem(location, kind, reason);
+        }
+        let options = self.options;
+        let stopped = stream::scan_leading_pickle(
+            data,
+            location,
+            &options.user_globals,
+            &options.limits,
+            &mut self.report,
+        );
+        if let Some(e) = stopped {
+            self.stop_short(location, format!("read as a pickle from byte 0: {e}"));
+        }
+    }
+
     /// Bytes that are no pickle: skipped when they are text or a format that
     /// holds none, unreadable when binary of no known format or named like a model.
     /// An entry of an archive is judged by its own name, the file by the file's.
@@ -205,6 +241,13 @@ impl<'o> Scan<'o> {
         };
         let named_model = name.is_some_and(|n| named_like_a_model(n.as_bytes()));
         match NotAPickle::of(data) {
+            // A clone of a model repository without its large files: what a
+            // loader would read was never fetched, so it was not scanned either.
+            _ if named_model && data.starts_with(GIT_LFS_POINTER) => self.problem(
+                location,
+                problem_kind::UNKNOWN_FORMAT,
+                "a Git LFS pointer, not the file it names: fetch it (git lfs pull) to scan it",
+            ),
             _ if named_model => self.problem(
                 location,
                 problem_kind::UNKNOWN_FORMAT,
@@ -215,16 +258,21 @@ impl<'o> Scan<'o> {
                 problem_kind::UNKNOWN_FORMAT,
                 "binary data of no format the scanner knows",
             ),
+            NotAPickle::Text if top => self.report.skipped_because = Some("text, no pickle"),
+            NotAPickle::Known(format) if top => self.report.skipped_because = Some(format),
             NotAPickle::Text | NotAPickle::Known(_) => {}
         }
     }
 
     /// A legacy torch file: five pickles and the storages' bytes.
     fn legacy(&mut self, data: &[u8], location: &str, depth: u32, top: bool) {
-        if top && !self.options.pickles_only && self.validated_load(data, None, location).is_some()
-        {
-            self.report.pickles += 5;
-            return;
+        if top && !self.options.pickles_only {
+            let accepted = self.validated_load(data, None, location).is_some();
+            // A listing walks an accepted file's pickles too, for their allowlisted globals.
+            if accepted && !self.options.list_allowlisted {
+                self.report.pickles += 5;
+                return;
+            }
         }
         let s = self.stream(data, location, depth, IdFormat::Legacy, Some(5));
         if s.problem.is_none() && s.pickles < 5 {
@@ -382,6 +430,9 @@ fn nested(parent: &str, name: &str) -> String {
 }
 
 const NESTED: &str = " > ";
+
+/// How a Git LFS pointer file starts.
+const GIT_LFS_POINTER: &[u8] = b"version https://git-lfs.github.com/spec/";
 
 /// Scan a whole file's bytes.
 pub fn scan_bytes(data: &[u8], options: &ScanOptions) -> Report {

@@ -2,7 +2,8 @@
 
 use crate::archive::streams::Compression;
 
-/// A global outside the allowlist, where it was found.
+/// A global a pickle names, where it was found: in a report's findings, one
+/// outside the allowlist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// `module.name`, or a `<...>` description of a global without a name.
@@ -116,6 +117,13 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// How many pickles were read.
     pub pickles: u32,
+    /// The globals inside the allowlist, when the scan lists them
+    /// ([`super::ScanOptions::list_allowlisted`]): with the findings, every
+    /// global the pickles import.
+    pub allowlisted: Option<Vec<Finding>>,
+    /// What a file that holds no pickle and is no model format is (text, a
+    /// PNG image...): why it is skipped.
+    pub skipped_because: Option<&'static str>,
 }
 
 impl Report {

@@ -37,21 +37,24 @@ pub struct StreamScan {
 struct Run {
     result: Result<usize, Error>,
     findings: Vec<Finding>,
+    /// The globals inside the allowlist, when listed.
+    allowed: Vec<Finding>,
     payloads: Vec<(u64, Vec<u8>)>,
     divergences: Vec<Divergence>,
 }
 
-fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -> Run {
+fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat, list: bool) -> Run {
     // The opcode walk answers only where its answer is the VM's (same end, same
     // globals at the same offsets); it knows torch zip persistent ids only. A
     // pickle with a global outside the allowlist runs in the VM too, for the
     // bytes its refused calls would unpickle.
     if format == IdFormat::Zip {
-        if let Some(walk) = walker::walk(data, user, limits) {
+        if let Some(walk) = walker::walk(data, user, limits, list) {
             if walk.found.is_empty() {
                 return Run {
                     result: Ok(walk.end),
                     findings: Vec::new(),
+                    allowed: walk.allowed.into_iter().map(finding).collect(),
                     payloads: Vec::new(),
                     divergences: walk.divergences,
                 };
@@ -59,6 +62,7 @@ fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -
         }
     }
     let mut hooks = TorchHooks::new(Refusals::Record, user, *limits, format);
+    hooks.allowed = list.then(Vec::new);
     let mut arena = Arena::new(limits);
     let result =
         machine::run(data, &mut hooks, &mut arena, limits, StringEncoding::Utf8).map(|p| p.end);
@@ -68,6 +72,7 @@ fn run_one(data: &[u8], user: &UserGlobals, limits: &Limits, format: IdFormat) -
     Run {
         result,
         findings: hooks.found.into_iter().map(finding).collect(),
+        allowed: hooks.allowed.into_iter().flatten().map(finding).collect(),
         payloads,
         divergences: hooks.divergences,
     }
@@ -101,11 +106,17 @@ pub fn scan_stream(
     let wanted = max_pickles.unwrap_or(MAX_PICKLES);
     while (pickles as usize) < wanted {
         let rest = data.get(pos..).unwrap_or_default();
-        let run = run_one(rest, user, limits, format);
-        for mut f in run.findings {
+        let run = run_one(rest, user, limits, format, report.allowlisted.is_some());
+        let placed = |mut f: Finding| {
             f.offset = f.offset.saturating_add(pos as u64);
             f.location = location.to_owned();
-            report.add(f);
+            f
+        };
+        for f in run.findings {
+            report.add(placed(f));
+        }
+        if let Some(listed) = report.allowlisted.as_mut() {
+            listed.extend(run.allowed.into_iter().map(placed));
         }
         let here = pos as u64;
         payloads.extend((run.payloads.into_iter()).map(|(at, b)| (at.saturating_add(here), b)));
@@ -179,6 +190,27 @@ pub fn scan_stream(
         problem,
         payloads,
     }
+}
+
+/// The globals of the pickle an unpickler would read from the start of `data`,
+/// which need not be a pickle at all: where that reading breaks is no problem,
+/// nothing after the break is swept, and only names a module could have count
+/// (a line of a header and tensor bytes read as GLOBAL's names imports nothing).
+/// A reading that goes on until a limit stops it is returned: past the limit,
+/// an unpickler could still reach a global.
+pub fn scan_leading_pickle(
+    data: &[u8],
+    location: &str,
+    user: &UserGlobals,
+    limits: &Limits,
+    report: &mut Report,
+) -> Option<Error> {
+    let run = run_one(data, user, limits, IdFormat::Zip, false);
+    for mut f in (run.findings.into_iter()).filter(|f| is_identifier_path(&f.name)) {
+        f.location = location.to_owned();
+        report.add(f);
+    }
+    run.result.err().filter(Error::is_limit)
 }
 
 /// After a break, walk the remaining bytes as opcodes (skipping bytes that are no
@@ -272,19 +304,16 @@ fn record(
     report: &mut Report,
 ) {
     let (module, name) = policy::map_py2(module, name);
-    if matches!(
-        policy::resolve(&module, &name, user),
-        policy::Resolution::Allowed(_)
-    ) {
-        return;
-    }
-    let dangerous = policy::is_dangerous(&module, &name);
-    report.add(Finding {
-        name: format!("{module}.{name}"),
-        module_len: module.len(),
-        dangerous,
+    let found = Finding {
         location: location.to_owned(),
-        offset: offset as u64,
-        wrappers: Vec::new(),
-    });
+        ..finding(FoundGlobal::new(&module, &name, offset as u64))
+    };
+    match policy::resolve(&module, &name, user) {
+        policy::Resolution::Allowed(_) => {
+            if let Some(listed) = report.allowlisted.as_mut() {
+                listed.push(found);
+            }
+        }
+        _ => report.add(found),
+    }
 }

@@ -69,6 +69,8 @@ fn unicode_width(op: u8) -> Option<u8> {
 /// The walk of one pickle: the globals outside the allowlist, and where it ended.
 pub struct Walk {
     pub found: Vec<FoundGlobal>,
+    /// The globals inside it, when the walk was asked to list them.
+    pub allowed: Vec<FoundGlobal>,
     /// Offset just past STOP.
     pub end: usize,
     pub divergences: Vec<Divergence>,
@@ -84,10 +86,12 @@ struct Walker<'u> {
     payload: u64,
     items: u64,
     found: Vec<FoundGlobal>,
+    allowed: Option<Vec<FoundGlobal>>,
 }
 
 /// Walk the pickle at the start of `data`; `None` when only the VM can tell.
-pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
+/// `list_allowed` lists the globals inside the allowlist too.
+pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits, list_allowed: bool) -> Option<Walk> {
     if data.len() as u64 > limits.max_pickle_bytes {
         return None;
     }
@@ -99,12 +103,14 @@ pub fn walk(data: &[u8], user: &UserGlobals, limits: &Limits) -> Option<Walk> {
         payload: 0,
         items: 0,
         found: Vec::new(),
+        allowed: list_allowed.then(Vec::new),
     };
     let mut decoder = Decoder::new(data, limits);
     decoder.read_on_as_c();
     decoder.run(&mut walker).ok()?;
     Some(Walk {
         found: walker.found,
+        allowed: walker.allowed.unwrap_or_default(),
         end: decoder.position(),
         divergences: decoder.divergences().to_vec(),
     })
@@ -166,7 +172,11 @@ impl Walker<'_> {
 
     fn global(&mut self, module: &str, name: &str, at: usize) -> Shadow {
         let (module, name) = policy::map_py2(module, name);
-        match policy::resolve(&module, &name, self.user) {
+        let resolution = policy::resolve(&module, &name, self.user);
+        if let (Some(allowed), Resolution::Allowed(_)) = (&mut self.allowed, &resolution) {
+            allowed.push(FoundGlobal::new(&module, &name, at as u64));
+        }
+        match resolution {
             Resolution::Allowed(Global::Builtin(Builtin::OrderedDict | Builtin::Counter)) => {
                 Shadow::DICT_CLASS
             }

@@ -157,7 +157,7 @@ impl Scan<'_> {
         let loadable = inflated_by_load.is_some();
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
         for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
-            if loadable && layout.is_main_pickle(&entry.name) {
+            if loadable && layout.is_main_pickle(&entry.name) && !self.options.list_allowlisted {
                 self.report.pickles += 1;
                 continue;
             }

@@ -44,6 +44,8 @@ pub struct TorchHooks<'u> {
     /// no persistent_load), and pickles outside any checkpoint.
     no_storages: Option<&'static str>,
     pub found: Vec<FoundGlobal>,
+    /// The globals inside the allowlist, when a scan lists them.
+    pub allowed: Option<Vec<FoundGlobal>>,
     /// With refusals recorded: the bytes handed to a refused callable, by node
     /// (once each), with where the call was. `pickle.loads(b'...')`,
     /// `torch.load(io.BytesIO(b'...'))` and their kin unpickle them: a scan reads
@@ -73,6 +75,7 @@ impl<'u> TorchHooks<'u> {
             id_format,
             no_storages: None,
             found: Vec::new(),
+            allowed: None,
             payloads: Vec::new(),
             divergences: Vec::new(),
             encoded: HashMap::new(),
@@ -628,6 +631,9 @@ impl Hooks for TorchHooks<'_> {
     ) -> Result<NodeId, Error> {
         let (module, name) = policy::map_py2(module, name);
         let resolution = policy::resolve(&module, &name, self.user);
+        if let (Some(allowed), Resolution::Allowed(_)) = (&mut self.allowed, &resolution) {
+            allowed.push(FoundGlobal::new(&module, &name, at.offset.unwrap_or(0)));
+        }
         // A name the scanner's denylist marks dangerous is never stubbed: a file
         // that names it is hostile, and stays refused.
         let stubs = (self.stubs.as_mut()).filter(|_| {

