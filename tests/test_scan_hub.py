@@ -235,7 +235,7 @@ def test_listing_changes_no_verdict_or_finding_on_any_corpus_or_fixture_file():
     from tensorplay import scanner
 
     files = sorted(MALICIOUS.iterdir()) + sorted(p for p in TORCH_FIXTURES.rglob("*") if p.is_file())
-    assert len(files) > 300
+    assert len(files) > 200  # the 228 corpus files and the committed fixtures
     for path in files:
         plain, listing = scanner.scan(path), scanner.scan(path, list_globals=True)
         assert (listing.verdict, listing.findings) == (plain.verdict, plain.findings), path
