@@ -63,7 +63,8 @@ _TYPE_TENSORDICT = "<class 'tensordict._td.TensorDict'>"
 _TYPE_LAZY_STACK = "<class 'tensordict._lazy.LazyStackedTensorDict'>"
 _TYPE_NON_TENSOR = "<class 'tensordict.tensorclass.NonTensorData'>"
 _TYPE_NON_TENSOR_STACK = "<class 'tensordict.tensorclass.NonTensorStack'>"
-_CLASS_RE = re.compile(r"<class '([A-Za-z_][\w.]*)'>")
+# A class's module and qualname; a class defined in a function has `<locals>` in it.
+_CLASS_RE = re.compile(r"<class '([A-Za-z_]\w*(?:\.(?:[A-Za-z_]\w*|<locals>))*)'>")
 
 
 # --- errors -------------------------------------------------------------------------
@@ -82,6 +83,28 @@ def _unsupported(where: str, message: str) -> BaseException:
 
 def _limit(where: str, limit: str, maximum: int) -> BaseException:
     return _core.error("limit", limit, entry=where, limit=limit, maximum=maximum)
+
+
+class NotAnArchiveError(_core.MalformedCheckpointError, ValueError):
+    """A prefix that is a file but not an archive: a ``ValueError``, as tensordict
+    documents it, and a malformed checkpoint, as every bad input is."""
+
+
+class PickleRefusedError(_core.UnsafeCheckpointError, RuntimeError):
+    """Pickled data with ``allow_pickle=False``: a ``RuntimeError``, as tensordict
+    documents it, and an unsafe checkpoint."""
+
+
+def _as(cls: type, error: BaseException) -> BaseException:
+    """``error`` (made by ``_core.error``, with its fields) as the subclass ``cls``."""
+    subclassed = cls(*error.args)
+    subclassed.__dict__.update(error.__dict__)
+    return subclassed
+
+
+def _not_an_archive(path: str) -> BaseException:
+    return _as(NotAnArchiveError,
+               _malformed(path, "a file, but not a zip archive (tensordict's archives and .tdz files are zips)"))
 
 
 # --- keys and file names --------------------------------------------------------------
@@ -116,12 +139,23 @@ def _names_for(key: Any, robust: bool, where: str) -> list[str]:
 
 
 def _subpath_keys(subpath: Any) -> tuple[str, ...]:
+    """tensordict's forms of a nested key: a "/"-separated str (empty parts dropped,
+    so "" is the whole tree) or a tuple of str, nested tuples flattened."""
     if subpath is None:
         return ()
-    keys = tuple(subpath.split("/")) if isinstance(subpath, str) else tuple(subpath)
+    if isinstance(subpath, str):
+        return tuple(part for part in subpath.split("/") if part)
+    keys: list[Any] = []
+    todo = [subpath] if isinstance(subpath, (tuple, list)) else []
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (tuple, list)):
+            todo.extend(reversed(item))
+        else:
+            keys.append(item)
     if not keys or not all(isinstance(k, str) for k in keys):
-        raise ValueError(f"subpath must be a '/'-separated str or a tuple of str, not {subpath!r}")
-    return keys
+        raise ValueError(f"subpath must be a '/'-separated str or a (nested) tuple of str, not {subpath!r}")
+    return tuple(keys)
 
 
 # --- what was found in the files --------------------------------------------------------
@@ -152,6 +186,8 @@ class _Level:
     entries: dict[str, Any]
     batch_size: tuple[int, ...]
     names: list[Any] | None = None
+    #: The device meta.json records, when it is the CPU the leaves are mapped on.
+    device: str | None = None
 
 
 @dataclass
@@ -225,10 +261,11 @@ class _Folder:
     no component below the prefix is ever a symbolic link, and only regular files
     are opened."""
 
-    def __init__(self, fd: int, where: str, writable: bool):
+    def __init__(self, fd: int, where: str, mode: str | None):
         self.fd = fd
         self.where = where
-        self.writable = writable
+        #: "r", "r+", or None: each file shared when the process can write it.
+        self.mode = mode
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -269,7 +306,7 @@ class _Folder:
             fd = os.open(name, flags, dir_fd=self.fd)
         except OSError as e:
             raise self._open_error(name, e) from None
-        return _Folder(fd, self.path(name), self.writable)
+        return _Folder(fd, self.path(name), self.mode)
 
     def open_file(self, name: str, write: bool = False) -> tuple[int, int]:
         """A descriptor of the regular file ``name`` and its size."""
@@ -280,9 +317,9 @@ class _Folder:
         flags = (os.O_RDWR if write else os.O_RDONLY) | _O_NOFOLLOW | _O_EXTRA
         try:
             fd = os.open(name, flags, dir_fd=self.fd)
-        except PermissionError:
-            raise
         except OSError as e:
+            if write and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise PermissionError(e.errno, f"cannot open for writing: {e.strerror}", self.path(name)) from None
             raise self._open_error(name, e) from None
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
@@ -315,15 +352,22 @@ class _Folder:
             os.close(fd)
 
     def leaf(self, leaf: _Leaf, name: str, nbytes: int, meta_only: bool) -> None:
-        """Check the leaf file's size and map it (copy-on-write, or shared for r+)."""
-        fd, size = self.open_file(name, write=self.writable and not meta_only)
+        """Check the leaf file's size and map it: shared with "r+" (and, with mode
+        None, when the process can write the file), else copy-on-write."""
+        shared = not meta_only and self.mode != "r"
+        try:
+            fd, size = self.open_file(name, write=shared)
+        except PermissionError:
+            if self.mode == "r+":
+                raise
+            shared = False
+            fd, size = self.open_file(name)
         try:
             if size < nbytes:
                 raise _malformed(self.path(name), f"the file has {size} bytes, meta.json declares {nbytes}")
             if meta_only or nbytes == 0:
                 return
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_COPY
-            leaf.buffer = mmap.mmap(fd, nbytes, access=access)
+            leaf.buffer = mmap.mmap(fd, nbytes, access=mmap.ACCESS_WRITE if shared else mmap.ACCESS_COPY)
         finally:
             os.close(fd)
 
@@ -341,7 +385,7 @@ class _Archive:
         self.limits = limits
         head = os.pread(fd, 4, 0)
         if head not in (b"PK\x03\x04", b"PK\x05\x06"):
-            raise _malformed(path, "neither a folder nor a zip archive")
+            raise _not_an_archive(path)
         self.entries: dict[str, dict] = {}
         self.dirs: set[str] = {""}
         for entry in _core.zip_entries(fd, limits=limits):
@@ -438,11 +482,14 @@ class _Reader:
 
     meta_only: bool
     robust: bool
-    allow_pickle: bool
+    #: True or None decode pickle sidecars (None: tensordict warns, and so do we); False refuses them.
+    allow_pickle: bool | None
     limits: dict[str, int]
     user: tuple[list[str], list[Any]] = field(default_factory=lambda: ([], []))
     #: Pickle sidecars stand a tensorplay.Stub in for globals outside the allowlist.
     stub: bool = False
+    #: The pickle sidecars decoded.
+    decoded: list[str] = field(default_factory=list)
 
     @property
     def max_bytes(self) -> int:
@@ -498,7 +545,7 @@ class _Reader:
                 entries[key] = self.level(self.open_child(folder, key), depth + 1)
             else:
                 raise _malformed(where, f"entry {key!r} is neither a tensor nor a nested collection")
-        return _Level(entries, batch, names)
+        return _Level(entries, batch, names, "cpu" if meta.get("device") == "cpu" else None)
 
     def open_child(self, folder: Any, key: str) -> Any:
         names = _names_for(key, self.robust, folder.path("meta.json"))
@@ -608,11 +655,12 @@ class _Reader:
         where = folder.path(name)
         if not folder.has(name):
             raise _malformed(where, "missing pickle sidecar")
-        if not self.allow_pickle:
-            raise _unsafe(where, "pickled data: pickle can run code, so it is refused. Pass allow_pickle=True "
-                                 "to decode it with tensorplay's restricted pickle VM (no code runs; only "
-                                 "allowlisted globals are built)")
+        if self.allow_pickle is False:
+            raise _as(PickleRefusedError, _unsafe(
+                where, "pickled data, and allow_pickle=False. Pass allow_pickle=True to decode it with tensorplay's "
+                       "restricted pickle VM (no code runs; only allowlisted globals are built)"))
         data = folder.read(name, self.max_bytes)
+        self.decoded.append(where)
         names, objects = self.user
         limits = _limits.merged(None)
         value = _core.loads(data, name=where, user_names=names, user_objects=objects, limits=limits, stub=self.stub)
@@ -654,6 +702,10 @@ class _Builder:
     user: tuple[list[str], list[Any]]
     #: Under a torch FakeTensorMode: fake tensors, and no file read.
     fake: bool = False
+    non_blocking: bool = False
+    #: The device each TensorDict gets: the one asked for ("meta" included), else
+    #: the one its meta.json records.
+    td_device: Any = None
 
     def build(self, node: Any) -> Any:
         if isinstance(node, _Leaf):
@@ -678,9 +730,15 @@ class _Builder:
         from tensordict import TensorDict
 
         kwargs = {"names": level.names} if level.names is not None else {}
-        out = TensorDict({}, batch_size=level.batch_size, **kwargs)
+        device = self.td_device if self.td_device is not None else level.device
+        out = TensorDict({}, batch_size=level.batch_size, device=device, **kwargs)
         for key, value in built.items():
-            if isinstance(level.entries[key], _NonTensor):
+            entry = level.entries[key]
+            if isinstance(entry, _NonTensor) and entry.stack:
+                from tensordict import NonTensorStack
+
+                out.set(key, NonTensorStack.from_list(value))
+            elif isinstance(entry, _NonTensor):
                 out.set_non_tensor(key, value)
             else:
                 out.set(key, value)
@@ -725,7 +783,7 @@ class _Builder:
             tensor = torch.empty(shape, dtype=dtype)
         else:
             tensor = torch.frombuffer(leaf.buffer, dtype=dtype, count=numel, offset=offset).view(shape)
-        return tensor if self.device is None else tensor.to(self.device)
+        return tensor if self.device is None else tensor.to(self.device, non_blocking=self.non_blocking)
 
     def nested(self, leaf: _Leaf) -> Any:
         """A jagged tensor: a nested tensor viewing the file (torch), else a list of
@@ -750,7 +808,7 @@ class _Builder:
         strides = torch.tensor([_contiguous(s) for s in leaf.nested], dtype=torch.int64)
         starts = torch.tensor([(o - leaf.offset) // size for o in offsets], dtype=torch.int64)
         tensor = torch._nested_view_from_buffer(buffer, sizes, strides, starts)
-        return tensor if self.device is None else tensor.to(self.device)
+        return tensor if self.device is None else tensor.to(self.device, non_blocking=self.non_blocking)
 
 
 # --- the entry point ------------------------------------------------------------------------
@@ -759,6 +817,12 @@ def _resolve_device(device: Any, backend: str) -> tuple[bool, Any]:
     """(meta_only, device to copy leaves to, or None to keep them mapped)."""
     if device is None:
         return False, None
+    if isinstance(device, int) and not isinstance(device, bool):
+        if backend == "numpy":
+            raise ValueError(f"the numpy backend loads onto the CPU only; device={device!r} needs backend='torch'")
+        import torch
+
+        device = torch.device(device)  # a CUDA index, as torch reads one
     name = str(device)
     if name == "meta":
         return True, None
@@ -805,52 +869,70 @@ def _descend(folder: Any, keys: tuple[str, ...], robust: bool, subpath: Any) -> 
 def load_memmap(
     prefix: str | os.PathLike[str],
     device: Any = None,
+    non_blocking: bool = False,
     *,
+    out: Any = None,
+    robust_key: bool | None = True,
     subpath: Any = None,
     mode: Literal["r", "r+"] | None = None,
     num_threads: int = 0,
     allow_pickle: bool | None = None,
-    robust_key: bool | None = True,
     backend: Literal["torch", "numpy"] | None = None,
     as_tensordict: bool = False,
     unknown_globals: Literal["error", "stub"] = "error",
 ) -> Any:
     """Load a TensorDict memmap folder or archive (``memmap()``, ``save()``, ``.tdz``)
-    without tensordict and without running code from it.
+    without tensordict and without running code from it. The parameters up to
+    ``allow_pickle`` are ``TensorDictBase.load_memmap``'s.
 
     Args:
         prefix: the folder, or the zip / ``.tdz`` archive.
         device: None (or ``"cpu"``) keeps every leaf a lazy view of its file;
             ``"meta"`` reads no payload byte and gives ``TensorSpec`` records (numpy)
-            or meta tensors (torch); another device copies the leaves there (torch).
-            Under a torch ``FakeTensorMode`` the leaves are fake tensors, and no
-            payload is read either.
-        subpath: ``"a/b"`` or ``("a", "b")``: load only that nested tensordict; only
-            its files are opened.
-        mode: ``"r"`` (the default: private copy-on-write mappings; writes never reach
-            the files) or ``"r+"`` (shared mappings: in-place writes reach the files;
-            refused for compressed or unaligned archive entries).
-        num_threads: threads that decompress the compressed entries of an archive
-            (in Rust, with the GIL released); 0 decompresses them one after another.
-        allow_pickle: pickle sidecars are refused unless True; then they are decoded by
-            tensorplay's restricted VM with the safe-globals allowlist.
+            or meta tensors (torch); another device (a ``torch.device``, a string, or
+            an int: a CUDA index) copies the leaves there (torch). Under a torch
+            ``FakeTensorMode`` the leaves are fake tensors, and no payload is read.
+        non_blocking: passed to the copies to ``device``.
+        out: a tensordict to load into (torch, with tensordict installed): its
+            nested tensordicts are reused, its leaves replaced, its keys absent from
+            the saved data removed; a device on ``out`` is used, another ``device``
+            raises ``ValueError``. With the numpy backend, a nested dict, filled the
+            same way. ``out`` is returned.
         robust_key: True (or None) reads tensordict's percent-encoded file names, and
             the plain names of keys that are safe file names; False the plain names only.
+        subpath: ``"a/b"`` or ``("a", "b")``: load only that nested tensordict (or a
+            tensorclass's entry, as ``obj.get(key)`` reaches it); only its files are opened.
+        mode: ``"r"``: private copy-on-write mappings, writes never reach the files.
+            ``"r+"``: shared mappings, in-place writes reach the files (a file the
+            process cannot write raises ``PermissionError``; refused for compressed
+            or unaligned archive entries). None (the default, as in tensordict): an
+            archive as ``"r"``, each file of a folder as ``"r+"`` when the process
+            can write it and as ``"r"`` otherwise.
+        num_threads: threads that decompress the compressed entries of an archive
+            (in Rust, with the GIL released); 0 decompresses them one after another.
+        allow_pickle: pickle sidecars (non-tensor data tensordict pickled) are
+            decoded by tensorplay's restricted VM with the safe-globals allowlist,
+            never by pickle: with True, or with None and a ``FutureWarning`` (as
+            tensordict warns: its default becomes False in 0.16). False refuses
+            them (``UnsafeCheckpointError``, a ``RuntimeError``).
         backend: ``"numpy"``, ``"torch"``, or None for torch when it is installed.
         as_tensordict: return a ``TensorDict`` (needs tensordict and the torch backend).
-        unknown_globals: ``"stub"`` decodes pickle sidecars (with ``allow_pickle=True``)
-            as ``tensorplay.load`` does in stub mode: a global outside the allowlist
-            becomes an inert ``tensorplay.Stub``; ``"error"`` refuses it.
+        unknown_globals: ``"stub"`` decodes pickle sidecars as ``tensorplay.load``
+            does in stub mode: a global outside the allowlist becomes an inert
+            ``tensorplay.Stub``; ``"error"`` refuses it.
 
-    Returns nested dicts of arrays or tensors; lazy stacks become lists, non-tensor
-    data its value, a jagged tensor a nested tensor (torch) or a list of its
-    components (numpy, meta), and a tensorclass its allowlisted class or a dict.
+    Returns nested dicts of arrays or tensors (or ``out``); lazy stacks become
+    lists, non-tensor data its value, a jagged tensor a nested tensor (torch) or a
+    list of its components (numpy, meta), and a tensorclass its allowlisted class
+    or a dict. With ``as_tensordict``, tensordict's own types.
 
     Raises:
         tensorplay.CheckpointError: a subclass naming the file, for a bad or unsafe tree.
         FileNotFoundError: ``prefix`` does not exist.
         PermissionError: ``mode="r+"`` and a file the process cannot write.
-        ValueError: a bad argument, or a ``subpath`` that names no saved tensordict.
+        ValueError: a bad argument, a ``prefix`` that is a file but no archive
+            (``NotAnArchiveError``, also a ``MalformedCheckpointError``), a ``subpath``
+            that names no saved tensordict, or a ``device`` other than ``out``'s.
     """
     from .serialization import _fake_mode_active, _resolve_backend
 
@@ -858,39 +940,99 @@ def load_memmap(
         raise ValueError(f"mode must be None, 'r' or 'r+', not {mode!r}")
     if type(num_threads) is not int or num_threads < 0:
         raise ValueError(f"num_threads must be a non-negative int, not {num_threads!r}")
+    if allow_pickle is not None and not isinstance(allow_pickle, bool):
+        raise TypeError(f"allow_pickle must be a bool or None, not {allow_pickle!r}")
+    if unknown_globals not in ("error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
+    backend = _resolve_backend(backend)
+    if out is not None and not isinstance(out, dict):
+        as_tensordict = True
+        device = _out_device(out, device)
     if as_tensordict:
         _require_tensordict()
-    backend = _resolve_backend(backend)
-    if as_tensordict and backend != "torch":
-        raise ValueError("as_tensordict=True needs backend='torch'")
+        if backend != "torch":
+            raise ValueError("as_tensordict=True (or a tensordict as out) needs backend='torch'")
     fake = backend == "torch" and _fake_mode_active()
     meta_only, copy_to = (True, None) if fake else _resolve_device(device, backend)
-    writable = mode == "r+"
     keys = _subpath_keys(subpath)
     robust = robust_key is None or bool(robust_key)
     if not _O_NOFOLLOW:
         raise _unsupported(os.fspath(prefix), "this platform cannot open files without following links")
     user = _allowlist.resolved()
-    if unknown_globals not in ("error", "stub"):
-        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
-    reader = _Reader(meta_only, robust, allow_pickle is True, _limits.default_limits(), user,
+    reader = _Reader(meta_only, robust, allow_pickle, _limits.default_limits(), user,
                      stub=unknown_globals == "stub")
     with _stub.warning():
-        tree = _read_tree(reader, prefix, keys, robust, subpath, writable, num_threads)
-    builder = _Builder(backend, meta_only, copy_to, as_tensordict, user, fake)
-    return builder.build(tree)
+        tree = _read_tree(reader, prefix, keys, robust, subpath, mode, num_threads)
+    if allow_pickle is None and reader.decoded:
+        import warnings
+
+        warnings.warn(f"load_memmap decoded pickled non-tensor data ({', '.join(reader.decoded)}) with tensorplay's "
+                      "restricted pickle VM: no code ran. tensordict's load_memmap runs pickle there, and its default "
+                      "becomes allow_pickle=False in TensorDict 0.16: pass allow_pickle=True to keep loading it.",
+                      FutureWarning, stacklevel=2)
+    td_device = copy_to if copy_to is not None else ("meta" if meta_only and not fake else None)
+    builder = _Builder(backend, meta_only, copy_to, as_tensordict, user, fake, non_blocking, td_device)
+    loaded = builder.build(tree)
+    return loaded if out is None else _fill(out, loaded)
 
 
-def _read_tree(reader: _Reader, prefix: Any, keys: Any, robust: bool, subpath: Any, writable: bool,
+def _out_device(out: Any, device: Any) -> Any:
+    """The device a load into ``out`` uses: ``out``'s when it has one (another one
+    is a ValueError; a device type without an index matches any index of it)."""
+    import torch
+
+    have = getattr(out, "device", None)
+    if have is None:
+        return device
+    if device is not None:
+        want = torch.device(device)
+        if want.type != have.type or (want.index is not None and have.index is not None and want.index != have.index):
+            raise ValueError(f"cannot load a tensordict on device {want} into a tensordict on device {have}")
+    return have
+
+
+def _fill(out: Any, loaded: Any) -> Any:
+    """Load ``loaded`` into ``out`` as tensordict does: nested collections reused,
+    leaves replaced, keys the saved data lacks removed. ``out`` is returned."""
+    if isinstance(out, dict):
+        for key in [k for k in out if k not in loaded]:
+            del out[key]
+        for key, value in loaded.items():
+            current = out.get(key)
+            if isinstance(value, dict) and isinstance(current, dict):
+                _fill(current, value)
+            else:
+                out[key] = value
+        return out
+    from tensordict import is_non_tensor, is_tensor_collection, is_tensorclass
+
+    target = out._tensordict if is_tensorclass(out) else out
+    source = loaded._tensordict if is_tensorclass(loaded) else loaded
+    for key in [k for k in target.keys() if k not in source.keys()]:
+        target.del_(key)
+    for key in source.keys():
+        value = source._get_str(key, None)
+        current = target._get_str(key, None)
+        nested = is_tensor_collection(value) and not is_non_tensor(value)
+        if nested and current is not None and is_tensor_collection(current) and not is_non_tensor(current):
+            _fill(current, value)
+        else:
+            target._set_str(key, value, inplace=False, validated=True, non_blocking=False)
+    return out
+
+
+def _read_tree(reader: _Reader, prefix: Any, keys: Any, robust: bool, subpath: Any, mode: str | None,
                num_threads: int) -> Any:
     path = os.fspath(prefix)
-    fd, is_folder = _open_prefix(path, writable)
+    # An archive maps as "r" unless "r+" is asked for: one mapping of the whole
+    # file, whose payloads may be compressed or unaligned.
+    fd, is_folder = _open_prefix(path, mode == "r+")
     archive = None
     try:
         if is_folder:
-            root: Any = _Folder(fd, path, writable)
+            root: Any = _Folder(fd, path, mode)
         else:
-            archive = _Archive(path, fd, writable, _limits.merged(None))
+            archive = _Archive(path, fd, mode == "r+", _limits.merged(None))
             root = _ArchiveFolder(archive, "")
         tree = reader.level(_descend(root, keys, robust, subpath), 0)
         if archive is not None:

@@ -70,6 +70,7 @@ def tensordict_folders(path: str) -> None:
     assert_type(tree, Any)
     tensorplay.load_memmap(Path(path), "meta", subpath=("a", "b"), mode="r", backend="numpy", num_threads=2)
     tensorplay.load_memmap(path, mode="r+", backend="torch", allow_pickle=True)
+    tensorplay.load_memmap(path, 0, True, out={"a": None}, backend="numpy", allow_pickle=None)
     tensorplay.load_memmap(path, mode="w")  # type: ignore[arg-type]
     tensorplay.load_memmap(path, backend="jax")  # type: ignore[arg-type]
 
