@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from ._patch import patch_torch as patch_torch
     from ._patch import patched_torch as patched_torch
     from ._patch import unpatch_torch as unpatch_torch
+    from ._patch_tensordict import patch_tensordict as patch_tensordict
+    from ._patch_tensordict import patched_tensordict as patched_tensordict
+    from ._patch_tensordict import unpatch_tensordict as unpatch_tensordict
     from ._stub import Stub as Stub
     from ._stub import StubWarning as StubWarning
     from ._tensordict import load_memmap as load_memmap
@@ -64,6 +67,9 @@ _LAZY = {
     "patch_torch": ("_patch", "patch_torch"),
     "patched_torch": ("_patch", "patched_torch"),
     "unpatch_torch": ("_patch", "unpatch_torch"),
+    "patch_tensordict": ("_patch_tensordict", "patch_tensordict"),
+    "patched_tensordict": ("_patch_tensordict", "patched_tensordict"),
+    "unpatch_tensordict": ("_patch_tensordict", "unpatch_tensordict"),
     "load_memmap": ("_tensordict", "load_memmap"),
     "Stub": ("_stub", "Stub"),
     "StubWarning": ("_stub", "StubWarning"),
@@ -78,6 +84,9 @@ __all__ = [
     "patch_torch",
     "patched_torch",
     "unpatch_torch",
+    "patch_tensordict",
+    "patched_tensordict",
+    "unpatch_tensordict",
     "serialization",
     "add_safe_globals",
     "clear_safe_globals",
@@ -124,3 +133,8 @@ if "TENSORPLAY_PATCH_TORCH" in _os.environ:
     from ._patch import patch_from_environment as _patch_from_environment
 
     _patch_from_environment()
+
+if "TENSORPLAY_PATCH_TENSORDICT" in _os.environ:
+    from ._patch_tensordict import patch_from_environment as _patch_tensordict_from_environment
+
+    _patch_tensordict_from_environment()

@@ -121,6 +121,14 @@ def patching(path: str) -> None:
     tensorplay.unpatch_torch()
     with tensorplay.patched_torch():
         pass
+    tensorplay.patch_tensordict()
+    tensorplay.patch_tensordict(unknown_globals="stub")
+    tensorplay.unpatch_tensordict()
+    with tensorplay.patched_tensordict():
+        pass
+    with tensorplay.patched_tensordict(unknown_globals="error"):
+        pass
+    tensorplay.patch_tensordict(unknown_globals="yes")  # type: ignore[arg-type]
 
 
 def limits() -> None:
