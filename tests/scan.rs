@@ -1053,3 +1053,15 @@ fn a_safetensors_file_that_is_also_a_pickle_is_read_as_both() {
     assert_eq!(r.verdict(), Verdict::Unreadable);
     assert_eq!(r.problems[0].kind, "limit");
 }
+
+#[test]
+fn a_tar_whose_first_member_name_is_a_pickle_is_read_as_both() {
+    let polyglot = include_bytes!("malicious/files/tar_polyglot.tar");
+    let r = scan(polyglot);
+    assert_eq!(r.format.name(), "tar");
+    assert_eq!(names(&r), ["os.system"]);
+    assert!(
+        r.findings[0].wrappers.is_empty(),
+        "the file itself, not a member"
+    );
+}

@@ -3,6 +3,7 @@
 use crate::archive::sevenzip::is_7z;
 use crate::archive::streams::Compression;
 use crate::archive::tar::is_tar;
+use crate::pickle::opcodes;
 use crate::torch::legacy;
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
@@ -45,6 +46,25 @@ impl Kind {
         } else {
             Kind::Pickle
         }
+    }
+}
+
+impl Kind {
+    /// Whether bytes of this kind also need reading as the pickle an unpickler
+    /// would run from their first byte: they start with an opcode, and no other
+    /// reading covers them. Pickles and legacy torch files are read as pickles
+    /// anyway, and zlib and LZMA-alone (whose magic is weak) both ways; a zip's
+    /// `PK` is a persistent id that only a loader opening zips first resolves.
+    pub fn also_read_as_a_pickle(self, data: &[u8]) -> bool {
+        let starts_with_an_opcode = data.first().is_some_and(|op| opcodes::info(*op).is_some());
+        starts_with_an_opcode
+            && !matches!(
+                self,
+                Kind::Pickle
+                    | Kind::TorchLegacy
+                    | Kind::Zip
+                    | Kind::Compressed(Compression::Zlib | Compression::LzmaAlone)
+            )
     }
 }
 

@@ -151,8 +151,30 @@ impl<'o> Scan<'o> {
             Kind::Compressed(c) => self.compressed(c, data, location, depth, top),
             Kind::Pickle => self.pickle(data, location, depth, top),
         }
+        if kind.also_read_as_a_pickle(data) {
+            self.leading_pickle(data, location);
+        }
         if kind != Kind::Zip {
             self.trailing_zip(data, location, depth);
+        }
+    }
+
+    /// Bytes of another format whose first byte is an opcode (a tar's first member
+    /// name, a safetensors header's length, bzip2's and zstd's magic) may also be a
+    /// pickle, and a loader that unpickles them runs what that reading names. Its
+    /// globals are reported; a reading stopped by a limit could go on, and is never
+    /// passed over.
+    fn leading_pickle(&mut self, data: &[u8], location: &str) {
+        let options = self.options;
+        let stopped = stream::scan_leading_pickle(
+            data,
+            location,
+            &options.user_globals,
+            &options.limits,
+            &mut self.report,
+        );
+        if let Some(e) = stopped {
+            self.stop_short(location, format!("read as a pickle from byte 0: {e}"));
         }
     }
 
@@ -209,23 +231,10 @@ impl<'o> Scan<'o> {
         }
     }
 
-    /// A safetensors file: its header checked as a reader checks it. Bytes that
-    /// start like a header may also be a pickle an unpickler runs from byte 0
-    /// (a polyglot): the globals of that reading are reported too.
+    /// A safetensors file: its header checked as a reader checks it.
     fn safetensors(&mut self, data: &[u8], location: &str) {
         if let Some((kind, reason)) = safetensors::header_problem(data) {
             self.problem(location, kind, reason);
-        }
-        let options = self.options;
-        let stopped = stream::scan_leading_pickle(
-            data,
-            location,
-            &options.user_globals,
-            &options.limits,
-            &mut self.report,
-        );
-        if let Some(e) = stopped {
-            self.stop_short(location, format!("read as a pickle from byte 0: {e}"));
         }
     }
 

@@ -778,6 +778,10 @@ def scanner_evasion(c: Corpus) -> None:
     fam = "scanner_evasion"
     add = c.add
 
+    add("tar_polyglot.tar", fam,
+        "a valid tar archive whose first member's name is a pickle that runs os.system: pickle.load reads "
+        "the file from its first byte, the name, and stops at its STOP (a load refuses tar checkpoints)",
+        UNSUPPORTED, tar_archive([("cos\nsystem\n(S'" + TOUCH + "'\ntR.", b"weights")]), ["os.system"])
     add("safetensors_polyglot.bin", fam,
         "a valid safetensors file (header, offsets and all) that pickle also runs from byte 0: "
         "the header's length is a BINBYTES opcode that jumps into a NONE sled in the metadata, "
