@@ -47,11 +47,31 @@ def has_torch() -> bool:
 
 @pytest.fixture(autouse=True)
 def _empty_allowlist():
+    """Each test starts with no safe globals of tensorplay's, and torch's as torch
+    registers them: importing tensordict adds its own to torch's (among them `dict`
+    under another name, which lets torch's weights-only loader BUILD on any dict),
+    and the tests that hold tensorplay to torch compare against torch as it ships."""
     import tensorplay
 
-    tensorplay.clear_safe_globals()
+    def reset() -> None:
+        tensorplay.clear_safe_globals()
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        registered = torch.serialization.get_safe_globals()
+        kept = [entry for entry in registered if not _registered_by_tensordict(entry)]
+        if len(kept) != len(registered):
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(kept)
+
+    reset()
     yield
-    tensorplay.clear_safe_globals()
+    reset()
+
+
+def _registered_by_tensordict(entry) -> bool:
+    name = entry[1] if isinstance(entry, tuple) else f"{entry.__module__}.{entry.__qualname__}"
+    return name.startswith("tensordict.")
 
 
 # --- a test the test command skips for a missing dependency fails instead ---------
