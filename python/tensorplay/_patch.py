@@ -63,8 +63,19 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
                                   pickle_load_args, stub=True, api="torch")
 
 
-def _stub_from_environment() -> bool:
-    return os.environ.get("TENSORPLAY_UNKNOWN_GLOBALS", "").strip().lower() == "stub"
+def stubs_for_patch(unknown_globals: str | None) -> bool:
+    """Whether a patched loader stands stubs in: ``unknown_globals`` says so, or,
+    when it is None, ``TENSORPLAY_UNKNOWN_GLOBALS=stub`` does. Shared by every patch."""
+    if unknown_globals not in (None, "error", "stub"):
+        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
+    if unknown_globals is None:
+        return os.environ.get("TENSORPLAY_UNKNOWN_GLOBALS", "").strip().lower() == "stub"
+    return unknown_globals == "stub"
+
+
+def switched_on(variable: str) -> bool:
+    """Whether an environment switch such as ``TENSORPLAY_PATCH_TORCH`` is on."""
+    return os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def patch_torch(unknown_globals: str | None = None) -> None:
@@ -77,9 +88,7 @@ def patch_torch(unknown_globals: str | None = None) -> None:
     global _original
     import torch
 
-    if unknown_globals not in (None, "error", "stub"):
-        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
-    stub = unknown_globals == "stub" or (unknown_globals is None and _stub_from_environment())
+    stub = stubs_for_patch(unknown_globals)
     with _lock:
         if _original is not None:
             return
@@ -129,5 +138,5 @@ def patched_torch(unknown_globals: str | None = None) -> Iterator[None]:
 
 def patch_from_environment() -> None:
     """``TENSORPLAY_PATCH_TORCH=1`` patches torch when tensorplay is imported."""
-    if os.environ.get("TENSORPLAY_PATCH_TORCH", "").strip().lower() in ("1", "true", "yes", "on"):
+    if switched_on("TENSORPLAY_PATCH_TORCH"):
         patch_torch()

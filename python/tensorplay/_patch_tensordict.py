@@ -37,15 +37,13 @@ from typing import Any, Literal
 _lock = threading.Lock()
 #: The patched functions and their original code; None when not patched.
 _patched: list[tuple[types.FunctionType, types.CodeType]] | None = None
-#: The original loader, rebuilt from its code: what a call runs when it is not
-#: routed (not patched, or a self-reload).
-_original: types.FunctionType | None = None
 _unknown_globals = "error"
 #: Set while tensordict's own loader runs (a self-reload): its nested calls of
 #: ``TensorDict.load_memmap`` stay tensordict's too.
 _in_original: contextvars.ContextVar[bool] = contextvars.ContextVar("tensorplay_td_original", default=False)
 
-_TRUE = ("1", "true", "yes", "on")
+#: tensordict's own code of load_memmap, kept once patched: what a call that is not
+#: routed runs (a self-reload, or a copy made while patched, called after unpatching).
 _ORIGINAL_CODE: types.CodeType | None = None
 #: The functions of tensordict that reload what they have just written.
 _SELF_RELOADERS = ("memmap", "memmap_like")
@@ -155,10 +153,6 @@ def _functions_under(value: Any) -> Iterator[types.FunctionType]:
         value = getattr(value, "__wrapped__", None)
 
 
-def _stub_from_environment() -> bool:
-    return os.environ.get("TENSORPLAY_UNKNOWN_GLOBALS", "").strip().lower() == "stub"
-
-
 def patch_tensordict(unknown_globals: Literal["error", "stub"] | None = None) -> None:
     """Make ``TensorDict.load_memmap``, ``TensorDict.load`` (and ``tensordict.load``,
     ``load_memmap_``) and the same methods of every tensorclass, defined before or
@@ -169,11 +163,10 @@ def patch_tensordict(unknown_globals: Literal["error", "stub"] | None = None) ->
     sidecars loaded with ``allow_pickle=True`` stand a ``tensorplay.Stub`` in for a
     global outside the allowlist instead of refusing the data. A patch already in
     place keeps its setting."""
-    global _patched, _original, _unknown_globals, _ORIGINAL_CODE
+    global _patched, _unknown_globals, _ORIGINAL_CODE
+    from ._patch import stubs_for_patch
 
-    if unknown_globals not in (None, "error", "stub"):
-        raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
-    stub = unknown_globals == "stub" or (unknown_globals is None and _stub_from_environment())
+    stub = stubs_for_patch(unknown_globals)
     with _lock:
         if _patched is not None:
             return
@@ -182,23 +175,17 @@ def patch_tensordict(unknown_globals: Literal["error", "stub"] | None = None) ->
             raise RuntimeError("tensorplay.patch_tensordict: tensordict's load_memmap is already routed")
         _check_signature(function)
         code = function.__code__
-        original = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
-                                      function.__closure__)
-        original.__kwdefaults__ = function.__kwdefaults__
-        original.__qualname__ = function.__qualname__
-        original.__module__ = function.__module__
         targets = _copies_of(function, code)
         for target in targets:
             target.__code__ = _TRAMPOLINE_CODE
         _ORIGINAL_CODE = code
-        _original = original
         _unknown_globals = "stub" if stub else "error"
         _patched = [(target, code) for target in targets]
 
 
 def unpatch_tensordict() -> None:
     """Give tensordict's loader back its original code."""
-    global _patched, _original
+    global _patched
     with _lock:
         if _patched is None:
             return
@@ -206,7 +193,6 @@ def unpatch_tensordict() -> None:
             if target.__code__ is _TRAMPOLINE_CODE:
                 target.__code__ = code
         _patched = None
-        _original = None
 
 
 def is_patched() -> bool:
@@ -227,30 +213,28 @@ def patched_tensordict(unknown_globals: Literal["error", "stub"] | None = None) 
 
 def patch_from_environment() -> None:
     """``TENSORPLAY_PATCH_TENSORDICT=1`` patches tensordict when tensorplay is imported."""
-    if os.environ.get("TENSORPLAY_PATCH_TENSORDICT", "").strip().lower() in _TRUE:
+    from ._patch import switched_on
+
+    if switched_on("TENSORPLAY_PATCH_TENSORDICT"):
         patch_tensordict()
 
 
 # --- a routed call ----------------------------------------------------------------------
 
 def _run_original(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    original = _original
-    if original is None:  # a copy made while patched, called after unpatching
-        original = _rebuilt_original()
+    """tensordict's own loader, made from its code with the patched function's
+    globals and defaults (which the code swap left as they were)."""
+    if _ORIGINAL_CODE is None:
+        raise RuntimeError("tensorplay.patch_tensordict: the original load_memmap is unknown")
+    function = _tensordict_function()
+    original = types.FunctionType(_ORIGINAL_CODE, function.__globals__, function.__name__, function.__defaults__,
+                                  function.__closure__)
+    original.__kwdefaults__ = function.__kwdefaults__
     token = _in_original.set(True)
     try:
         return original.__get__(cls)(*args, **kwargs)
     finally:
         _in_original.reset(token)
-
-
-def _rebuilt_original() -> types.FunctionType:
-    if _ORIGINAL_CODE is None:
-        raise RuntimeError("tensorplay.patch_tensordict: the original load_memmap is unknown")
-    function = _tensordict_function()
-    original = types.FunctionType(_ORIGINAL_CODE, function.__globals__, "load_memmap", function.__defaults__)
-    original.__kwdefaults__ = function.__kwdefaults__
-    return original
 
 
 def _is_self_reload() -> bool:
