@@ -132,3 +132,25 @@ def test_mode_none_shares_a_folder_and_copies_an_archive_as_tensordict_documents
     copy = tensorplay.load_memmap(archive)
     copy["a"][0] = 7.0
     assert archive.read_bytes() == before
+
+
+def test_what_tensordict_cannot_hold_and_a_wrong_out_are_clear_errors(saved, tmp_path):
+    import json
+
+    path, _ = saved
+    meta = json.loads((path / "meta.json").read_text())
+    meta["shape"] = [5]  # the leaves have 4 rows
+    (path / "meta.json").write_text(json.dumps(meta))
+    cannot_hold = r"cannot hold what meta.json describes.*batch"
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=cannot_hold) as info:
+        tensorplay.load_memmap(path, as_tensordict=True)
+    assert info.value.entry.endswith("meta.json")
+    with pytest.raises(TypeError, match="out must be a TensorDict or a tensorclass"):
+        tensorplay.load_memmap(path, out=[])
+    from tensordict import LazyStackedTensorDict
+
+    stack = LazyStackedTensorDict(TensorDict(a=torch.zeros(2), batch_size=[2]),
+                                  TensorDict(a=torch.ones(2), batch_size=[2]), stack_dim=0)
+    stack.memmap(tmp_path / "stack")
+    with pytest.raises(ValueError, match="out is a dict, but the saved data is a list"):
+        tensorplay.load_memmap(tmp_path / "stack", out={}, backend="numpy")

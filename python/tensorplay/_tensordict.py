@@ -185,6 +185,8 @@ class _Leaf:
 class _Level:
     entries: dict[str, Any]
     batch_size: tuple[int, ...]
+    #: Its meta.json, for errors.
+    where: str = ""
     names: list[Any] | None = None
     #: The device meta.json records, when it is the CPU the leaves are mapped on.
     device: str | None = None
@@ -545,7 +547,7 @@ class _Reader:
                 entries[key] = self.level(self.open_child(folder, key), depth + 1)
             else:
                 raise _malformed(where, f"entry {key!r} is neither a tensor nor a nested collection")
-        return _Level(entries, batch, names, "cpu" if meta.get("device") == "cpu" else None)
+        return _Level(entries, batch, where, names, "cpu" if meta.get("device") == "cpu" else None)
 
     def open_child(self, folder: Any, key: str) -> Any:
         names = _names_for(key, self.robust, folder.path("meta.json"))
@@ -731,17 +733,21 @@ class _Builder:
 
         kwargs = {"names": level.names} if level.names is not None else {}
         device = self.td_device if self.td_device is not None else level.device
-        out = TensorDict({}, batch_size=level.batch_size, device=device, **kwargs)
-        for key, value in built.items():
-            entry = level.entries[key]
-            if isinstance(entry, _NonTensor) and entry.stack:
-                from tensordict import NonTensorStack
+        try:
+            out = TensorDict({}, batch_size=level.batch_size, device=device, **kwargs)
+            for key, value in built.items():
+                entry = level.entries[key]
+                if isinstance(entry, _NonTensor) and entry.stack:
+                    from tensordict import NonTensorStack
 
-                out.set(key, NonTensorStack.from_list(value))
-            elif isinstance(entry, _NonTensor):
-                out.set_non_tensor(key, value)
-            else:
-                out.set(key, value)
+                    out.set(key, NonTensorStack.from_list(value))
+                elif isinstance(entry, _NonTensor):
+                    out.set_non_tensor(key, value)
+                else:
+                    out.set(key, value)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            # A batch size, names or shapes in meta.json that do not fit together.
+            raise _malformed(level.where, f"tensordict cannot hold what meta.json describes: {e}") from e
         return out
 
     def tensorclass(self, node: _TensorClass) -> Any:
@@ -946,6 +952,12 @@ def load_memmap(
         raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     backend = _resolve_backend(backend)
     if out is not None and not isinstance(out, dict):
+        _require_tensordict()
+        from tensordict import is_tensor_collection
+
+        if not is_tensor_collection(out):
+            raise TypeError(f"out must be a TensorDict or a tensorclass (a dict with the numpy backend), "
+                            f"not {type(out).__name__}")
         as_tensordict = True
         device = _out_device(out, device)
     if as_tensordict:
@@ -995,6 +1007,9 @@ def _fill(out: Any, loaded: Any) -> Any:
     """Load ``loaded`` into ``out`` as tensordict does: nested collections reused,
     leaves replaced, keys the saved data lacks removed. ``out`` is returned."""
     if isinstance(out, dict):
+        if not isinstance(loaded, dict):
+            raise ValueError(f"out is a dict, but the saved data is a {type(loaded).__name__} (a lazy stack loads as "
+                             "a list)")
         for key in [k for k in out if k not in loaded]:
             del out[key]
         for key, value in loaded.items():
