@@ -139,6 +139,7 @@ def test_a_config_file_of_its_own(folder, tmp_path):
     ('max-file-size = "big"\n', "not a size"),
     ('allow = ["os.system"]\n', "os.system"),
     ("allow = [\n", "cannot read the settings file"),
+    ("tool = 1\n", "unknown key 'tool'"),
 ])
 def test_a_bad_settings_file_is_refused_not_ignored(folder, tmp_path, text, message):
     bad = tmp_path / "scan.toml"

@@ -315,7 +315,9 @@ class Settings:
                 document = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise SettingsError(f"cannot read the settings file {path}: {e}") from None
-        table = document.get("tool", {}).get("tensorplay", {}).get("scan")
+        table: Any = document
+        for key in ("tool", "tensorplay", "scan"):
+            table = table.get(key) if isinstance(table, dict) else None
         if table is None:
             table = {} if os.path.basename(path) == "pyproject.toml" else document
         return cls._from_table(table, path)
