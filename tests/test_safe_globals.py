@@ -192,6 +192,27 @@ def test_an_allowlisted_function_cannot_be_used_as_a_class():
         tensorplay.load(_checkpoint(newobj_on_function), backend="numpy")
 
 
+@pytest.mark.parametrize(("pickled", "what", "cause"), [
+    # BUILD with a state WithSetState.__setstate__ cannot take (an int, not a dict)
+    (b"\x80\x02cfixture_classes\nWithSetState\n)\x81K\x07b.", "setting the state of a fixture_classes.WithSetState",
+     TypeError),
+    # NEWOBJ: Color.__new__(Color, 99), a value the enum does not have
+    (b"\x80\x02cfixture_classes\nColor\nKc\x85\x81.", "creating a fixture_classes.Color", ValueError),
+    # REDUCE: Point(1, 2, 3) is one argument too many
+    (b"\x80\x02cfixture_classes\nPoint\nK\x01K\x02K\x03\x87R.", "calling fixture_classes.Point", TypeError),
+], ids=["setstate", "new", "call"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
+def test_what_allowlisted_code_raises_for_a_file_is_an_unpickling_error(pickled, what, cause, backend):
+    """torch's weights-only loader turns any error into an UnpicklingError; so does
+    tensorplay, naming what the file made it run."""
+    with safe_globals([fixture_classes.Point, fixture_classes.WithSetState, fixture_classes.Color]):
+        with pytest.raises(tensorplay.MalformedCheckpointError) as refused:
+            tensorplay.load(_checkpoint(pickled), backend=backend)
+    assert isinstance(refused.value, pickle.UnpicklingError)
+    assert what in str(refused.value) and "data.pkl" in str(refused.value)
+    assert isinstance(refused.value.__cause__, cause)
+
+
 def test_bytes_loads_by_default_and_namespaces_by_preset():
     assert tensorplay.load(_checkpoint(pickle.dumps({"e": b""}, protocol=2)), backend="numpy") == {"e": b""}
     ns = argparse.Namespace(lr=0.1, layers=[1, 2], name="run")

@@ -74,6 +74,39 @@ impl<'a, 'py> Builder<'a, 'py> {
         }
     }
 
+    /// What an allowlisted callable raised while the file drove it (a class's
+    /// `__new__` or `__setstate__`, a call): the file's fault, so a
+    /// `MalformedCheckpointError` saying what ran, as torch's weights-only
+    /// loader turns every such error into an `UnpicklingError`. Unpickling
+    /// errors (tensorplay's own refusals), `MemoryError` and what is not an
+    /// `Exception` (`KeyboardInterrupt`) pass as they are.
+    fn ran_for_the_file(
+        &self,
+        id: NodeId,
+        result: PyResult<Bound<'py, PyAny>>,
+        what: impl FnOnce() -> String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        result.map_err(|e| {
+            let py = self.py;
+            let unpickling = (py.import("pickle"))
+                .and_then(|m| m.getattr("UnpicklingError"))
+                .is_ok_and(|class| e.is_instance(py, &class));
+            let own = unpickling
+                || e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
+                || !e.is_instance_of::<pyo3::exceptions::PyException>(py);
+            if own {
+                return e;
+            }
+            let at = format!(
+                "{} (value #{} of {})",
+                what(),
+                id.index(),
+                self.checkpoint.pickle_entry
+            );
+            wrap_build_error(py, e, &at)
+        })
+    }
+
     pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
         let class = match crate::bindings::errors::classes(self.py) {
             Ok(c) => c.malformed.bind(self.py).clone(),
@@ -323,9 +356,11 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Object(o) => {
                 for m in &o.mutations {
                     let result = match m {
-                        Mutation::Build(s) => {
-                            self.helpers.call_method1("build", (&obj, self.built(*s)?))
-                        }
+                        Mutation::Build(s) => self.ran_for_the_file(
+                            id,
+                            self.helpers.call_method1("build", (&obj, self.built(*s)?)),
+                            || format!("setting the state of a {}", type_name(&obj)),
+                        ),
                         Mutation::Append(v) => {
                             self.helpers.call_method1("append", (&obj, self.built(*v)?))
                         }
@@ -423,7 +458,10 @@ impl<'a, 'py> Builder<'a, 'py> {
                             self.helpers
                                 .call_method1("stub_call", (self.built(func)?, args))
                         } else {
-                            self.built(func)?.call1(args)
+                            let func = self.built(func)?;
+                            self.ran_for_the_file(id, func.call1(args), || {
+                                format!("calling {}", qualified_name(&func))
+                            })
                         }
                     }
                     Constructor::New { cls, args, kwargs } => {
@@ -431,10 +469,13 @@ impl<'a, 'py> Builder<'a, 'py> {
                             Some(k) => self.built(k)?,
                             None => py.None().into_bound(py),
                         };
-                        self.helpers.call_method1(
-                            "new_object",
-                            (self.built(cls)?, self.built(args)?, kwargs),
-                        )
+                        let cls = self.built(cls)?;
+                        let made = self
+                            .helpers
+                            .call_method1("new_object", (&cls, self.built(args)?, kwargs));
+                        self.ran_for_the_file(id, made, || {
+                            format!("creating a {}", qualified_name(&cls))
+                        })
                     }
                 };
                 result?
@@ -472,4 +513,18 @@ impl<'a, 'py> Builder<'a, 'py> {
         };
         Ok(obj)
     }
+}
+
+/// `module.qualname` of a class or function, for errors; its type's name otherwise.
+fn qualified_name(obj: &Bound<'_, PyAny>) -> String {
+    let attr = |name: &str| obj.getattr(name).and_then(|v| v.extract::<String>()).ok();
+    match (attr("__module__"), attr("__qualname__")) {
+        (Some(module), Some(name)) => format!("{module}.{name}"),
+        (None, Some(name)) => name,
+        _ => (obj.get_type().name()).map_or_else(|_| "object".to_owned(), |n| n.to_string()),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    qualified_name(obj.get_type().as_any())
 }
