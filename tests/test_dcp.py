@@ -21,6 +21,7 @@ import tensorplay.dcp
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from state_trees import assert_same_tree
 from torch.distributed.checkpoint.api import CheckpointException
 
 
@@ -74,40 +75,12 @@ def sharded(tmp_path_factory):
     return folder
 
 
-def _as_numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def _assert_same(loaded, expected) -> None:
-    if isinstance(expected, torch.Tensor):
-        if isinstance(loaded, np.ndarray):
-            assert loaded.shape == tuple(expected.shape)
-            assert loaded.dtype == _as_numpy(expected).dtype
-            assert np.array_equal(loaded, _as_numpy(expected))
-        else:
-            assert loaded.dtype == expected.dtype and torch.equal(loaded, expected)
-    elif isinstance(expected, dict):
-        assert loaded.keys() == expected.keys()
-        for key in expected:
-            _assert_same(loaded[key], expected[key])
-    elif isinstance(expected, list):
-        assert isinstance(loaded, list) and len(loaded) == len(expected)
-        for a, b in zip(loaded, expected):
-            _assert_same(a, b)
-    else:
-        assert loaded == expected
-
-
 # --- one process ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_a_folder_loads_as_it_was_saved(single, backend):
     folder, state = single
-    _assert_same(tensorplay.load(folder, backend=backend), state)
+    assert_same_tree(tensorplay.load(folder, backend=backend), state)
 
 
 def test_a_folder_loads_without_torch(single):
@@ -146,8 +119,8 @@ def test_dcp_load_through_tensorplays_reader_equals_torchs(single):
         warnings.simplefilter("ignore")
         dcp.load(ours, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
         dcp.load(theirs, storage_reader=dcp.FileSystemReader(str(folder)))
-    _assert_same(ours, theirs)
-    _assert_same(ours, state)
+    assert_same_tree(ours, theirs)
+    assert_same_tree(ours, state)
 
 
 def test_inspect_and_convert_read_a_folder(single, tmp_path):
@@ -190,8 +163,8 @@ def test_two_ranks_saved_four_load_resharded_through_tensorplays_reader(sharded,
     _spawn(dcp_workers.load, 4, str(sharded), "tensorplay", "w,b,emb,step", str(ours))
     _spawn(dcp_workers.load, 4, str(sharded), "torch", "w,b,emb,step", str(theirs))
     got, expected = torch.load(ours), torch.load(theirs)
-    _assert_same(got, expected)
-    _assert_same(got["model"], dcp_workers.reference())
+    assert_same_tree(got, expected)
+    assert_same_tree(got["model"], dcp_workers.reference())
     assert got["step"] == 42 and got["config"] == {"lr": 0.5, "betas": (0.9, 0.99), "name": "run"}
 
 
@@ -206,7 +179,7 @@ def test_a_planner_that_loads_some_keys(sharded, tmp_path):
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_a_sharded_folder_loads_whole_in_one_process(sharded, backend):
     loaded = tensorplay.load(sharded, backend=backend)
-    _assert_same(loaded["model"], dcp_workers.reference())
+    assert_same_tree(loaded["model"], dcp_workers.reference())
     assert loaded["step"] == 42 and loaded["config"]["betas"] == (0.9, 0.99)
 
 
@@ -297,7 +270,7 @@ def test_an_item_outside_the_folder_is_never_opened(tmp_path, relative):
 def test_mmap_gives_views_of_tensors_saved_as_one_chunk(single, backend):
     folder, state = single
     loaded = tensorplay.load(folder, mmap=True, backend=backend)
-    _assert_same(loaded, state)
+    assert_same_tree(loaded, state)
     w = loaded["model"]["w"]
     if backend == "torch":
         assert not w.untyped_storage().resizable()  # memory of the map, not an allocation

@@ -35,6 +35,7 @@ __all__ = [
     "is_tensordict_leaf",
     "loads",
     "zip_entries",
+    "decode_stream",
     "inflate_entries",
     "error",
     "build_error",
@@ -223,6 +224,11 @@ def zip_entries(source: _Source, *, limits: _Limits = ...) -> list[_ZipEntry]: .
 
 # `(data_offset, compressed_size, expected_size, method, flags, name)`.
 _InflateRequest: TypeAlias = tuple[int, int, int, int, int, str]
+
+def decode_stream(source: bytes | memoryview, compression: str, *, name: str, limits: _Limits = ...) -> bytes:
+    """One stream in a whole-stream compression format ("zstd", "gzip", "bzip2",
+    "xz", "lzma", "zlib"), decoded into at most max_inflated_bytes."""
+    ...
 
 def inflate_entries(
     source: _Source,

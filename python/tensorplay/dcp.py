@@ -116,6 +116,35 @@ def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
 
 # --- items --------------------------------------------------------------------------------
 
+# DCP's stream transforms (``torch.distributed.checkpoint._extension``), by registry
+# name and major version: the compression each stands for. ZStandard is the one torch has.
+_STREAM_TRANSFORMS = {("stream.zstd", "1"): "zstd"}
+
+
+def _where(info: Any) -> str:
+    return f"{os.fspath(info.relative_path)} at byte {info.offset}"
+
+
+def _transforms(info: Any) -> list[str]:
+    """The compressions to undo, in the order torch's reader undoes them, for the
+    item ``info`` points at (none for an item stored as written)."""
+    descriptors = getattr(info, "transform_descriptors", None) or ()
+    where = _where(info)
+    if not isinstance(descriptors, (list, tuple)):
+        raise MalformedCheckpointError(f"{where}: transform_descriptors is not a list: {descriptors!r}")
+    compressions = []
+    for descriptor in descriptors:
+        name, _, version = descriptor.partition("/") if isinstance(descriptor, str) else ("", "", "")
+        compression = _STREAM_TRANSFORMS.get((name, version.partition(".")[0]))
+        if compression is None:
+            known = ", ".join(f"{n}/{v}" for n, v in _STREAM_TRANSFORMS)
+            raise UnsupportedCheckpointError(
+                f"{where}: the item is stored behind the stream transform {descriptor!r}; "
+                f"tensorplay reads {known}")
+        compressions.append(compression)
+    return compressions
+
+
 class _Files:
     """A folder's ``.distcp`` files, each mapped once, private and copy-on-write
     (a write to a tensor viewing it never reaches the file), and the items in them."""
@@ -128,13 +157,9 @@ class _Files:
         self.limits = _limits.merged(None)
         self.dtypes = _core.dtypes()
 
-    def item(self, info: Any) -> tuple[mmap.mmap, int, memoryview]:
-        """The map holding the item ``_StorageInfo`` points at, where the item
-        starts in it, and the item's bytes (a view of the map, not a copy)."""
-        if getattr(info, "transform_descriptors", None):
-            raise UnsupportedCheckpointError(
-                f"{info.relative_path}: the item is stored behind stream transforms "
-                f"{info.transform_descriptors!r}, which tensorplay does not read")
+    def span(self, info: Any) -> tuple[mmap.mmap, int, memoryview]:
+        """The map holding the bytes ``_StorageInfo`` points at, where they start
+        in it, and the bytes (a view of the map, not a copy)."""
         relative = os.fspath(info.relative_path)
         path = _paths.beside(self.folder, relative)
         if path is None:
@@ -154,17 +179,27 @@ class _Files:
                 f"{relative}: the item at byte {offset} needs {length} bytes, the file has {len(mapped) - offset}")
         return mapped, offset, memoryview(mapped)[offset:offset + length]
 
+    def item(self, info: Any) -> memoryview | bytes:
+        """The item as ``torch.save`` wrote it: a view of the map, or, behind the
+        writer's stream transforms, what undoing them gives."""
+        stored = self.span(info)[2]
+        for compression in _transforms(info):
+            stored = _core.decode_stream(stored, compression, name=_where(info), limits=self.limits)
+        return stored
+
     def load(self, info: Any, backend: str) -> Any:
         """The item, as ``tensorplay.load`` loads the archive it is (copied out)."""
         from .serialization import load
 
-        return load(self.item(info)[2], backend=backend)  # type: ignore[arg-type]
+        return load(self.item(info), backend=backend)  # type: ignore[arg-type]
 
     def tensor(self, info: Any, backend: str) -> tuple[Any, bool]:
         """A tensor chunk, and whether it is a view of the map: it is where its
-        archive stores it plainly (one dense storage, uncompressed, little-endian),
-        else it is loaded."""
-        mapped, start, item = self.item(info)
+        archive is stored as written and stores the tensor plainly (one dense
+        storage, uncompressed, little-endian), else it is loaded."""
+        if _transforms(info):
+            return self.load(info, backend), False
+        mapped, start, item = self.span(info)
         viewed = self._stored_tensor(mapped, start, item, backend)
         return (viewed, True) if viewed is not None else (self.load(info, backend), False)
 

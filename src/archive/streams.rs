@@ -64,6 +64,14 @@ impl Compression {
         }
     }
 
+    /// The format [`Compression::name`] names.
+    pub fn named(name: &str) -> Option<Compression> {
+        use Compression::*;
+        [Gzip, Bzip2, Xz, LzmaAlone, Zlib, Zstd]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Compression::Gzip => "gzip",

@@ -1,6 +1,7 @@
 //! `_core.zip_entries` and `_core.inflate_entries`: the strict zip index of an
 //! archive, and its compressed entries decoded in parallel with the GIL released,
 //! each into a fresh writable numpy buffer of exactly the size the caller expects.
+//! `_core.decode_stream`: bytes in a whole-stream compression format, decoded.
 //! The archive is named by an open file descriptor (so it is the very file the
 //! caller checked and mapped), a path, or a bytes object.
 
@@ -13,6 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use crate::archive::decompress::{self, Job};
 use crate::archive::method::Method;
 use crate::archive::source::{MapMode, Source};
+use crate::archive::streams::{Compression, StreamError};
 use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
@@ -168,4 +170,40 @@ pub fn inflate_entries<'py>(
     })
     .map_err(|e| to_pyerr(py, e))?;
     PyList::new(py, buffers.into_iter().map(|(base, _, _)| base))
+}
+
+/// `source` (bytes or another buffer), one stream in the compression format
+/// `compression` names (`"zstd"`, `"gzip"`, ...), decoded with the GIL released
+/// into at most `max_inflated_bytes`: what a DCP writer's stream transforms
+/// wrap an item in. `name` says where the stream is, for errors.
+#[pyfunction]
+#[pyo3(signature = (source, compression, *, name, limits=LimitOverrides::default()))]
+pub fn decode_stream<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    compression: &str,
+    name: &str,
+    limits: LimitOverrides,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let limits = limits.0;
+    let Some(format) = Compression::named(compression) else {
+        return Err(PyValueError::new_err(format!(
+            "unknown compression {compression:?}"
+        )));
+    };
+    let data = archive_source(py, source, &limits)?;
+    let cap = limits.max_inflated_bytes;
+    let decoded = py
+        .detach(|| format.decode(data.bytes(), cap))
+        .map_err(|e| {
+            let at = Location::entry(name);
+            let err = match e {
+                StreamError::TooLarge(_) => Error::limit(Limit::InflatedBytes, cap, at),
+                StreamError::Corrupt(why) => {
+                    Error::archive(format!("cannot decode its {compression} stream: {why}"), at)
+                }
+            };
+            to_pyerr(py, err)
+        })?;
+    Ok(PyBytes::new(py, &decoded))
 }

@@ -111,6 +111,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pickle::loads, m)?)?;
     m.add_function(wrap_pyfunction!(archive::zip_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::inflate_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(archive::decode_stream, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
