@@ -53,12 +53,46 @@ class _Record:
 
 class TensorProperties(_Record):
     """DCP pickles its fields as a tuple: dtype, layout, requires_grad, memory
-    format (an int), pin_memory."""
+    format (an int), pin_memory, and since torch 2.15 strides."""
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        if not isinstance(state, tuple) or len(state) != 5:
-            raise ValueError(f"TensorProperties state must be a 5-tuple, not {state!r}")
-        self.dtype, self.layout, self.requires_grad, self.memory_format, self.pin_memory = state
+        if not isinstance(state, tuple) or len(state) not in (5, 6):
+            raise ValueError(f"TensorProperties state must be a 5- or 6-tuple, not {state!r}")
+        self.dtype, self.layout, self.requires_grad, self.memory_format, self.pin_memory = state[:5]
+        self.strides = state[5] if len(state) == 6 else None
+
+
+def _torch_tensor_properties() -> type:
+    """torch's ``TensorProperties``, or, where that class predates the sixth field
+    torch 2.15 pickles (``strides``), a subclass that also reads it: what a newer
+    torch wrote then loads with the torch installed here. Reached by pickle as
+    ``tensorplay.dcp.TorchTensorProperties`` (metadata crosses ranks pickled)."""
+    import dataclasses
+
+    from torch.distributed.checkpoint.metadata import TensorProperties as Torchs
+
+    if any(f.name == "strides" for f in dataclasses.fields(Torchs)):
+        return Torchs
+
+    class TorchTensorProperties(Torchs):
+        def __setstate__(self, state: Any) -> None:
+            strides = None
+            if isinstance(state, tuple) and len(state) == 6:
+                state, strides = state[:5], state[5]
+            super().__setstate__(state)
+            self.strides = strides
+
+        def __eq__(self, other: object) -> bool:
+            # torch's dataclass equality wants the very same class on both sides.
+            if not isinstance(other, Torchs):
+                return NotImplemented
+            return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(Torchs))
+
+        __hash__ = None  # type: ignore[assignment]  # as torch's (an unfrozen dataclass)
+
+    TorchTensorProperties.__module__ = __name__
+    TorchTensorProperties.__qualname__ = "TorchTensorProperties"
+    return TorchTensorProperties
 
 
 def _memory_format_code(code: int) -> int:
@@ -85,6 +119,8 @@ def _metadata_globals(backend: str) -> list[tuple[Any, str]]:
         module, _, attr = name.rpartition(".")
         if module == "pathlib":
             obj = getattr(pathlib, attr)
+        elif backend == "torch" and attr == "TensorProperties":
+            obj = _lazy("TorchTensorProperties")
         elif backend == "torch":
             import importlib
 
@@ -475,8 +511,19 @@ def _reader_class() -> type:
     return FileSystemReader
 
 
+_LAZY_CLASSES = {"FileSystemReader": _reader_class, "TorchTensorProperties": _torch_tensor_properties}
+
+
+def _lazy(name: str) -> Any:
+    cls = globals().get(name)
+    if cls is None:
+        cls = globals()[name] = _LAZY_CLASSES[name]()
+    return cls
+
+
 def __getattr__(name: str) -> Any:
-    if name == "FileSystemReader":
-        cls = globals()[name] = _reader_class()
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The classes built on torch's, made on first use (importing this module
+    needs no torch)."""
+    if name not in _LAZY_CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _lazy(name)
