@@ -76,11 +76,11 @@ def _torch_tensor_properties() -> type:
 
     class TorchTensorProperties(Torchs):
         def __setstate__(self, state: Any) -> None:
-            strides = None
             if isinstance(state, tuple) and len(state) == 6:
-                state, strides = state[:5], state[5]
-            super().__setstate__(state)
-            self.strides = strides
+                super().__setstate__(state[:5])
+                self.strides = state[5]
+            else:
+                super().__setstate__(state)
 
         def __eq__(self, other: object) -> bool:
             # torch's dataclass equality wants the very same class on both sides.
