@@ -206,24 +206,34 @@ def _hostile_metadata(folder, marker):
         pickle.dump(metadata, f)
 
 
-def _hostile_item(folder, marker):
-    """The ``step`` item replaced by an archive whose pickle calls os.system, appended
-    to the first .distcp file, and the metadata pointed at it."""
+def _replace_item(folder, fqn, obj) -> None:
+    """``fqn``'s stored item replaced by ``torch.save(obj)``, appended to the first
+    .distcp file, and the metadata pointed at it."""
     from torch.distributed.checkpoint.filesystem import _StorageInfo
 
     metadata = _trusted_metadata(folder)
     path = folder / "__0_0.distcp"
     start = path.stat().st_size
     with open(path, "ab") as f:
-        torch.save(_Touch(marker), f)
+        torch.save(obj, f)
     length = path.stat().st_size - start
-    index = next(i for i in metadata.storage_data if i.fqn == "step")
+    index = next(i for i in metadata.storage_data if i.fqn == fqn)
     metadata.storage_data[index] = _StorageInfo(relative_path="__0_0.distcp", offset=start, length=length)
     with open(folder / ".metadata", "wb") as f:
         pickle.dump(metadata, f)
 
 
-@pytest.mark.parametrize("make", [_hostile_metadata, _hostile_item], ids=["metadata", "item"])
+def _hostile_item(folder, marker):
+    """The ``step`` item replaced by an archive whose pickle calls os.system."""
+    _replace_item(folder, "step", _Touch(marker))
+
+
+def _hostile_chunk(folder, marker):
+    """A tensor chunk (``model.w``) replaced by an archive whose pickle calls os.system."""
+    _replace_item(folder, "model.w", _Touch(marker))
+
+
+@pytest.mark.parametrize("make", [_hostile_metadata, _hostile_item, _hostile_chunk], ids=["metadata", "item", "chunk"])
 def test_hostile_folders_are_refused_and_flagged_and_nothing_runs(tmp_path, make):
     folder = tmp_path / "ckpt"
     state = _save_single(folder)
@@ -296,3 +306,62 @@ def test_metadata_of_the_wrong_shape_is_a_clear_error(tmp_path):
     for backend in ("torch", "numpy"):
         with pytest.raises(tensorplay.MalformedCheckpointError, match="storage_data"):
             tensorplay.load(folder, backend=backend)
+
+
+# --- chunks read ahead, one core call per file --------------------------------------------
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_chunk_viewing_part_of_its_storage_is_read_as_saved(tmp_path, backend, mmap):
+    """A chunk whose tensor is a strided view into a bigger storage, and one whose
+    bytes lie at an offset misaligned for its dtype in the .distcp file."""
+    folder = tmp_path / "ckpt"
+    state = _save_single(folder)
+    strided = torch.arange(40.0).reshape(8, 5)[1:6, 1:4]
+    assert strided.shape == state["model"]["w"].shape and not strided.is_contiguous()
+    _replace_item(folder, "model.w", strided)
+    (folder / "__0_0.distcp").open("ab").write(b"x")  # the next chunk starts at an odd byte
+    _replace_item(folder, "layers.1", torch.tensor([7.0, 8.0, 9.0], dtype=torch.float64))
+    expected = {**state, "model": {**state["model"], "w": strided.contiguous()},
+                "layers": [state["layers"][0], torch.tensor([7.0, 8.0, 9.0], dtype=torch.float64)]}
+    loaded = tensorplay.load(folder, backend=backend, mmap=mmap)
+    assert_same_tree(loaded, expected)
+    w = loaded["model"]["w"]
+    if backend == "torch":
+        assert tuple(w.stride()) == (5, 1) and w.storage_offset() == 6
+    else:
+        assert w.strides == (20, 4)
+    target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
+              "layers": [torch.zeros(2), torch.zeros(3, dtype=torch.float64)], "step": 0,
+              "meta": {"name": "", "betas": (0.0, 0.0), "none": 1}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(target, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
+    assert_same_tree(target, expected)
+
+
+def test_eager_chunks_own_memory_torch_can_resize(single):
+    folder, _ = single
+    loaded = tensorplay.load(folder)
+    for t in [*loaded["model"].values(), *loaded["layers"]]:
+        assert t.untyped_storage().resizable()
+
+
+@pytest.mark.parametrize(("offset", "length", "match"), [
+    (10**9, 100, "needs 100 bytes"),
+    (0, 10**9, "needs 1000000000 bytes"),
+    (-1, 100, "bad item span"),
+    (0, 0, "bad item span"),
+])
+def test_a_chunk_span_outside_its_file_is_a_clear_error(tmp_path, offset, length, match):
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    folder = tmp_path / "ckpt"
+    _save_single(folder)
+    metadata = _trusted_metadata(folder)
+    index = next(i for i in metadata.storage_data if i.fqn == "model.w")
+    metadata.storage_data[index] = _StorageInfo(relative_path="__0_0.distcp", offset=offset, length=length)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=match):
+        tensorplay.load(folder)

@@ -36,6 +36,8 @@ __all__ = [
     "loads",
     "zip_entries",
     "decode_stream",
+    "dcp_chunks",
+    "read_ranges",
     "inflate_entries",
     "error",
     "build_error",
@@ -228,6 +230,34 @@ _InflateRequest: TypeAlias = tuple[int, int, int, int, int, str]
 def decode_stream(source: bytes | memoryview, compression: str, *, name: str, limits: _Limits = ...) -> bytes:
     """One stream in a whole-stream compression format ("zstd", "gzip", "bzip2",
     "xz", "lzma", "zlib"), decoded into at most max_inflated_bytes."""
+    ...
+
+# Per span: (dtype, shape, stride, storage_offset, data_offset, nbytes), or None.
+_DcpChunk: TypeAlias = tuple[str, tuple[int, ...], tuple[int, ...], int, int, int]
+
+def dcp_chunks(
+    source: _Source,
+    spans: Sequence[tuple[int, int]],
+    *,
+    name: str,
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+) -> list[_DcpChunk | None]:
+    """The tensor chunks of one ``.distcp`` file, each ``(offset, length)`` span a
+    ``torch.save`` archive validated as a load validates it: the one dense tensor a
+    chunk stores plainly, described; None for other chunks."""
+    ...
+
+def read_ranges(
+    source: _Source,
+    targets: Sequence[tuple[int, Any]],
+    *,
+    name: str,
+    threads: int | None = None,
+    limits: _Limits = ...,
+) -> None:
+    """Each ``(offset, buffer)``: ``len(buffer)`` bytes of the file from ``offset``
+    copied into the writable buffer, on ``threads`` threads, the GIL released."""
     ...
 
 def inflate_entries(

@@ -181,6 +181,30 @@ def _transforms(info: Any) -> list[str]:
     return compressions
 
 
+# Chunks read ahead by one pair of core calls: enough to make the calls' cost
+# vanish, few enough that what they return stays small next to the tensors.
+_READ_AHEAD = 4096
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a C-contiguous tensor of ``shape``, in elements."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _strided(storage: Any, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, backend: str) -> Any:
+    """A view of a flat ``storage`` (elements) with ``shape``, ``stride`` and ``offset``."""
+    if backend == "torch":
+        return storage.as_strided(shape, stride, offset)
+    import numpy as np
+
+    item = storage.itemsize
+    return np.lib.stride_tricks.as_strided(storage[offset:], shape, tuple(st * item for st in stride))
+
+
 class _Files:
     """A folder's ``.distcp`` files, each mapped once, private and copy-on-write
     (a write to a tensor viewing it never reaches the file), and the items in them."""
@@ -192,24 +216,37 @@ class _Files:
         self.names, self.objects = _allowlist.resolved()
         self.limits = _limits.merged(None)
         self.dtypes = _core.dtypes()
+        # Tensor chunks read ahead (read_chunks), by file and offset: (tensor, viewed).
+        self.ready: dict[tuple[str, int], tuple[Any, bool]] = {}
+
+    def _path(self, relative: str) -> str:
+        path = _paths.beside(self.folder, relative)
+        if path is None:
+            raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file in its folder")
+        return path
+
+    def _map(self, relative: str) -> mmap.mmap:
+        mapped = self.maps.get(relative)
+        if mapped is None:
+            with open(self._path(relative), "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    raise MalformedCheckpointError(f"{relative}: the file is empty")
+                mapped = self.maps[relative] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return mapped
+
+    @staticmethod
+    def _checked_span(info: Any) -> tuple[str, int, int]:
+        relative = os.fspath(info.relative_path)
+        offset, length = info.offset, info.length
+        if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length <= 0:
+            raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
+        return relative, offset, length
 
     def span(self, info: Any) -> tuple[mmap.mmap, int, memoryview]:
         """The map holding the bytes ``_StorageInfo`` points at, where they start
         in it, and the bytes (a view of the map, not a copy)."""
-        relative = os.fspath(info.relative_path)
-        path = _paths.beside(self.folder, relative)
-        if path is None:
-            raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file in its folder")
-        offset, length = info.offset, info.length
-        if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length <= 0:
-            raise MalformedCheckpointError(f"{relative}: bad item span offset={offset!r} length={length!r}")
-        mapped = self.maps.get(relative)
-        if mapped is None:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    raise MalformedCheckpointError(f"{relative}: the file is empty")
-                mapped = self.maps[relative] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        relative, offset, length = self._checked_span(info)
+        mapped = self._map(relative)
         if offset + length > len(mapped):
             raise MalformedCheckpointError(
                 f"{relative}: the item at byte {offset} needs {length} bytes, the file has {len(mapped) - offset}")
@@ -229,15 +266,90 @@ class _Files:
 
         return load(self.item(info), backend=backend)  # type: ignore[arg-type]
 
+    def read_chunks(self, wanted: list[tuple[Any, bool]], backend: str, *, passing: bool = False) -> None:
+        """Read ahead the tensor chunks ``wanted`` names (``(info, copy)``), two core
+        calls per file: ``_core.dcp_chunks`` validates every archive, its pickle run by
+        the restricted VM, and describes each chunk holding one tensor stored plainly
+        (dense, uncompressed, little-endian); ``_core.read_ranges`` then copies the
+        ``copy`` ones into tensors torch or numpy own (with ``pread``, on all cores).
+        The others become views of the map: where the bytes lie aligned for the
+        dtype, or anywhere for views only ``passing`` through (copied out at once by
+        the caller, as torch's kernels copy from any address). ``tensor`` hands them out."""
+        from .serialization import _copy_threads
+
+        by_file: dict[str, list[tuple[Any, bool]]] = {}
+        for info, copy in wanted:
+            if not _transforms(info):
+                by_file.setdefault(self._checked_span(info)[0], []).append((info, copy))
+        for relative, chunks in by_file.items():
+            path = self._path(relative)
+            for start in range(0, len(chunks), _READ_AHEAD):
+                group = chunks[start:start + _READ_AHEAD]
+                found = _core.dcp_chunks(path, [(i.offset, i.length) for i, _ in group], name=relative,
+                                         user_names=self.names, limits=self.limits)
+                targets: list[tuple[int, Any]] = []
+                for (info, copy), chunk in zip(group, found):
+                    made = None if chunk is None else self._tensor_of(relative, chunk, backend, copy, passing,
+                                                                      targets)
+                    if made is not None:
+                        self.ready[(relative, info.offset)] = made
+                if targets:
+                    _core.read_ranges(path, targets, name=relative, threads=_copy_threads(), limits=self.limits)
+
     def tensor(self, info: Any, backend: str) -> tuple[Any, bool]:
-        """A tensor chunk, and whether it is a view of the map: it is where its
-        archive is stored as written and stores the tensor plainly (one dense
-        storage, uncompressed, little-endian), else it is loaded."""
-        if _transforms(info):
-            return self.load(info, backend), False
-        mapped, start, item = self.span(info)
-        viewed = self._stored_tensor(mapped, start, item, backend)
-        return (viewed, True) if viewed is not None else (self.load(info, backend), False)
+        """A tensor chunk, and whether it is a view of the map (read ahead, or read
+        now): a chunk stored plainly is a copy or a view, any other is loaded."""
+        key = (os.fspath(info.relative_path), info.offset)
+        if key not in self.ready:
+            self.read_chunks([(info, False)], backend)
+        ready = self.ready.pop(key, None)
+        return ready if ready is not None else (self.load(info, backend), False)
+
+    def _tensor_of(self, relative: str, chunk: tuple[Any, ...], backend: str, copy: bool, passing: bool,
+                   targets: list[tuple[int, Any]]) -> tuple[Any, bool] | None:
+        """The tensor ``_core.dcp_chunks`` described, and whether it views the map:
+        with ``copy`` (or where its bytes lie misaligned for the dtype, unless the
+        view is only ``passing``) a new tensor whose bytes ``targets`` will read
+        from the file, else a view of the map."""
+        dtype_name, shape, stride, storage_offset, data_offset, nbytes = chunk
+        size, spec, from_ml_dtypes, _ = self.dtypes.get(dtype_name, (0, None, False, None))
+        if not size or spec is None:
+            return None
+        if backend == "torch":
+            import torch
+
+            dtype: Any = getattr(torch, dtype_name)
+            empty, as_bytes = torch.empty, lambda t: t  # read_ranges fills a tensor in place
+        else:
+            import numpy as np
+
+            if from_ml_dtypes:
+                import ml_dtypes
+
+                dtype = np.dtype(getattr(ml_dtypes, spec))
+            else:
+                dtype = np.dtype(spec)
+            empty, as_bytes = np.empty, lambda a: a.reshape(-1).view(np.uint8)
+        if copy or (data_offset % size and not passing):
+            if stride == _contiguous(shape):
+                tensor = empty(shape, dtype=dtype)
+                if nbytes:
+                    targets.append((data_offset + storage_offset * size, as_bytes(tensor)))
+                return tensor, False
+            storage = empty((nbytes // size,), dtype=dtype)
+            targets.append((data_offset, as_bytes(storage)))
+            return _strided(storage, shape, stride, storage_offset, backend), False
+        if nbytes == 0:
+            return empty(shape, dtype=dtype), False
+        if backend == "torch":
+            import torch
+
+            base = torch.frombuffer(self._map(relative), dtype=dtype, count=nbytes // size, offset=data_offset)
+            return base.as_strided(shape, stride, storage_offset), True
+        import numpy as np
+
+        return np.ndarray(shape, dtype=dtype, buffer=self._map(relative), offset=data_offset + storage_offset * size,
+                          strides=tuple(st * size for st in stride)), True
 
     def release(self, info: Any) -> None:
         """Let go of an item's pages once it is copied out: the map is the file's,
@@ -247,52 +359,6 @@ class _Files:
             return
         start = info.offset - info.offset % mmap.PAGESIZE
         mapped.madvise(mmap.MADV_DONTNEED, start, info.offset + info.length - start)
-
-    def _stored_tensor(self, mapped: mmap.mmap, start: int, item: memoryview, backend: str) -> Any:
-        """The tensor of a ``torch.save`` archive at ``start`` of ``mapped``, as a view
-        of the map, when the archive holds one tensor whose storage is a stored
-        (uncompressed) record in little-endian order; None for anything else. The
-        archive's pickle runs through the restricted VM (``inspect``) either way."""
-        from ._types import TensorInfo
-
-        _, tree = _core.inspect(item, user_names=self.names, user_objects=self.objects, limits=self.limits)
-        if not isinstance(tree, TensorInfo) or tree.layout != "strided" or tree.offset is None or tree.dtype is None:
-            return None
-        entries = _core.zip_entries(item, limits=self.limits)
-        storage_record = f"/data/{tree.storage}".encode()
-        record = next((e for e in entries
-                       if e["data_offset"] == tree.offset and e["name"].endswith(storage_record)), None)
-        order = next((e for e in entries if e["name"].endswith(b"/byteorder")), None)
-        if order is not None and bytes(item[order["data_offset"]:order["data_offset"] + order["size"]]) != b"little":
-            return None
-        size, spec, from_ml_dtypes, _ = self.dtypes.get(tree.dtype, (0, None, False, None))
-        if record is None or record["method"] != 0 or record["size"] < tree.nbytes or not size or spec is None:
-            return None
-        count = tree.nbytes // size
-        if any(n == 0 for n in tree.shape):
-            needed = 0
-        else:
-            needed = tree.storage_offset + sum((n - 1) * st for n, st in zip(tree.shape, tree.stride)) + 1
-        if needed > count or min(tree.stride, default=0) < 0:
-            return None
-        if backend == "torch":
-            import torch
-
-            if count == 0:
-                return torch.empty(tree.shape, dtype=getattr(torch, tree.dtype))
-            base = torch.frombuffer(mapped, dtype=getattr(torch, tree.dtype), count=count, offset=start + tree.offset)
-            return base.as_strided(tree.shape, tree.stride, tree.storage_offset)
-        import numpy as np
-
-        if from_ml_dtypes:
-            import ml_dtypes
-
-            dtype = np.dtype(getattr(ml_dtypes, spec))
-        else:
-            dtype = np.dtype(spec)
-        return np.ndarray(tree.shape, dtype=dtype, buffer=mapped,
-                          offset=start + tree.offset + tree.storage_offset * size,
-                          strides=tuple(st * size for st in tree.stride))
 
 
 # --- the whole state dict ----------------------------------------------------------------
@@ -312,6 +378,15 @@ def load(folder: str | os.PathLike[str], *, backend: str | None = None, mmap: bo
     chunks: dict[str, list[tuple[Any, Any]]] = {}
     for index, info in metadata.storage_data.items():
         chunks.setdefault(index.fqn, []).append((index, info))
+    # One read of every tensor chunk per file: a tensor saved as one chunk is
+    # copied out as it is (unless it is to be a view); the chunks of a sharded one
+    # are views, placed into the tensor they assemble.
+    wanted = []
+    for fqn, md in metadata.state_dict_metadata.items():
+        pieces = chunks.get(fqn, [])
+        if type(md).__name__ != "BytesStorageMetadata":
+            wanted += [(info, not mmap and len(pieces) == 1) for _, info in pieces]
+    files.read_chunks(wanted, chosen)
     flat: dict[str, Any] = {}
     for fqn, md in metadata.state_dict_metadata.items():
         pieces = chunks.get(fqn, [])
@@ -355,10 +430,7 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
             flat[fqn] = files.load(info, "numpy") if info is not None else None
             continue
         shape = tuple(int(n) for n in md.size)
-        stride, step = [], 1
-        for n in reversed(shape):
-            stride.insert(0, step)
-            step *= max(n, 1)
+        stride = _contiguous(shape)
         numel = 1
         for n in shape:
             numel *= n
@@ -479,33 +551,41 @@ def _reader_class() -> type:
 
         def read_data(self, plan: Any, planner: Any) -> Any:
             files = _Files(os.fspath(self.path))
-            for req in sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
-                                                         self.storage_data[r.storage_index].offset)):
-                info = self.storage_data[req.storage_index]
-                if req.type == LoadItemType.BYTE_IO:
-                    safe = io.BytesIO()
-                    torch.save(files.load(info, "torch"), safe)
-                    safe.seek(0)
-                    planner.load_bytes(req, safe)
-                    continue
-                # A view of the mapped file where the chunk is stored plainly:
-                # copied once, into the planner's tensor.
-                tensor, _ = files.tensor(info, "torch")
-                if not isinstance(tensor, torch.Tensor):
-
-                    raise MalformedCheckpointError(
-                        f"{req.storage_index.fqn}: the chunk holds a {type(tensor).__name__}, not a tensor")
-                tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
-                target = planner.resolve_tensor(req).detach()
-                if target.size() != tensor.size():
-                    raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
-                target.copy_(tensor)
-                del tensor
-                files.release(info)
-                planner.commit_tensor(req, target)
+            requests = sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
+                                                         self.storage_data[r.storage_index].offset))
+            # Read ahead a batch at a time: the views of a whole plan would all be alive at once.
+            for start in range(0, len(requests), _READ_AHEAD):
+                batch = requests[start:start + _READ_AHEAD]
+                files.read_chunks([(self.storage_data[r.storage_index], False) for r in batch
+                                   if r.type != LoadItemType.BYTE_IO], "torch", passing=True)
+                for req in batch:
+                    self._read_one(files, req, planner)
             fut: Future = Future()
             fut.set_result(None)
             return fut
+
+        def _read_one(self, files: _Files, req: Any, planner: Any) -> None:
+            info = self.storage_data[req.storage_index]
+            if req.type == LoadItemType.BYTE_IO:
+                safe = io.BytesIO()
+                torch.save(files.load(info, "torch"), safe)
+                safe.seek(0)
+                planner.load_bytes(req, safe)
+                return
+            # A view of the mapped file where the chunk is stored plainly: copied
+            # once, into the planner's tensor.
+            tensor, _ = files.tensor(info, "torch")
+            if not isinstance(tensor, torch.Tensor):
+                raise MalformedCheckpointError(
+                    f"{req.storage_index.fqn}: the chunk holds a {type(tensor).__name__}, not a tensor")
+            tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+            target = planner.resolve_tensor(req).detach()
+            if target.size() != tensor.size():
+                raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
+            target.copy_(tensor)
+            del tensor
+            files.release(info)
+            planner.commit_tensor(req, target)
 
     FileSystemReader.__module__ = __name__
     return FileSystemReader

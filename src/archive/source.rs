@@ -51,6 +51,14 @@ pub enum MapMode {
 /// holding them lives (a Python bytes object): read in place, never copied.
 pub trait HeldBytes: Send + Sync {
     fn bytes(&self) -> &[u8];
+
+    /// [`Source::read_file_at`] for bytes that lie in a file: `None` for others.
+    fn read_file_at(&self, _offset: u64, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// [`Source::release_pages`] for bytes mapped from a file.
+    fn release_pages(&self) {}
 }
 
 pub enum Source {
@@ -204,6 +212,9 @@ impl Source {
     /// Drop the pages of a read-only map from this process's resident set; they
     /// stay in the page cache and come back on the next access.
     pub fn release_pages(&self) {
+        if let Source::Held(held) = self {
+            held.release_pages();
+        }
         if let Source::ReadOnly { map, .. } = self {
             // SAFETY: the map is read-only and never written, so discarding its
             // pages loses nothing: the next access faults the file's bytes back in.
@@ -216,6 +227,7 @@ impl Source {
     /// a file, or past its end.
     pub fn read_file_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
         let file = match self {
+            Source::Held(held) => return held.read_file_at(offset, len),
             Source::ReadOnly { file, .. }
             | Source::Writable {
                 file: Some(file), ..

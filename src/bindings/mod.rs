@@ -5,6 +5,7 @@ use pyo3::types::PyDict;
 
 mod archive;
 mod build;
+mod dcp;
 mod errors;
 mod gc;
 mod huge_pages;
@@ -112,6 +113,8 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive::zip_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::inflate_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::decode_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(dcp::dcp_chunks, m)?)?;
+    m.add_function(wrap_pyfunction!(dcp::read_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,0 +1,297 @@
+//! The tensor chunks of one `.distcp` file, in two calls instead of two per chunk
+//! (most of a 50,000-tensor folder's load). `_core.dcp_chunks`: each chunk is a
+//! whole `torch.save` archive at a span of the file, opened and validated as a
+//! load validates a checkpoint (its pickle run by the restricted VM), and a chunk
+//! holding one dense tensor stored plainly is described. `_core.read_ranges`:
+//! byte ranges of the file copied into the caller's buffers (memory torch or
+//! numpy own), on all cores with the GIL released.
+//!
+//! The file's pages stay out of the process: a small chunk is parsed from a
+//! `pread` copy, a big one through the map (its headers and pickle only), and
+//! ranges are copied with `pread`, as an eager load copies storages.
+
+#![allow(unsafe_code)]
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::archive::source::{HeldBytes, MapMode, Source};
+use crate::bindings::errors::to_pyerr;
+use crate::bindings::load::open_source;
+use crate::bindings::options::{load_options, Encoding, LimitOverrides};
+use crate::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
+use crate::error::{Error, Location};
+use crate::torch::tensor::{Dense, TensorKind};
+use crate::torch::value::{Node, Torch};
+
+/// Bytes of a span of another source, without a copy.
+struct SpanOf {
+    whole: Arc<Source>,
+    range: Range<usize>,
+}
+
+impl HeldBytes for SpanOf {
+    fn bytes(&self) -> &[u8] {
+        self.whole
+            .bytes()
+            .get(self.range.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A chunk up to this size is parsed from a copy: every page of a file of small
+/// archives would otherwise be faulted into the process.
+const PARSED_FROM_A_COPY: usize = 1 << 20;
+
+/// A chunk's one dense tensor, with its storage's bytes where they lie in the file.
+struct Plain {
+    dense: Dense,
+    data: Range<usize>,
+}
+
+/// The chunk's tensor when the archive holds exactly one dense tensor whose
+/// storage is stored uncompressed in this machine's byte order.
+fn plain(checkpoint: &Checkpoint, start: usize) -> Option<Plain> {
+    let Node::Domain(Torch::Tensor(id)) = checkpoint.arena.get(checkpoint.root) else {
+        return None;
+    };
+    let tensor = checkpoint.arena.tensor(*id);
+    let TensorKind::Dense(dense) = &tensor.kind else {
+        return None;
+    };
+    if tensor.conj || tensor.neg {
+        return None;
+    }
+    let storage = checkpoint.storage(dense.storage)?;
+    let StorageData::Stored { offset } = storage.data else {
+        return None;
+    };
+    if storage.swap.is_some() {
+        return None;
+    }
+    let from = start.checked_add(usize::try_from(offset).ok()?)?;
+    let to = from.checked_add(usize::try_from(storage.decl.nbytes).ok()?)?;
+    Some(Plain {
+        dense: dense.clone(),
+        data: from..to,
+    })
+}
+
+/// For each `(offset, length)` span of `source` (a `.distcp` file's path), the
+/// archive there validated as a load validates it, and, when it holds one dense
+/// tensor stored plainly, `(dtype, shape, stride, storage_offset, data_offset,
+/// nbytes)`: `data_offset` is where the storage's bytes start in the file. None
+/// for any other chunk. `name` is the file, for errors.
+#[pyfunction]
+#[pyo3(signature = (source, spans, *, name, user_names=Vec::new(), limits=LimitOverrides::default()))]
+pub fn dcp_chunks<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    spans: Vec<(u64, u64)>,
+    name: &str,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+) -> PyResult<Bound<'py, PyList>> {
+    let options = load_options(user_names, limits, Encoding::default(), Endianness::Little);
+    let max_stream = options.limits.max_inflated_bytes;
+    let whole = Arc::new(open_source(py, source, MapMode::ReadOnly, max_stream)?);
+    let chunks = py
+        .detach(|| {
+            (spans.iter())
+                .map(|&(offset, length)| chunk(&whole, offset, length, name, &options))
+                .collect::<Result<Vec<_>, Error>>()
+        })
+        .map_err(|e| to_pyerr(py, e))?;
+    let out = PyList::empty(py);
+    for chunk in &chunks {
+        let Some(p) = chunk else {
+            out.append(py.None())?;
+            continue;
+        };
+        let d = &p.dense;
+        out.append((
+            d.dtype.name(),
+            PyTuple::new(py, d.shape.iter().copied())?,
+            PyTuple::new(py, d.stride.iter().copied())?,
+            d.offset,
+            p.data.start,
+            p.data.len(),
+        ))?;
+    }
+    Ok(out)
+}
+
+/// The archive at `offset` of `whole`, opened and validated, and its plain tensor.
+fn chunk(
+    whole: &Arc<Source>,
+    offset: u64,
+    length: u64,
+    name: &str,
+    options: &LoadOptions,
+) -> Result<Option<Plain>, Error> {
+    let here = format!("{name} at byte {offset}");
+    let len = whole.bytes().len();
+    let range = usize::try_from(offset)
+        .ok()
+        .zip(usize::try_from(length).ok())
+        .and_then(|(o, l)| Some(o..o.checked_add(l)?))
+        .filter(|r| r.end <= len && !r.is_empty())
+        .ok_or_else(|| {
+            Error::archive(
+                format!("the chunk needs {length} bytes, the file has {len}"),
+                Location::entry(&here),
+            )
+        })?;
+    let start = range.start;
+    let bytes = if range.len() <= PARSED_FROM_A_COPY {
+        let mut copy = vec![0u8; range.len()];
+        match whole.read_into(offset, &mut copy) {
+            Some(Ok(())) => Source::Owned(copy),
+            Some(Err(e)) => return Err(Error::io(format!("cannot read {here}"), e)),
+            None => {
+                return Err(Error::archive(
+                    "cannot read the chunk",
+                    Location::entry(&here),
+                ))
+            }
+        }
+    } else {
+        Source::Held(Box::new(SpanOf {
+            whole: whole.clone(),
+            range,
+        }))
+    };
+    let checkpoint = checkpoint::open(Arc::new(bytes), options).map_err(|e| e.in_entry(&here))?;
+    Ok(plain(&checkpoint, start))
+}
+
+/// Copy each `(offset, target)`: as many bytes of `source` (a file's path) from
+/// `offset` as `target` holds, into `target`, a writable contiguous buffer or a
+/// contiguous CPU torch tensor, with `pread`, on `threads` threads (default: the
+/// cores) with the GIL released.
+#[pyfunction]
+#[pyo3(signature = (source, targets, *, name, threads=None, limits=LimitOverrides::default()))]
+pub fn read_ranges<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    targets: Vec<(u64, Bound<'py, PyAny>)>,
+    name: &str,
+    threads: Option<usize>,
+    limits: LimitOverrides,
+) -> PyResult<()> {
+    let whole = open_source(py, source, MapMode::ReadOnly, limits.0.max_inflated_bytes)?;
+    let mut buffers = Vec::with_capacity(targets.len());
+    let mut ranges: Vec<Target> = Vec::with_capacity(targets.len());
+    for (offset, target) in &targets {
+        let from = usize::try_from(*offset).unwrap_or(usize::MAX);
+        let (ptr, len) = if let Ok(buffer) = PyBuffer::<u8>::get(target) {
+            if buffer.readonly() || !buffer.is_c_contiguous() {
+                return Err(PyValueError::new_err(
+                    "read_ranges needs writable contiguous buffers",
+                ));
+            }
+            let at = (buffer.buf_ptr() as usize, buffer.len_bytes());
+            buffers.push(buffer);
+            at
+        } else {
+            torch_memory(py, target)?
+        };
+        ranges.push(Target {
+            from,
+            address: ptr,
+            len,
+        });
+    }
+    let mut spans: Vec<(usize, usize)> = ranges.iter().map(|r| (r.address, r.len)).collect();
+    spans.sort_unstable();
+    let overlap = |w: &[(usize, usize)]| matches!(w, [a, b] if a.0.saturating_add(a.1) > b.0);
+    if spans.windows(2).any(overlap) {
+        return Err(PyValueError::new_err(
+            "read_ranges needs buffers that do not overlap",
+        ));
+    }
+    let threads = threads.unwrap_or_else(crate::limits::default_threads);
+    py.detach(|| copy_out(&whole, &ranges, threads))
+        .map_err(|e| to_pyerr(py, e.in_entry(name)))?;
+    drop(buffers);
+    Ok(())
+}
+
+/// The memory of a contiguous CPU torch tensor: numpy's view of it would make
+/// its storage one that can never be resized, as torch's own loads never do.
+fn torch_memory(py: Python<'_>, target: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    let tensor_class = py.import("torch")?.getattr("Tensor")?;
+    let contiguous = || -> PyResult<bool> {
+        Ok(target.call_method0("is_contiguous")?.extract::<bool>()?
+            && target
+                .getattr("device")?
+                .getattr("type")?
+                .extract::<String>()?
+                == "cpu")
+    };
+    if !target.is_instance(&tensor_class)? || !contiguous()? {
+        return Err(PyValueError::new_err(
+            "read_ranges needs writable contiguous buffers or contiguous CPU tensors",
+        ));
+    }
+    Ok((
+        target.call_method0("data_ptr")?.extract()?,
+        target.getattr("nbytes")?.extract()?,
+    ))
+}
+
+/// `len` bytes from `from` in the file, to be copied to `address`.
+struct Target {
+    from: usize,
+    address: usize,
+    len: usize,
+}
+
+/// Copy each target with `pread`, the copies spread over `threads` threads by size.
+fn copy_out(whole: &Source, targets: &[Target], threads: usize) -> Result<(), Error> {
+    let copy = |&Target { from, address, len }: &Target| -> Result<(), Error> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: each address starts `len` writable bytes of a buffer whose
+        // export the caller holds for the whole call, or of a fresh tensor only
+        // the caller reaches (so the memory stays alive and in place), and no two
+        // of them overlap.
+        let dst = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+        match whole.read_into(from as u64, dst) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(Error::io("cannot read a chunk's storage", e)),
+            None => Err(Error::archive(
+                "a chunk's storage lies outside the file",
+                Location::at(from as u64),
+            )),
+        }
+    };
+    let total: usize = targets.iter().map(|t| t.len).sum();
+    if threads <= 1 || targets.len() < 2 || total < (1 << 20) {
+        return targets.iter().try_for_each(copy);
+    }
+    let mut order: Vec<&Target> = targets.iter().collect();
+    order.sort_unstable_by_key(|t| std::cmp::Reverse(t.len));
+    let mut bins: Vec<(usize, Vec<&Target>)> = (0..threads).map(|_| (0, Vec::new())).collect();
+    for target in order {
+        if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
+            bin.0 += target.len;
+            bin.1.push(target);
+        }
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (bins.into_iter())
+            .map(|(_, bin)| scope.spawn(move || bin.into_iter().try_for_each(copy)))
+            .collect();
+        handles.into_iter().try_for_each(|h| match h.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    })
+}
