@@ -42,6 +42,19 @@ impl HeldBytes for SpanOf {
             .get(self.range.clone())
             .unwrap_or_default()
     }
+
+    fn read_file_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let end = offset.checked_add(len as u64)?;
+        if end > self.range.len() as u64 {
+            return None;
+        }
+        let start = (self.range.start as u64).checked_add(offset)?;
+        self.whole.read_file_at(start, len)
+    }
+
+    fn release_pages(&self) {
+        self.whole.release_pages();
+    }
 }
 
 /// A chunk up to this size is parsed from a copy: every page of a file of small
