@@ -182,3 +182,28 @@ def test_a_stream_that_decodes_past_the_limit_is_refused(compressed):
             tensorplay.load(folder)
     finally:
         tensorplay.set_default_limits(max_inflated_bytes=None)
+
+
+def test_items_behind_a_transform_the_scanner_cannot_undo_are_never_clean(tmp_path):
+    """Fail closed: bytes behind a transform no reader here knows (each item XORed)
+    are neither archives nor a stream the scanner decodes, so the file is never CLEAN
+    (here its first byte reads as an opcode, and that reading breaks: UNSAFE)."""
+    folder = tmp_path / "ckpt"
+    _save(folder)
+    metadata = _metadata(folder)
+    path = folder / "__0_0.distcp"
+    data = bytearray(path.read_bytes())
+    for index, info in list(metadata.storage_data.items()):
+        span = slice(info.offset, info.offset + info.length)
+        data[span] = bytes(b ^ 0x5A for b in data[span])
+        metadata.storage_data[index] = _StorageInfo(relative_path=info.relative_path, offset=info.offset,
+                                                    length=info.length, transform_descriptors=["stream.xor/1"])
+    path.write_bytes(bytes(data))
+    _rewrite(folder, metadata)
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(folder)],
+                            capture_output=True, timeout=120)
+    reports = json.loads(result.stdout)["files"]
+    assert result.returncode in (1, 2), reports
+    assert next(r for r in reports if r["path"].endswith("__0_0.distcp"))["verdict"] in ("unsafe", "unreadable")
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match="stream.xor/1"):
+        tensorplay.load(folder)
