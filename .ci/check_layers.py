@@ -11,7 +11,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS: list[set[str]] = [
-    {"limits"},
+    {"limits", "parallel"},
     {"error"},
     {"archive", "value"},
     {"pickle"},

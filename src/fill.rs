@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Checkpoint, StorageData};
 use crate::error::Error;
+use crate::parallel::run_by_size;
 use crate::torch::tensor::StorageId;
 
 /// Chunk size for splitting stored storages; a multiple of every swap unit.
@@ -85,37 +86,12 @@ pub fn fill(
             start += len;
         }
     }
-    let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
-    let threads = threads.max(1);
-    if threads == 1 || total < (1 << 20) || pieces.len() < 2 {
-        return pieces
-            .into_iter()
-            .try_for_each(|p| copy_piece(checkpoint, p, pages));
-    }
-    // Largest first into the least loaded bin: a near-even split without a work queue.
-    pieces.sort_unstable_by_key(|p| std::cmp::Reverse(p.dst.len()));
-    let mut bins: Vec<(usize, Vec<Piece>)> = (0..threads).map(|_| (0, Vec::new())).collect();
-    for piece in pieces {
-        if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
-            bin.0 += piece.dst.len();
-            bin.1.push(piece);
-        }
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = bins
-            .into_iter()
-            .map(|(_, bin)| {
-                scope.spawn(move || {
-                    bin.into_iter()
-                        .try_for_each(|p| copy_piece(checkpoint, p, pages))
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| match h.join() {
-            Ok(result) => result,
-            Err(panic) => std::panic::resume_unwind(panic),
-        })
-    })
+    run_by_size(
+        pieces,
+        threads,
+        |piece| piece.dst.len(),
+        |piece| copy_piece(checkpoint, piece, pages),
+    )
 }
 
 fn copy_piece(

@@ -29,6 +29,7 @@ pub mod fill;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
+pub mod parallel;
 pub mod pickle;
 pub mod raw;
 pub mod save;

@@ -9,6 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::archive::inflate::{check_ratio, inflate_exact};
 use crate::archive::method::Method;
 use crate::error::{Error, Location};
+use crate::parallel::run_by_size;
 
 /// General-purpose flag bit 1 of an LZMA entry: the stream ends with an end marker
 /// (Python's zipfile and 7-Zip write one), so its excess can be detected.
@@ -218,45 +219,7 @@ impl Job<'_> {
 /// Decode every job on up to `threads` threads (one after the other for 0 or 1).
 /// The first failing job, in the order given, is the error reported.
 pub fn decompress_all(jobs: Vec<Job<'_>>, threads: usize) -> Result<(), Error> {
-    let threads = threads.clamp(1, jobs.len().max(1));
-    if threads == 1 {
-        return jobs.into_iter().try_for_each(Job::run);
-    }
-    // Largest first into the least loaded bin: a near-even split without a queue.
-    let mut order: Vec<(usize, Job<'_>)> = jobs.into_iter().enumerate().collect();
-    order.sort_unstable_by_key(|(_, job)| std::cmp::Reverse(job.out.len()));
-    let mut bins: Vec<(usize, Vec<(usize, Job<'_>)>)> =
-        (0..threads).map(|_| (0, Vec::new())).collect();
-    for (index, job) in order {
-        if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
-            bin.0 = bin.0.saturating_add(job.out.len().max(1));
-            bin.1.push((index, job));
-        }
-    }
-    let mut failures: Vec<(usize, Error)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bins
-            .into_iter()
-            .map(|(_, bin)| {
-                scope.spawn(move || {
-                    bin.into_iter()
-                        .filter_map(|(index, job)| job.run().err().map(|e| (index, e)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(errors) => errors,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    });
-    failures.sort_unstable_by_key(|(index, _)| *index);
-    match failures.into_iter().next() {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    run_by_size(jobs, threads, |job| job.out.len(), Job::run)
 }
 
 #[cfg(test)]

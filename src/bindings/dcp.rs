@@ -26,6 +26,7 @@ use crate::bindings::load::open_source;
 use crate::bindings::options::{load_options, Encoding, LimitOverrides};
 use crate::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
 use crate::error::{Error, Location};
+use crate::parallel::run_by_size;
 use crate::torch::tensor::{Dense, TensorKind};
 use crate::torch::value::{Node, Torch};
 
@@ -285,26 +286,5 @@ fn copy_out(whole: &Source, targets: &[Target], threads: usize) -> Result<(), Er
             )),
         }
     };
-    let total: usize = targets.iter().map(|t| t.len).sum();
-    if threads <= 1 || targets.len() < 2 || total < (1 << 20) {
-        return targets.iter().try_for_each(copy);
-    }
-    let mut order: Vec<&Target> = targets.iter().collect();
-    order.sort_unstable_by_key(|t| std::cmp::Reverse(t.len));
-    let mut bins: Vec<(usize, Vec<&Target>)> = (0..threads).map(|_| (0, Vec::new())).collect();
-    for target in order {
-        if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
-            bin.0 += target.len;
-            bin.1.push(target);
-        }
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (bins.into_iter())
-            .map(|(_, bin)| scope.spawn(move || bin.into_iter().try_for_each(copy)))
-            .collect();
-        handles.into_iter().try_for_each(|h| match h.join() {
-            Ok(result) => result,
-            Err(panic) => std::panic::resume_unwind(panic),
-        })
-    })
+    run_by_size(targets.iter().collect(), threads, |t| t.len, copy)
 }
