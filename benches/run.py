@@ -265,7 +265,9 @@ def run_cli(op: Op, path: Path, timeout: float = 1800) -> dict:
     argv[0] = shutil.which(argv[0], path=os.pathsep.join([os.path.dirname(sys.executable),
                                                           os.environ.get("PATH", "")])) or argv[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO)
+    # From outside this checkout, as a hub's worker runs it: here `tensorplay scan`
+    # would also read the repository's pyproject.toml as a project's settings.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
     deadline = t0 + timeout
     while True:
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)

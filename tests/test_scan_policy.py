@@ -120,6 +120,20 @@ def test_pyproject_settings_are_the_policy_and_flags_win(folder, tmp_path):
     assert summary["policy"]["settings_file"] is None and code == 1
 
 
+def test_a_pyproject_that_never_names_tensorplay_is_not_read(folder, tmp_path):
+    """Not parsed at all (a broken one is not ours to refuse), unless a name in
+    it could be spelt with escapes."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\nbroken = [\n')
+    code, reports, summary = _scan_in(project, str(folder / "custom.pt"))
+    assert summary["policy"]["settings_file"] is None and reports["custom.pt"]["verdict"] == "unsafe" and code == 1
+    (project / "pyproject.toml").write_text('[tool."tensor\\u0070lay".scan]\nallow = ["fixture_classes.Point"]\n')
+    code, reports, summary = _scan_in(project, str(folder / "custom.pt"))
+    assert summary["policy"]["settings_file"] == str(project / "pyproject.toml")
+    assert reports["custom.pt"]["verdict"] == "clean" and code == 0
+
+
 def test_a_config_file_of_its_own(folder, tmp_path):
     own = tmp_path / "scan.toml"
     own.write_text('allow = ["fixture_classes.Point"]\ninclude = ["custom*"]\n')

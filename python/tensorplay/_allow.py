@@ -9,10 +9,14 @@ accepting it silently would mislead."""
 from __future__ import annotations
 
 import importlib
-import inspect
-from typing import Any
 
 from . import _core
+
+# `tensorplay scan` checks its --allow names here, once per upload: `inspect` and
+# `typing` would be a fifth of that process.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class AllowError(ValueError):
@@ -45,8 +49,9 @@ def resolve(entries: list[str]) -> list[tuple[Any, str]]:
         if entry.endswith(".*"):
             module_name = entry[:-2]
             module = _import(module_name, entry)
-            for _, cls in inspect.getmembers(module, inspect.isclass):
-                if cls.__module__ == module_name and not _core.is_dangerous(module_name, cls.__qualname__):
+            for cls in (getattr(module, name, None) for name in sorted(dir(module))):
+                if (isinstance(cls, type) and cls.__module__ == module_name
+                        and not _core.is_dangerous(module_name, cls.__qualname__)):
                     allowed.append((cls, f"{module_name}.{cls.__qualname__}"))
             continue
         allowed.append((_lookup(entry), entry))

@@ -325,11 +325,22 @@ class Settings:
     @classmethod
     def find(cls, start: str | os.PathLike[str] = ".") -> Settings | None:
         """The settings of the nearest ``pyproject.toml`` at or above ``start`` (as
-        ruff and black find theirs), or None when it has no ``[tool.tensorplay.scan]``."""
+        ruff and black find theirs), or None when it has no ``[tool.tensorplay.scan]``.
+        A file that never names tensorplay is not parsed: most projects' have no such
+        table, and parsing TOML (``tomllib`` imports ``typing``) was a fifth of a
+        ``tensorplay scan FILE`` process. A name spelt with ``\\u`` escapes is parsed."""
         folder = os.path.abspath(start)
         while True:
             candidate = os.path.join(folder, "pyproject.toml")
             if os.path.isfile(candidate):
+                try:
+                    with open(candidate, "rb") as f:
+                        text = f.read()
+                    unnamed = not any(word in text for word in (b"tensorplay", b"\\u", b"\\U"))
+                except OSError:
+                    unnamed = False  # read() reports why
+                if unnamed:
+                    return None
                 settings = cls.read(candidate)
                 return settings if settings.path is not None else None
             parent = os.path.dirname(folder)
