@@ -32,6 +32,11 @@ const LFH_SIG: u32 = 0x0403_4b50;
 const LFH_LEN: usize = 30;
 const ZIP64_EXTRA: u16 = 0x0001;
 const MAX_COMMENT: usize = 0xffff;
+/// How far back from a file's end an end record is looked for: the record, the
+/// longest comment, and the 1 KiB more Go's reader searches (66,560 bytes in all;
+/// minizip 66,559; Python's zipfile, Java's and miniz, torch's, 65,557). An end
+/// record further back is one none of them finds.
+const END_RECORD_REACH: usize = EOCD_LEN + MAX_COMMENT + 1024;
 
 /// General-purpose flag bits that mean the payload is encrypted, or (bit 13)
 /// that the local headers are masked; torch's reader refuses all three.
@@ -303,9 +308,7 @@ fn find_eocd<D: FileBytes + ?Sized>(data: &D) -> Result<usize, Error> {
     if data.len() < EOCD_LEN {
         return Err(bad("file too short to be a zip archive", 0));
     }
-    let lowest = data
-        .len()
-        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    let lowest = data.len().saturating_sub(END_RECORD_REACH);
     let mut pos = data.len() - EOCD_LEN;
     loop {
         if le32(data, pos) == Some(EOCD_SIG) {
@@ -360,7 +363,7 @@ pub fn archive_sequence(data: &[u8], max_entries: u64) -> Option<Vec<std::ops::R
 
 /// Where `signature` starts in `bytes`, first to last (`.rev()` for nearest the
 /// end first): found by its last byte, a vectorised search, then checked whole.
-/// A byte-by-byte look through a zip's 131 KiB end-record window was half of a
+/// A byte-by-byte look through a zip's end-record window was half of a
 /// full scan.
 pub(crate) fn signatures(
     bytes: &[u8],
@@ -900,7 +903,7 @@ fn read_end_and_directory(
         // raw pickle), which its first bytes tell before the whole window is read.
         None => {
             (read_at(0, 4)? == LFH_SIG.to_le_bytes()).then_some(())?;
-            read_tail(EOCD_LEN + MAX_COMMENT + (1 << 16))?
+            read_tail(END_RECORD_REACH)?
         }
     };
     // End records apart from their directory may be another archive's, after

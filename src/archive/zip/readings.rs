@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 
 use super::{
     bad, classic_directory, find_eocd, le16, le32, read_directory, signatures, walk_local_headers,
-    Directory, Entry, FileBytes, Payloads, Pieces, Records, EOCD_LEN, EOCD_SIG, LFH_LEN, LFH_SIG,
-    MAX_COMMENT,
+    Directory, Entry, FileBytes, Payloads, Pieces, Records, END_RECORD_REACH, EOCD_LEN, EOCD_SIG,
+    LFH_LEN, LFH_SIG, MAX_COMMENT,
 };
 use crate::error::{Error, Location};
 
@@ -145,9 +145,7 @@ fn reading<D: FileBytes + ?Sized>(
 /// end, in the bytes `data` holds: a reader holding pieces of the file leaves
 /// such an archive to one that reads it whole.
 pub(super) fn other_end_record_signature(data: &Pieces, last: usize) -> bool {
-    let lowest = data
-        .len()
-        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    let lowest = data.len().saturating_sub(END_RECORD_REACH);
     // Searched piece by piece, in their bytes: a byte-by-byte look through the
     // pieces was most of a first get_unsafe_globals_in_checkpoint.
     (data.pieces.iter()).any(|(start, bytes)| {
@@ -404,9 +402,7 @@ pub fn other_end_records(data: &[u8], known: &[Entry], max_entries: u64) -> Vec<
     let Ok(last) = find_eocd(data) else {
         return Vec::new();
     };
-    let lowest = data
-        .len()
-        .saturating_sub(EOCD_LEN + MAX_COMMENT + (1 << 16));
+    let lowest = data.len().saturating_sub(END_RECORD_REACH);
     let known_set = Known::of(known);
     let mut found = Vec::new();
     // Every signature that starts before `last`, nearest first.
