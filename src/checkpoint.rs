@@ -82,6 +82,8 @@ pub struct Storage {
 pub struct Checkpoint {
     pub source: Arc<Source>,
     pub arena: Arena,
+    /// How many values refer to each node (`Arena::reference_counts`).
+    pub references: Vec<u8>,
     pub root: NodeId,
     pub storages: Vec<Storage>,
     pub protocol: Option<u8>,
@@ -118,10 +120,11 @@ pub fn open(source: Arc<Source>, options: &LoadOptions) -> Result<Checkpoint, Er
     let c = read(source.bytes(), options, Some(&source), index)?;
     // The pickle's pages too: storages are read from the file, not the map.
     source.release_pages();
-    let (arena, root) = compact::compact(&c.arena, c.root);
+    let (mut arena, root) = compact::compact(&c.arena, c.root);
     drop(c.arena);
     Ok(Checkpoint {
         source,
+        references: arena.reference_counts(),
         arena,
         root,
         storages: c.storages,

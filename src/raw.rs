@@ -49,6 +49,7 @@ pub fn open_pickle(data: &[u8], name: &str, options: &LoadOptions) -> Result<Che
     keys::check_keys(&arena, options.limits.max_key_values).map_err(|e| e.in_entry(name))?;
     Ok(Checkpoint {
         source: Arc::new(Source::Empty),
+        references: arena.reference_counts(),
         arena,
         root: parsed.root,
         storages: Vec::new(),

@@ -466,3 +466,44 @@ fn numpy_arrays_are_built_from_their_bytes_and_object_arrays_refused() {
         ErrorKind::Unsafe(_)
     ));
 }
+
+#[test]
+fn reference_counts_say_how_many_values_use_each_node() {
+    use tensorplay::value::refs::MANY;
+    use tensorplay::value::Node;
+
+    let count = |data: &[u8]| {
+        let c = tensorplay::raw::open_pickle(data, "t", &tensorplay::LoadOptions::default())
+            .expect("loads");
+        (c.references.clone(), c)
+    };
+    // ([s, s], t), s memoized: the list uses s twice; the root is used by none.
+    let (refs, c) = count(b"\x80\x02]q\x00(X\x01\x00\x00\x00aq\x01h\x01eX\x01\x00\x00\x00b\x86.");
+    let Node::Tuple(items) = c.arena.get(c.root) else {
+        panic!("a tuple")
+    };
+    let [list, t] = c.arena.items(*items) else {
+        panic!("two items")
+    };
+    let Node::List(s) = c.arena.get(*list) else {
+        panic!("a list")
+    };
+    assert_eq!(refs[c.root.index()], 0);
+    assert_eq!((refs[list.index()], refs[t.index()]), (1, 1));
+    assert_eq!((s[0], refs[s[0].index()]), (s[1], 2));
+    // (d, Counter(d)): the snapshot uses d, and reads d's items again without
+    // a reference of its own, so they are never let go.
+    let (refs, c) =
+        count(b"\x80\x02}q\x00X\x01\x00\x00\x00kK\x01sccollections\nCounter\nh\x00\x85R\x86.");
+    let Node::Tuple(items) = c.arena.get(c.root) else {
+        panic!("a tuple")
+    };
+    let [d, _] = c.arena.items(*items) else {
+        panic!("two items")
+    };
+    let (k, v) = c.arena.as_dict(*d).expect("a dict").items[0];
+    // The root, the snapshot, and the argument tuple (d,): a bare pickle's arena
+    // is not compacted, and a user no walk reaches only keeps a value longer.
+    assert_eq!(refs[d.index()], 3);
+    assert_eq!((refs[k.index()], refs[v.index()]), (MANY, MANY));
+}

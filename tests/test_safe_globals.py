@@ -173,6 +173,32 @@ def test_enums_namedtuples_dataclasses_and_setstate_are_built_like_torch(backend
     assert value.value == 5
 
 
+def _forgetful_objects() -> bytes:
+    """20 Forgetfuls, each state with a Scaffold of its own but the 4th and 8th,
+    which share one; nothing pickled stays alive."""
+    shared = {"scaffold": fixture_classes.Scaffold()}
+    objects = [fixture_classes.Forgetful() for _ in range(20)]
+    objects[3].__getstate__ = objects[7].__getstate__ = lambda: shared
+    return pickle.dumps(objects, protocol=2)
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
+def test_states_are_freed_as_the_build_goes(backend):
+    """Each Forgetful's state holds a Scaffold it does not keep. The builder lets
+    go of a value once its last user has it (in a checkpoint and in a bare pickle),
+    instead of holding every value to the end, as pickle's memo does: a shared
+    state lives until its second user, the others only through __setstate__."""
+    pickled = _forgetful_objects()
+    assert fixture_classes.Scaffold.live == 0
+    with safe_globals([fixture_classes.Forgetful, fixture_classes.Scaffold]):
+        from_checkpoint = tensorplay.load(_checkpoint(pickled), backend=backend)
+        from_pickle = tensorplay.pickle.loads(pickled)
+    expected = [1, 1, 1, 1, 2, 2, 2, 1] + [1] * 12
+    assert [f.live_then for f in from_checkpoint] == expected
+    assert [f.live_then for f in from_pickle] == expected
+    assert fixture_classes.Scaffold.live == 0
+
+
 def test_blocked_globals_stay_blocked_even_when_allowlisted(tmp_path):
     marker = tmp_path / "marker"
     payload = b"\x80\x02cos\nsystem\nX" + len(f"touch {marker}").to_bytes(4, "little") + f"touch {marker}".encode()

@@ -1,7 +1,9 @@
 //! Turning a validated checkpoint into Python objects in one attached pass: the
 //! arena is walked with an explicit stack (so no depth overflows anything), every
-//! node is built once and cached (so shared objects and storages stay shared), and
-//! the only callables are torch's, numpy's and the user's allowlisted ones.
+//! node is built once and cached (so shared objects and storages stay shared)
+//! until its last user has it (so argument tuples and state dicts are freed as
+//! the build goes, as pickle frees them), and the only callables are torch's,
+//! numpy's and the user's allowlisted ones.
 //! Python's own values are built here; tensors, storages and torch's other kinds
 //! by the backend's [`Tensors`].
 
@@ -15,6 +17,7 @@ use crate::bindings::tensors::Tensors;
 use crate::checkpoint::Checkpoint;
 use crate::torch::policy::Global;
 use crate::torch::value::{Arena, Node, Torch};
+use crate::value::refs::MANY;
 use crate::value::{Constructor, DictClass, Mutation, NodeId};
 
 pub struct Builder<'a, 'py> {
@@ -24,7 +27,18 @@ pub struct Builder<'a, 'py> {
     user_objects: Vec<Bound<'py, PyAny>>,
     pub helpers: Bound<'py, PyModule>,
     cache: Vec<Option<Bound<'py, PyAny>>>,
-    in_progress: Vec<bool>,
+    /// Users of each node that have not taken it yet; at zero it is let go.
+    unused: Vec<u8>,
+    stage: Vec<Stage>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Stage {
+    Waiting,
+    /// Its children are being built: meeting it again is a cycle.
+    Building,
+    /// Built, taken by every user and let go.
+    Released,
 }
 
 enum Frame {
@@ -52,7 +66,8 @@ impl<'a, 'py> Builder<'a, 'py> {
             user_objects,
             helpers,
             cache: vec![None; n],
-            in_progress: vec![false; n],
+            unused: checkpoint.references.clone(),
+            stage: vec![Stage::Waiting; n],
         }
     }
 
@@ -148,6 +163,26 @@ impl<'a, 'py> Builder<'a, 'py> {
         PyErr::from_type(class, reason)
     }
 
+    /// The built value of `id` for one of the values that refer to it, let go
+    /// when that was its last user.
+    fn take(&mut self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
+        let obj = self.built(id)?;
+        if let Some(unused) = self.unused.get_mut(id.index()) {
+            if *unused != MANY {
+                *unused = unused.saturating_sub(1);
+                if *unused == 0 {
+                    if let Some(slot) = self.cache.get_mut(id.index()) {
+                        *slot = None;
+                    }
+                    if let Some(stage) = self.stage.get_mut(id.index()) {
+                        *stage = Stage::Released;
+                    }
+                }
+            }
+        }
+        Ok(obj)
+    }
+
     fn store(&mut self, id: NodeId, obj: Bound<'py, PyAny>) {
         if let Some(slot) = self.cache.get_mut(id.index()) {
             *slot = Some(obj);
@@ -163,6 +198,9 @@ impl<'a, 'py> Builder<'a, 'py> {
             let names: Vec<String> = stubs.iter().map(|(m, n)| format!("{m}.{n}")).collect();
             self.helpers.call_method1("stubbed", (names,))?;
         }
+        if let Some(unused) = self.unused.get_mut(root.index()) {
+            *unused = MANY;
+        }
         let mut stack = vec![Frame::Enter(root)];
         while let Some(frame) = stack.pop() {
             match frame {
@@ -170,8 +208,8 @@ impl<'a, 'py> Builder<'a, 'py> {
                 Frame::Finish(id) => {
                     let obj = self.finish(id)?;
                     self.store(id, obj);
-                    if let Some(flag) = self.in_progress.get_mut(id.index()) {
-                        *flag = false;
+                    if let Some(stage) = self.stage.get_mut(id.index()) {
+                        *stage = Stage::Waiting;
                     }
                 }
                 Frame::EnterFill(id) => {
@@ -189,11 +227,18 @@ impl<'a, 'py> Builder<'a, 'py> {
         if self.cache.get(id.index()).is_some_and(Option::is_some) {
             return Ok(());
         }
-        if self.in_progress.get(id.index()).copied().unwrap_or(false) {
-            return Err(self.fail(
-                id,
-                "a value refers to itself through an immutable container",
-            ));
+        match self.stage.get(id.index()) {
+            Some(Stage::Building) => {
+                return Err(self.fail(
+                    id,
+                    "a value refers to itself through an immutable container",
+                ))
+            }
+            // The counts come from the same references this walk follows.
+            Some(Stage::Released) => {
+                return Err(self.fail(id, "a value is used more often than it is referred to"))
+            }
+            _ => {}
         }
         let py = self.py;
         let node = self.node(id);
@@ -227,8 +272,8 @@ impl<'a, 'py> Builder<'a, 'py> {
             self.store(id, obj);
             return Ok(());
         }
-        if let Some(flag) = self.in_progress.get_mut(id.index()) {
-            *flag = true;
+        if let Some(stage) = self.stage.get_mut(id.index()) {
+            *stage = Stage::Building;
         }
         stack.push(Frame::Finish(id));
         for child in children.into_iter().rev() {
@@ -327,46 +372,60 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::List(items) => {
                 let list = obj.cast::<PyList>()?;
                 for item in items.iter() {
-                    list.append(self.built(*item)?)?;
+                    list.append(self.take(*item)?)?;
                 }
             }
             Node::Dict(_, d) => {
                 let d = self.arena().dict(*d);
-                let mut flat = Vec::new();
-                self.snapshot_items(d.base, &mut flat);
-                flat.extend(d.items.iter().flat_map(|(k, v)| [*k, *v]));
-                for kv in flat.chunks_exact(2) {
+                let mut snapshot = Vec::new();
+                self.snapshot_items(d.base, &mut snapshot);
+                for kv in snapshot.chunks_exact(2) {
                     if let [k, v] = kv {
                         obj.set_item(self.built(*k)?, self.built(*v)?)
                             .map_err(|e| self.key_error(e, *k, "cannot insert a dict item"))?;
                     }
                 }
+                for (k, v) in &d.items {
+                    obj.set_item(self.take(*k)?, self.take(*v)?)
+                        .map_err(|e| self.key_error(e, *k, "cannot insert a dict item"))?;
+                }
                 for state in &d.state {
-                    let state = self.built(*state)?;
+                    let state = self.take(*state)?;
                     obj.getattr("__dict__")?.call_method1("update", (state,))?;
                 }
             }
-            Node::Set(_) => {
+            Node::Set(s) => {
                 let set = obj.cast::<PySet>()?;
-                for item in self.fill_children(id) {
+                let mut snapshot = Vec::new();
+                self.snapshot_items(s.base, &mut snapshot);
+                for item in snapshot {
                     set.add(self.built(item)?)
                         .map_err(|e| self.key_error(e, item, "cannot add a set item"))?;
+                }
+                for item in &s.items {
+                    set.add(self.take(*item)?)
+                        .map_err(|e| self.key_error(e, *item, "cannot add a set item"))?;
                 }
             }
             Node::Object(o) => {
                 for m in &o.mutations {
                     let result = match m {
-                        Mutation::Build(s) => self.ran_for_the_file(
-                            id,
-                            self.helpers.call_method1("build", (&obj, self.built(*s)?)),
-                            || format!("setting the state of a {}", type_name(&obj)),
-                        ),
-                        Mutation::Append(v) => {
-                            self.helpers.call_method1("append", (&obj, self.built(*v)?))
+                        Mutation::Build(s) => {
+                            let state = self.take(*s)?;
+                            self.ran_for_the_file(
+                                id,
+                                self.helpers.call_method1("build", (&obj, state)),
+                                || format!("setting the state of a {}", type_name(&obj)),
+                            )
                         }
-                        Mutation::SetItem(k, v) => self
-                            .helpers
-                            .call_method1("setitem", (&obj, self.built(*k)?, self.built(*v)?)),
+                        Mutation::Append(v) => {
+                            let value = self.take(*v)?;
+                            self.helpers.call_method1("append", (&obj, value))
+                        }
+                        Mutation::SetItem(k, v) => {
+                            let (key, value) = (self.take(*k)?, self.take(*v)?);
+                            self.helpers.call_method1("setitem", (&obj, key, value))
+                        }
                     };
                     result?;
                 }
@@ -377,7 +436,7 @@ impl<'a, 'py> Builder<'a, 'py> {
     }
 
     /// Build a node whose children are all built.
-    fn finish(&self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
+    fn finish(&mut self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let obj = match self.node(id) {
             Node::None => py.None().into_bound(py),
@@ -407,20 +466,22 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Bytes(b) => PyBytes::new(py, self.arena().payload(*b)).into_any(),
             Node::ByteArray(b) => PyByteArray::new(py, self.arena().payload(*b)).into_any(),
             Node::Tuple(items) => {
-                let objs = self
-                    .arena()
-                    .items(*items)
-                    .iter()
-                    .map(|i| self.built(*i))
-                    .collect::<PyResult<Vec<_>>>()?;
+                let items = self.arena().items(*items);
+                let mut objs = Vec::with_capacity(items.len());
+                for item in items {
+                    objs.push(self.take(*item)?);
+                }
                 PyTuple::new(py, objs)?.into_any()
             }
-            Node::Set(_) => {
-                let objs = self
-                    .children(id)
-                    .iter()
+            Node::Set(s) => {
+                let mut snapshot = Vec::new();
+                self.snapshot_items(s.base, &mut snapshot);
+                let mut objs = (snapshot.iter())
                     .map(|i| self.built(*i))
                     .collect::<PyResult<Vec<_>>>()?;
+                for item in &s.items {
+                    objs.push(self.take(*item)?);
+                }
                 PyFrozenSet::new(py, objs)
                     .map_err(|e| wrap_build_error(py, e, "cannot build a frozenset"))?
                     .into_any()
@@ -445,7 +506,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Object(o) => {
                 let result = match o.constructor {
                     Constructor::Call { func, args } => {
-                        let args = self.built(args)?;
+                        let args = self.take(args)?;
                         let args = args
                             .cast::<PyTuple>()
                             .map_err(|_| self.fail(id, "call arguments must be a tuple"))?;
@@ -453,12 +514,11 @@ impl<'a, 'py> Builder<'a, 'py> {
                             self.node(func),
                             Node::Domain(Torch::Global(Global::Stub(_)))
                         );
+                        let func = self.take(func)?;
                         if stubbed {
                             // Recorded, never called: the global was not imported.
-                            self.helpers
-                                .call_method1("stub_call", (self.built(func)?, args))
+                            self.helpers.call_method1("stub_call", (func, args))
                         } else {
-                            let func = self.built(func)?;
                             self.ran_for_the_file(id, func.call1(args), || {
                                 format!("calling {}", qualified_name(&func))
                             })
@@ -466,13 +526,14 @@ impl<'a, 'py> Builder<'a, 'py> {
                     }
                     Constructor::New { cls, args, kwargs } => {
                         let kwargs = match kwargs {
-                            Some(k) => self.built(k)?,
+                            Some(k) => self.take(k)?,
                             None => py.None().into_bound(py),
                         };
-                        let cls = self.built(cls)?;
+                        let cls = self.take(cls)?;
+                        let args = self.take(args)?;
                         let made = self
                             .helpers
-                            .call_method1("new_object", (&cls, self.built(args)?, kwargs));
+                            .call_method1("new_object", (&cls, args, kwargs));
                         self.ran_for_the_file(id, made, || {
                             format!("creating a {}", qualified_name(&cls))
                         })

@@ -5,7 +5,7 @@
 //! reachable; the bindings keep the arena alive while they build Python objects,
 //! so it is compacted first and the scaffolding freed.
 
-use crate::value::{Arena, Constructor, Domain, Mutation, Node, NodeId};
+use crate::value::{Arena, Domain, NodeId};
 
 const UNSEEN: u32 = u32::MAX;
 
@@ -36,69 +36,4 @@ pub fn compact<D: Domain>(old: &Arena<D>, root: NodeId) -> (Arena<D>, NodeId) {
         new.push_adopted(node);
     }
     (new, NodeId::from_index(0))
-}
-
-impl<D: Domain> Arena<D> {
-    /// Call `f` on every node id stored in `node` (whose pooled contents are in
-    /// this arena), letting it rewrite them.
-    fn for_each_ref_mut(&mut self, node: &mut Node<D>, f: &mut impl FnMut(&mut NodeId)) {
-        match node {
-            Node::Tuple(span) => self.items_mut(*span).iter_mut().for_each(&mut *f),
-            Node::List(items) => items.iter_mut().for_each(&mut *f),
-            Node::Dict(_, d) => {
-                if let Some(d) = self.dict_mut(*d) {
-                    d.items.iter_mut().for_each(|(k, v)| {
-                        f(k);
-                        f(v);
-                    });
-                    d.state.iter_mut().for_each(&mut *f);
-                    if let Some((base, _)) = &mut d.base {
-                        f(base);
-                    }
-                }
-            }
-            Node::Set(s) => {
-                s.items.iter_mut().for_each(&mut *f);
-                if let Some((base, _)) = &mut s.base {
-                    f(base);
-                }
-            }
-            Node::Object(o) => {
-                match &mut o.constructor {
-                    Constructor::Call { func, args } => {
-                        f(func);
-                        f(args);
-                    }
-                    Constructor::New { cls, args, kwargs } => {
-                        f(cls);
-                        f(args);
-                        if let Some(k) = kwargs {
-                            f(k);
-                        }
-                    }
-                }
-                for m in &mut o.mutations {
-                    match m {
-                        Mutation::Build(s) | Mutation::Append(s) => f(s),
-                        Mutation::SetItem(k, v) => {
-                            f(k);
-                            f(v);
-                        }
-                    }
-                }
-            }
-            Node::Domain(value) => value.for_each_ref_mut(&mut self.pool, f),
-            Node::None
-            | Node::Bool(_)
-            | Node::Int(_)
-            | Node::BigInt(_)
-            | Node::DecimalInt(_)
-            | Node::Float(_)
-            | Node::Complex(..)
-            | Node::Str(_)
-            | Node::Bytes(_)
-            | Node::ByteArray(_)
-            | Node::Opaque => {}
-        }
-    }
 }

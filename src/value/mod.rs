@@ -7,6 +7,7 @@ mod arena;
 pub mod compact;
 pub mod keys;
 mod node;
+pub mod refs;
 
 pub use arena::Arena;
 pub use node::{
