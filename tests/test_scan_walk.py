@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from tensorplay import scanner
@@ -126,6 +127,45 @@ def test_a_named_pipe_is_read_as_a_stream(tmp_path):
     code, reports = run_scan(str(fifo))
     writer.join(timeout=60)
     assert code == 1 and reports[0]["verdict"] == "unsafe"
+
+
+@pytest.mark.parametrize("read", ["pickles_only", "unsafe_globals"])
+def test_a_named_pipe_keeps_its_reader_through_the_quick_path(tmp_path, read):
+    """The quick paths (pickles only, torch's unsafe-globals list) first open a
+    path to read a few ranges; a pipe they hand on must not lose its reader in
+    between, or a writer still writing gets a broken pipe."""
+    from tensorplay.serialization import get_unsafe_globals_in_checkpoint
+
+    fifo = tmp_path / "upload.pt"
+    os.mkfifo(fifo)
+    failed: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            with open(fifo, "wb", buffering=0) as f:
+                for start in range(0, len(EVIL), 4):
+                    f.write(EVIL[start:start + 4])
+                    time.sleep(0.002)
+        except BaseException as e:  # a broken pipe, reported by the test
+            failed.append(e)
+
+    found: list[object] = []
+
+    def scan() -> None:
+        if read == "pickles_only":
+            report = scanner.scan(str(fifo), pickles_only=True)
+            found.append((report.verdict, [f.name for f in report.findings]))
+        else:
+            found.append(get_unsafe_globals_in_checkpoint(str(fifo)))
+
+    # Daemon threads: a reader waiting for a writer that broke must fail the test, not hang it.
+    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=scan, daemon=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failed == []
+    assert found == [("unsafe", ["posix.system"])] if read == "pickles_only" else found == [["posix.system"]]
 
 
 @pytest.mark.parametrize("data, code, verdict", [(EVIL, 1, "unsafe"), (CLEAN, 0, "clean"), (b"", 0, "skipped")])

@@ -62,9 +62,11 @@ pub fn scan<'py>(
         list_allowlisted: list_globals,
         ..options(path.as_deref(), user_names, limits)
     };
+    let mut held = None;
     if let Some(path) = path.as_deref().filter(|_| pickles_only) {
-        if let Some(report) = py.detach(|| scan_by_reading(path, &options)) {
-            return report_tuple(py, &report);
+        match py.detach(|| scan_by_reading(path, &options)) {
+            Reading::Settled(report) => return report_tuple(py, &report),
+            Reading::Unsettled(file) => held = file,
         }
     }
     let data = open_source(
@@ -73,6 +75,7 @@ pub fn scan<'py>(
         MapMode::ReadOnly,
         options.limits.max_inflated_bytes,
     )?;
+    drop(held);
     // The file's name: bytes that are no model count against a name that says model.
     let name = file_name(path.as_deref());
     let report = py.detach(|| {
@@ -152,9 +155,11 @@ pub fn globals_outside_allowlist(
 ) -> PyResult<Vec<String>> {
     let path = path_of(source);
     let options = options(path.as_deref(), user_names, limits);
+    let mut held = None;
     if let Some(path) = path {
-        if let Some(names) = py.detach(|| globals_by_reading(&path, &options)) {
-            return Ok(names);
+        match py.detach(|| globals_by_reading(&path, &options)) {
+            Reading::Settled(names) => return Ok(names),
+            Reading::Unsettled(file) => held = file,
         }
     }
     let data = open_source(
@@ -163,13 +168,14 @@ pub fn globals_outside_allowlist(
         MapMode::ReadOnly,
         options.limits.max_inflated_bytes,
     )?;
+    drop(held);
     py.detach(|| find_unsafe_globals(data.bytes(), &options))
         .map_err(|e| to_pyerr(py, e))
 }
 
 /// The answer for a zip checkpoint from a few reads of the file, when they settle
 /// it; see `scan::unsafe_globals_by_reading`.
-fn globals_by_reading(path: &Path, options: &ScanOptions) -> Option<Vec<String>> {
+fn globals_by_reading(path: &Path, options: &ScanOptions) -> Reading<Vec<String>> {
     with_reads(path, |len, read_at| {
         unsafe_globals_by_reading(len, read_at, options)
     })
@@ -177,29 +183,46 @@ fn globals_by_reading(path: &Path, options: &ScanOptions) -> Option<Vec<String>>
 
 /// A pickles-only report from a few reads of the file, when they settle it; see
 /// `scan::scan_pickles_by_reading`.
-fn scan_by_reading(path: &Path, options: &ScanOptions) -> Option<Report> {
+fn scan_by_reading(path: &Path, options: &ScanOptions) -> Reading<Report> {
     with_reads(path, |len, read_at| {
         scan_pickles_by_reading(len, read_at, options)
     })
+}
+
+/// What a few reads of a path settled.
+enum Reading<T> {
+    Settled(T),
+    /// Left to a reading of the whole file; a file that is not regular (a FIFO,
+    /// a pipe) comes back open, to be held until the caller has opened it again.
+    Unsettled(Option<std::fs::File>),
 }
 
 /// `f` with the length of the regular file at `path` and a reader of its bytes.
 fn with_reads<T>(
     path: &Path,
     f: impl FnOnce(u64, &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
-) -> Option<T> {
-    use std::os::unix::fs::FileExt;
-    // Asked before opening: opening a FIFO would wait for a writer, and closing
-    // it again would cost the stream its reader.
-    std::fs::metadata(path).ok().filter(|m| m.is_file())?;
-    let file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok().filter(|m| m.is_file())?.len();
+) -> Reading<T> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    // Opened without waiting for a writer, as a plain open of a FIFO would. Its
+    // writer, let in by this open, gets the pipe's end closed only once the
+    // caller's stream holds another: closing it first would break the pipe.
+    let opened = (std::fs::OpenOptions::new().read(true))
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let Ok(file) = opened else {
+        return Reading::Unsettled(None);
+    };
+    let len = match file.metadata() {
+        Ok(meta) if meta.is_file() => meta.len(),
+        Ok(_) => return Reading::Unsettled(Some(file)),
+        Err(_) => return Reading::Unsettled(None),
+    };
     let read_at = |offset: u64, n: usize| {
         let mut buf = vec![0u8; n];
         file.read_exact_at(&mut buf, offset).ok()?;
         Some(buf)
     };
-    f(len, &read_at)
+    f(len, &read_at).map_or(Reading::Unsettled(None), Reading::Settled)
 }
 
 /// Whether `name` (a path relative to an archive or a folder whose names are
