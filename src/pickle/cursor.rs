@@ -131,7 +131,7 @@ impl<'a> Cursor<'a> {
     /// One line without its terminating newline. A missing newline is an error, as in pickle.
     pub fn line(&mut self) -> Result<&'a [u8], ReadError> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
-        match rest.iter().position(|b| *b == b'\n') {
+        match memchr::memchr(b'\n', rest) {
             Some(n) => {
                 let line = self.take(n)?;
                 self.pos += 1;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
-use crate::pickle::cursor::Cursor;
+use crate::pickle::cursor::{Cursor, ReadError};
 use crate::pickle::opcodes::{self, *};
 use crate::pickle::text;
 
@@ -437,18 +437,20 @@ impl<'a, S: Copy + PartialEq> Decoder<'a, S> {
     }
 
     fn text_line(&mut self) -> Result<&'a str, Error> {
-        let rest = self.data.get(self.cursor.position()..).unwrap_or_default();
-        let line = if !rest.is_empty() && !rest.contains(&b'\n') {
-            // pickle.py's `readline()[:-1]` drops the last byte as if it were
-            // the newline; C refuses the line.
-            self.diverge(
-                "a last line without its newline (pickle.py drops its last byte)",
-                None,
-            );
-            let rest = self.cursor.take(rest.len())?;
-            rest.get(..rest.len().saturating_sub(1)).unwrap_or_default()
-        } else {
-            self.cursor.line()?
+        let rest = self.data.len().saturating_sub(self.cursor.position());
+        let line = match self.cursor.line() {
+            Ok(line) => line,
+            Err(ReadError::NoNewline { .. }) if rest > 0 => {
+                // pickle.py's `readline()[:-1]` drops the last byte as if it were
+                // the newline; C refuses the line.
+                self.diverge(
+                    "a last line without its newline (pickle.py drops its last byte)",
+                    None,
+                );
+                let rest = self.cursor.take(rest)?;
+                rest.get(..rest.len().saturating_sub(1)).unwrap_or_default()
+            }
+            Err(e) => return Err(e.into()),
         };
         std::str::from_utf8(line).map_err(|_| self.err("a text argument that is not UTF-8"))
     }

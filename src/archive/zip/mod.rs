@@ -393,20 +393,19 @@ fn classic_directory<D: FileBytes + ?Sized>(
     data: &D,
     eocd: usize,
 ) -> Result<(Directory, bool), Error> {
-    let field16 = |at: usize| {
-        le16(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
-    };
-    let field32 = |at: usize| {
-        le32(data, eocd + at).ok_or_else(|| bad("truncated end of central directory", eocd as u64))
-    };
+    // The record at once: each field read through pieces would look them up again.
+    let record = (data.get(eocd..eocd.saturating_add(EOCD_LEN)))
+        .ok_or_else(|| bad("truncated end of central directory", eocd as u64))?;
+    let field16 = |at: usize| le16(record, at).map_or(0, u64::from);
+    let field32 = |at: usize| le32(record, at).map_or(0, u64::from);
     // Disk numbers, and a count of this disk's entries other than the total, are
     // what a split archive has. Where a ZIP64 record follows, its fields stand
     // for these, as they do for torch's reader and Python's zipfile.
-    let multi_disk = field16(4)? != 0 || field16(6)? != 0 || field16(8)? != field16(10)?;
+    let multi_disk = field16(4) != 0 || field16(6) != 0 || field16(8) != field16(10);
     let dir = Directory {
-        entries: u64::from(field16(10)?),
-        size: u64::from(field32(12)?),
-        offset: u64::from(field32(16)?),
+        entries: field16(10),
+        size: field32(12),
+        offset: field32(16),
         end_at: eocd as u64,
         end_records_adjoin: true,
     };
