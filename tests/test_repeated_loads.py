@@ -24,15 +24,16 @@ def rss_kib():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 path, times = sys.argv[1], int(sys.argv[2])
-faults, rss = [], []
+faults, held, freed = [], [], []
 for _ in range(times):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     loaded = tensorplay.load(path, backend=sys.argv[3])
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    held.append(rss_kib())
     del loaded
     gc.collect()
-    rss.append(rss_kib())
-print(json.dumps({"faults": faults, "rss": rss}))
+    freed.append(rss_kib())
+print(json.dumps({"faults": faults, "held": held, "freed": freed}))
 """
 
 
@@ -55,8 +56,15 @@ def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_
 def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):
     path = tmp_path / "many.pt"
     torch.save({f"t{i}": torch.tensor([float(i)]) for i in range(50_000)}, path)
-    rss = _repeat(path, 50)["rss"]  # KiB
-    # A leaked parse would add about 16 MiB a load (800 MiB over 50). A fresh
-    # environment's first loads settle once (20 MiB by load 3 in one CI run).
-    assert rss[-1] - rss[0] < 32 << 10, rss
-    assert rss[-1] - rss[25] < 4 << 10, rss
+    rss = _repeat(path, 50)  # KiB
+    # Measured while a load's result is held, where a leaked parse would add
+    # about 16 MiB a load (800 MiB over 50). A fresh environment's first loads
+    # settle once (20 MiB by load 3 in one CI run).
+    held = rss["held"]
+    assert held[-1] - held[0] < 32 << 10, held
+    assert held[-1] - held[25] < 4 << 10, held
+    # Once the result is dropped, glibc keeps the freed tensors (about 19 MiB of
+    # heap top here) on some loads and not on others, by its own thresholds; the
+    # next load reuses them, so this only swings, it never climbs.
+    freed = rss["freed"]
+    assert max(freed) - min(freed) < 32 << 10, freed
