@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::archive::source::MapMode;
+use crate::archive::source::{read_exact_at, MapMode};
 use crate::archive::zip::read_entries_by_reading;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
@@ -202,7 +202,7 @@ fn with_reads<T>(
     path: &Path,
     f: impl FnOnce(u64, &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
 ) -> Reading<T> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     // Opened without waiting for a writer, as a plain open of a FIFO would. Its
     // writer, let in by this open, gets the pipe's end closed only once the
     // caller's stream holds another: closing it first would break the pipe.
@@ -217,11 +217,7 @@ fn with_reads<T>(
         Ok(_) => return Reading::Unsettled(Some(file)),
         Err(_) => return Reading::Unsettled(None),
     };
-    let read_at = |offset: u64, n: usize| {
-        let mut buf = vec![0u8; n];
-        file.read_exact_at(&mut buf, offset).ok()?;
-        Some(buf)
-    };
+    let read_at = |offset: u64, n: usize| read_exact_at(&file, offset, n);
     f(len, &read_at).map_or(Reading::Unsettled(None), Reading::Settled)
 }
 

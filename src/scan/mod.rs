@@ -527,16 +527,14 @@ pub fn scan_pickles_by_reading(
     archive_zip::check_signature(&mut pieces, read_at)?;
     // Entries only a streaming reader finds, near those read: left to the
     // whole-file scan, which reads and reports them.
-    let directory = index.directory_offset;
-    archive_zip::read_gaps_near_into(&mut pieces, &listed, &read, directory, read_at)?;
-    let unlisted = archive_zip::unlisted_local_headers_near(
-        &pieces,
+    let unlisted = archive_zip::unlisted_local_headers_by_reading(
+        &mut pieces,
         &listed,
-        read.iter().copied(),
-        directory,
+        &read,
+        index.directory_offset,
         max_entries,
-    )
-    .ok()?;
+        read_at,
+    )?;
     if !unlisted.is_empty() {
         return None;
     }

@@ -774,7 +774,7 @@ pub type Listed = Vec<(u64, u64)>;
 /// caller checks the signature ([`check_signature`]) once it has read the
 /// entries it wants: torch writes data.pkl first, so its read usually holds the
 /// signature too. Also every record's local header offset and compressed size,
-/// sorted by offset, for [`read_gaps_near_into`].
+/// sorted by offset, for [`unlisted_local_headers_by_reading`].
 pub fn read_directory_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
@@ -969,23 +969,24 @@ pub fn read_local_header_into(
     ensure(pieces, offset, LFH_LEN.min(left), read_at)
 }
 
-/// Read into `pieces` the start of each gap [`unlisted_local_headers_near`]
-/// looks at, once it holds the local headers of the entries `read` and of the
-/// last one. `listed` as for [`readings::gaps_near`].
-pub fn read_gaps_near_into(
+/// [`unlisted_local_headers_near`] from a few reads: the start of each gap it
+/// looks at is read into `pieces` once they hold the local headers of the
+/// entries `read` and of the last one. `listed` as for [`readings::gaps_near`].
+pub fn unlisted_local_headers_by_reading(
     pieces: &mut Pieces,
     listed: &[(u64, u64)],
     read: &[u64],
     directory_offset: u64,
+    max_entries: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
-) -> Option<()> {
+) -> Option<Vec<Disagreement>> {
     let gaps = readings::gaps_near(pieces, listed, read.iter().copied(), directory_offset).ok()?;
-    for (start, end) in gaps {
+    for &(start, end) in &gaps {
         let look =
             usize::try_from(end - start).map_or(readings::GAP_LOOK, |n| n.min(readings::GAP_LOOK));
         ensure(pieces, start, look, read_at)?;
     }
-    Some(())
+    readings::headers_in_gaps(pieces, gaps, max_entries).ok()
 }
 
 /// What [`read_record`] reads of the end first: one page, which holds the end

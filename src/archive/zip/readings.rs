@@ -267,7 +267,7 @@ fn hidden_local_headers<D: FileBytes + ?Sized>(
     headers_in_gaps(data, gaps(spans, directory_offset), max_entries)
 }
 
-fn headers_in_gaps<D: FileBytes + ?Sized>(
+pub(super) fn headers_in_gaps<D: FileBytes + ?Sized>(
     data: &D,
     gaps: Vec<(u64, u64)>,
     max_entries: u64,
