@@ -123,6 +123,46 @@ def test_dcp_load_through_tensorplays_reader_equals_torchs(single):
     assert_same_tree(ours, state)
 
 
+def test_the_reader_fills_whatever_target_the_planner_gives_as_torchs_does(tmp_path):
+    """Chunks read straight into contiguous targets of their dtype and shape, and
+    copied into every other kind: a transposed view, another dtype, one tensor
+    that two keys share (the later write wins), and a planner that hands out
+    scratch tensors and copies them at commit (so each must be full by then)."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    g = torch.Generator().manual_seed(3)
+    saved = {"w": torch.randn(5, 3, generator=g), "half": torch.randn(4, generator=g).half(),
+             "a": torch.randn(6, generator=g), "b": torch.randn(6, generator=g), "n": torch.arange(7)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(saved, checkpoint_id=str(tmp_path))
+
+    class Scratch(DefaultLoadPlanner):
+        def resolve_tensor(self, read_item):
+            return torch.full(tuple(read_item.lengths), -1, dtype=super().resolve_tensor(read_item).dtype)
+
+        def commit_tensor(self, read_item, tensor):
+            super().resolve_tensor(read_item).copy_(tensor)
+
+    def target():
+        shared = torch.zeros(6)
+        return {"w": torch.zeros(3, 5).t(), "half": torch.zeros(4), "a": shared, "b": shared,
+                "n": torch.zeros(7, dtype=torch.int64)}
+
+    for planner in (None, Scratch):
+        ours, theirs = target(), target()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load(ours, storage_reader=tensorplay.dcp.FileSystemReader(str(tmp_path)),
+                     planner=planner and planner())
+            dcp.load(theirs, storage_reader=dcp.FileSystemReader(str(tmp_path)), planner=planner and planner())
+        assert_same_tree(ours, theirs)
+        assert not ours["w"].is_contiguous() and torch.equal(ours["w"], saved["w"])
+        assert ours["half"].dtype == torch.float32 and torch.equal(ours["half"], saved["half"].float())
+        assert ours["a"] is ours["b"] and any(torch.equal(ours["a"], saved[k]) for k in "ab")
+        assert torch.equal(ours["n"], saved["n"])
+
+
 def test_inspect_and_convert_read_a_folder(single, tmp_path):
     folder, state = single
     info = tensorplay.inspect(folder)

@@ -254,10 +254,13 @@ def read_ranges(
     *,
     name: str,
     threads: int | None = None,
+    in_order: bool = False,
     limits: _Limits = ...,
 ) -> None:
     """Each ``(offset, buffer)``: ``len(buffer)`` bytes of the file from ``offset``
-    copied into the writable buffer, on ``threads`` threads, the GIL released."""
+    copied into the writable buffer (or contiguous CPU tensor), on ``threads``
+    threads, the GIL released. Overlapping buffers are refused, or with
+    ``in_order`` copied one after another in the order given."""
     ...
 
 def inflate_entries(

@@ -266,35 +266,55 @@ class _Files:
 
         return load(self.item(info), backend=backend)  # type: ignore[arg-type]
 
+    def describe(self, infos: list[Any]) -> dict[tuple[str, int], tuple[Any, ...]]:
+        """The chunks ``infos`` name that are stored plainly (dense, uncompressed,
+        little-endian), by file and offset, as ``_core.dcp_chunks`` describes them:
+        one core call per file validates every archive, its pickle run by the
+        restricted VM. A chunk behind the writer's stream transforms is left out."""
+        by_file: dict[str, list[Any]] = {}
+        for info in infos:
+            if not _transforms(info):
+                by_file.setdefault(self._checked_span(info)[0], []).append(info)
+        described: dict[tuple[str, int], tuple[Any, ...]] = {}
+        for relative, group in by_file.items():
+            found = _core.dcp_chunks(self._path(relative), [(i.offset, i.length) for i in group], name=relative,
+                                     user_names=self.names, limits=self.limits)
+            for info, chunk in zip(group, found):
+                if chunk is not None:
+                    described[(relative, info.offset)] = chunk
+        return described
+
     def read_chunks(self, wanted: list[tuple[Any, bool]], backend: str, *, passing: bool = False) -> None:
-        """Read ahead the tensor chunks ``wanted`` names (``(info, copy)``), two core
-        calls per file: ``_core.dcp_chunks`` validates every archive, its pickle run by
-        the restricted VM, and describes each chunk holding one tensor stored plainly
-        (dense, uncompressed, little-endian); ``_core.read_ranges`` then copies the
-        ``copy`` ones into tensors torch or numpy own (with ``pread``, on all cores).
-        The others become views of the map: where the bytes lie aligned for the
-        dtype, or anywhere for views only ``passing`` through (copied out at once by
-        the caller, as torch's kernels copy from any address). ``tensor`` hands them out."""
+        """Read ahead the tensor chunks ``wanted`` names (``(info, copy)``),
+        ``_READ_AHEAD`` at a time: those ``describe`` finds are made into tensors,
+        the ``copy`` ones new tensors torch or numpy own that ``_core.read_ranges``
+        fills (with ``pread``, on all cores). The others become views of the map:
+        where the bytes lie aligned for the dtype, or anywhere for views only
+        ``passing`` through (copied out at once by the caller, as torch's kernels
+        copy from any address). ``tensor`` hands them out."""
         from .serialization import _copy_threads
 
-        by_file: dict[str, list[tuple[Any, bool]]] = {}
-        for info, copy in wanted:
-            if not _transforms(info):
-                by_file.setdefault(self._checked_span(info)[0], []).append((info, copy))
-        for relative, chunks in by_file.items():
-            path = self._path(relative)
-            for start in range(0, len(chunks), _READ_AHEAD):
-                group = chunks[start:start + _READ_AHEAD]
-                found = _core.dcp_chunks(path, [(i.offset, i.length) for i, _ in group], name=relative,
-                                         user_names=self.names, limits=self.limits)
-                targets: list[tuple[int, Any]] = []
-                for (info, copy), chunk in zip(group, found):
-                    made = None if chunk is None else self._tensor_of(relative, chunk, backend, copy, passing,
-                                                                      targets)
+        for start in range(0, len(wanted), _READ_AHEAD):
+            group = wanted[start:start + _READ_AHEAD]
+            described = self.describe([info for info, _ in group])
+            targets: dict[str, list[tuple[int, Any]]] = {}
+            for info, copy in group:
+                key = (os.fspath(info.relative_path), info.offset)
+                chunk = described.get(key)
+                if chunk is not None:
+                    made = self._tensor_of(key[0], chunk, backend, copy, passing, targets.setdefault(key[0], []))
                     if made is not None:
-                        self.ready[(relative, info.offset)] = made
-                if targets:
-                    _core.read_ranges(path, targets, name=relative, threads=_copy_threads(), limits=self.limits)
+                        self.ready[key] = made
+            for relative, ranges in targets.items():
+                if ranges:
+                    _core.read_ranges(self._path(relative), ranges, name=relative, threads=_copy_threads(),
+                                      limits=self.limits)
+
+    def view(self, relative: str, chunk: tuple[Any, ...]) -> Any | None:
+        """A torch view of the map holding a chunk ``describe`` found, or None for
+        a dtype this torch lacks."""
+        made = self._tensor_of(relative, chunk, "torch", False, True, [])
+        return None if made is None else made[0]
 
     def tensor(self, info: Any, backend: str) -> tuple[Any, bool]:
         """A tensor chunk, and whether it is a view of the map (read ahead, or read
@@ -359,6 +379,48 @@ class _Files:
             return
         start = info.offset - info.offset % mmap.PAGESIZE
         mapped.madvise(mmap.MADV_DONTNEED, start, info.offset + info.length - start)
+
+
+class _DirectReads:
+    """Chunks read straight from their file into the planner's tensors: a chunk
+    stored plainly that a request wants whole, into a contiguous CPU tensor of its
+    dtype and shape, needs no view and no copy of its own (one ``pread``, for a
+    batch of them per core call). Each is committed once read, in the plan's order."""
+
+    def __init__(self, files: _Files, planner: Any):
+        import torch
+
+        self.files, self.planner = files, planner
+        self.torch_dtypes = {name: getattr(torch, name, None) for name in files.dtypes}
+        self.pending: list[tuple[str, int, Any, Any]] = []
+
+    def add(self, relative: str, chunk: tuple[Any, ...], req: Any, target: Any) -> bool:
+        """Take the read of ``chunk`` into ``target`` for ``req``, when it is one."""
+        dtype_name, shape, stride, storage_offset, data_offset, _ = chunk
+        if not (target.dtype == self.torch_dtypes.get(dtype_name) and target.shape == shape
+                and req.lengths == shape and not any(req.storage_offsets) and stride == _contiguous(shape)
+                and target.is_contiguous() and target.device.type == "cpu"):
+            return False
+        itemsize = self.files.dtypes[dtype_name][0]
+        self.pending.append((relative, data_offset + storage_offset * itemsize, target, req))
+        return True
+
+    def flush(self) -> None:
+        """Read what was taken, then commit it."""
+        from .serialization import _copy_threads
+
+        if not self.pending:
+            return
+        by_file: dict[str, list[tuple[int, Any]]] = {}
+        for relative, offset, target, _ in self.pending:
+            by_file.setdefault(relative, []).append((offset, target))
+        for relative, targets in by_file.items():
+            # A planner may place two chunks in one tensor: the later one wins, as its copy would.
+            _core.read_ranges(self.files._path(relative), targets, name=relative, threads=_copy_threads(),
+                              in_order=True, limits=self.files.limits)
+        for _, _, target, req in self.pending:
+            self.planner.commit_tensor(req, target)
+        self.pending.clear()
 
 
 # --- the whole state dict ----------------------------------------------------------------
@@ -553,33 +615,49 @@ def _reader_class() -> type:
             files = _Files(os.fspath(self.path))
             requests = sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
                                                          self.storage_data[r.storage_index].offset))
-            # Read ahead a batch at a time: the views of a whole plan would all be alive at once.
+            direct = _DirectReads(files, planner)
+            # A batch at a time: the views of a whole plan would all be alive at once.
             for start in range(0, len(requests), _READ_AHEAD):
                 batch = requests[start:start + _READ_AHEAD]
-                files.read_chunks([(self.storage_data[r.storage_index], False) for r in batch
-                                   if r.type != LoadItemType.BYTE_IO], "torch", passing=True)
+                described = files.describe([self.storage_data[r.storage_index] for r in batch
+                                            if r.type != LoadItemType.BYTE_IO])
                 for req in batch:
-                    self._read_one(files, req, planner)
+                    info = self.storage_data[req.storage_index]
+                    if req.type == LoadItemType.BYTE_IO:
+                        direct.flush()
+                        self._read_item(files, info, req, planner)
+                        continue
+                    target = planner.resolve_tensor(req).detach()
+                    key = (os.fspath(info.relative_path), info.offset)
+                    chunk = described.get(key)
+                    if chunk is not None and direct.add(key[0], chunk, req, target):
+                        continue
+                    direct.flush()
+                    tensor = None if chunk is None else files.view(key[0], chunk)
+                    self._copy_chunk(files, info, tensor, req, target, planner)
+                direct.flush()
             fut: Future = Future()
             fut.set_result(None)
             return fut
 
-        def _read_one(self, files: _Files, req: Any, planner: Any) -> None:
-            info = self.storage_data[req.storage_index]
-            if req.type == LoadItemType.BYTE_IO:
-                safe = io.BytesIO()
-                torch.save(files.load(info, "torch"), safe)
-                safe.seek(0)
-                planner.load_bytes(req, safe)
-                return
-            # A view of the mapped file where the chunk is stored plainly: copied
-            # once, into the planner's tensor.
-            tensor, _ = files.tensor(info, "torch")
+        @staticmethod
+        def _read_item(files: _Files, info: Any, req: Any, planner: Any) -> None:
+            safe = io.BytesIO()
+            torch.save(files.load(info, "torch"), safe)
+            safe.seek(0)
+            planner.load_bytes(req, safe)
+
+        @staticmethod
+        def _copy_chunk(files: _Files, info: Any, tensor: Any, req: Any, target: Any, planner: Any) -> None:
+            """Copy the part of a chunk ``req`` wants into ``target``: ``tensor``, a
+            view of the mapped file where the chunk is stored plainly, else the
+            chunk loaded."""
+            if tensor is None:
+                tensor = files.load(info, "torch")
             if not isinstance(tensor, torch.Tensor):
                 raise MalformedCheckpointError(
                     f"{req.storage_index.fqn}: the chunk holds a {type(tensor).__name__}, not a tensor")
             tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
-            target = planner.resolve_tensor(req).detach()
             if target.size() != tensor.size():
                 raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
             target.copy_(tensor)

@@ -187,15 +187,18 @@ fn chunk(
 /// Copy each `(offset, target)`: as many bytes of `source` (a file's path) from
 /// `offset` as `target` holds, into `target`, a writable contiguous buffer or a
 /// contiguous CPU torch tensor, with `pread`, on `threads` threads (default: the
-/// cores) with the GIL released.
+/// cores) with the GIL released. Targets that overlap are refused, or with
+/// `in_order` copied one after another in the order given, as that many copies
+/// would be (a planner may place two chunks in one tensor).
 #[pyfunction]
-#[pyo3(signature = (source, targets, *, name, threads=None, limits=LimitOverrides::default()))]
+#[pyo3(signature = (source, targets, *, name, threads=None, in_order=false, limits=LimitOverrides::default()))]
 pub fn read_ranges<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
     targets: Vec<(u64, Bound<'py, PyAny>)>,
     name: &str,
     threads: Option<usize>,
+    in_order: bool,
     limits: LimitOverrides,
 ) -> PyResult<()> {
     let whole = open_source(py, source, MapMode::ReadOnly, limits.0.max_inflated_bytes)?;
@@ -224,12 +227,15 @@ pub fn read_ranges<'py>(
     let mut spans: Vec<(usize, usize)> = ranges.iter().map(|r| (r.address, r.len)).collect();
     spans.sort_unstable();
     let overlap = |w: &[(usize, usize)]| matches!(w, [a, b] if a.0.saturating_add(a.1) > b.0);
-    if spans.windows(2).any(overlap) {
+    let threads = if !spans.windows(2).any(overlap) {
+        threads.unwrap_or_else(crate::limits::default_threads)
+    } else if in_order {
+        1
+    } else {
         return Err(PyValueError::new_err(
             "read_ranges needs buffers that do not overlap",
         ));
-    }
-    let threads = threads.unwrap_or_else(crate::limits::default_threads);
+    };
     py.detach(|| copy_out(&whole, &ranges, threads))
         .map_err(|e| to_pyerr(py, e.in_entry(name)))?;
     drop(buffers);
@@ -266,7 +272,8 @@ struct Target {
     len: usize,
 }
 
-/// Copy each target with `pread`, the copies spread over `threads` threads by size.
+/// Copy each target with `pread`, the copies spread over `threads` threads by
+/// size (one thread: in the order given).
 fn copy_out(whole: &Source, targets: &[Target], threads: usize) -> Result<(), Error> {
     let copy = |&Target { from, address, len }: &Target| -> Result<(), Error> {
         if len == 0 {
@@ -275,7 +282,7 @@ fn copy_out(whole: &Source, targets: &[Target], threads: usize) -> Result<(), Er
         // SAFETY: each address starts `len` writable bytes of a buffer whose
         // export the caller holds for the whole call, or of a fresh tensor only
         // the caller reaches (so the memory stays alive and in place), and no two
-        // of them overlap.
+        // of them overlap, or they are copied one at a time, in order.
         let dst = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
         match whole.read_into(from as u64, dst) {
             Some(Ok(())) => Ok(()),
