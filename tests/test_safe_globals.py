@@ -199,6 +199,34 @@ def test_states_are_freed_as_the_build_goes(backend):
     assert fixture_classes.Scaffold.live == 0
 
 
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=needs_torch)])
+def test_build_asks_each_object_for_its_setstate_as_pickle_does(backend):
+    """BUILD calls ``__setstate__`` wherever the object finds it (its class, a
+    base, ``__getattr__``) and otherwise sets a dict state's items, names
+    interned; instances of one class after another, as a file mixes them."""
+    objects = [fixture_classes.SetStateFromGetattr(), fixture_classes.InheritsSetState(),
+               fixture_classes.Plain(), fixture_classes.SetStateFromGetattr(), fixture_classes.Plain()]
+    objects[0].__dict__["given"] = {"x": 1}
+    objects[1].value = 4
+    objects[2].__dict__.update({"name": "a", 7: "int key"})
+    objects[3].__dict__["given"] = {"x": 2}
+    pickled = pickle.dumps(objects, protocol=2)
+    classes = [fixture_classes.SetStateFromGetattr, fixture_classes.InheritsSetState, fixture_classes.Plain]
+    with safe_globals(classes):
+        loaded = tensorplay.load(_checkpoint(pickled), backend=backend)
+        if has_torch:
+            import torch
+
+            with torch.serialization.safe_globals(classes):
+                theirs = torch.load(_checkpoint(pickled), weights_only=True)
+            assert pickle.dumps(loaded) == pickle.dumps(theirs)
+    assert [type(o) for o in loaded] == [type(o) for o in objects]
+    assert loaded[0].given == {"given": {"x": 1}} and loaded[3].given == {"given": {"x": 2}}
+    assert loaded[1].value == 4
+    assert vars(loaded[2]) == {"name": "a", 7: "int key"} and vars(loaded[4]) == {}
+    assert next(iter(vars(loaded[2]))) is sys.intern("name")
+
+
 def test_blocked_globals_stay_blocked_even_when_allowlisted(tmp_path):
     marker = tmp_path / "marker"
     payload = b"\x80\x02cos\nsystem\nX" + len(f"touch {marker}").to_bytes(4, "little") + f"touch {marker}".encode()
