@@ -114,12 +114,15 @@ pub fn dcp_chunks<'py>(
     let options = load_options(user_names, limits, Encoding::default(), Endianness::Little);
     let max_stream = options.limits.max_inflated_bytes;
     let whole = Arc::new(open_source(py, source, MapMode::ReadOnly, max_stream)?);
-    let chunks = py
-        .detach(|| {
-            (spans.iter())
-                .map(|&(offset, length)| chunk(&whole, offset, length, name, &options))
-                .collect::<Result<Vec<_>, Error>>()
-        })
+    // Each archive is parsed on its own: spread over the cores.
+    let mut chunks: Vec<Option<Plain>> = spans.iter().map(|_| None).collect();
+    let jobs: Vec<_> = spans.iter().zip(chunks.iter_mut()).collect();
+    let size = |&(&(_, length), _): &(&(u64, u64), &mut Option<Plain>)| length as usize;
+    let parse = |(&(offset, length), found): (&(u64, u64), &mut Option<Plain>)| {
+        *found = chunk(&whole, offset, length, name, &options)?;
+        Ok::<(), Error>(())
+    };
+    py.detach(|| run_by_size(jobs, crate::limits::default_threads(), size, parse))
         .map_err(|e| to_pyerr(py, e))?;
     let out = PyList::empty(py);
     for chunk in &chunks {
