@@ -19,7 +19,6 @@ enum StreamRead {
     TooLong,
 }
 
-/// A stream, read to its end into memory: at most `cap` bytes.
 /// `len` bytes of `file` at `offset`, read into memory that is not zeroed first:
 /// zeroing it was a tenth of the instructions of a checkpoint's
 /// `get_unsafe_globals_in_checkpoint`, which reads a few KiB this way. `None`
@@ -47,6 +46,7 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `len` bytes of `file` at `offset`, or `None` past its end or on an error.
 #[cfg(not(unix))]
 pub fn read_exact_at(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
@@ -57,6 +57,7 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     (out.len() == len).then_some(out)
 }
 
+/// A stream, read to its end into memory: at most `cap` bytes.
 fn read_stream(file: File, cap: u64) -> Result<Source, StreamRead> {
     use std::io::Read;
     let mut bytes = Vec::new();
