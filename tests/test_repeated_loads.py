@@ -47,10 +47,19 @@ def _repeat(path, times: int, backend: str = "torch") -> dict:
 def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_path):
     path = tmp_path / "4mib.pt"
     torch.save({"w": torch.randn(1 << 20)}, path)
-    faults = _repeat(path, 15)["faults"]
+    faults = _repeat(path, 40)["faults"]
     pages = (4 << 20) // 4096
-    # Without reuse each load faults in all 1,024 pages of its storage.
-    assert sorted(faults[5:])[5] < pages // 8, faults
+    # Giving freed memory back after each load made every load fault in all
+    # 1,024 pages of its storage. Kept, it is reused on most loads, not all:
+    # torch allocates a storage with posix_memalign, and glibc caches the few
+    # bytes of alignment slack it cuts off after the block in a per-size list
+    # whose blocks never merge, so a freed storage sometimes cannot merge into
+    # the free space after it and is too small, by that slack, for the next
+    # one. Over 80 runs of 40 loads, 5 to 14 of the 38 loads after the first
+    # two faulted in fresh pages. (torch.load's own allocations happen to
+    # leave room here: in 8 runs it reused on every load from the third on.)
+    fresh = [n for n in faults[2:] if n >= pages // 8]
+    assert len(fresh) < len(faults[2:]) // 2, faults
 
 
 def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):
