@@ -292,23 +292,32 @@ class _Files:
         where the bytes lie aligned for the dtype, or anywhere for views only
         ``passing`` through (copied out at once by the caller, as torch's kernels
         copy from any address). ``tensor`` hands them out."""
-        from .serialization import _copy_threads
-
         for start in range(0, len(wanted), _READ_AHEAD):
             group = wanted[start:start + _READ_AHEAD]
             described = self.describe([info for info, _ in group])
-            targets: dict[str, list[tuple[int, Any]]] = {}
+            targets: list[tuple[str, int, Any]] = []
             for info, copy in group:
                 key = (os.fspath(info.relative_path), info.offset)
                 chunk = described.get(key)
                 if chunk is not None:
-                    made = self._tensor_of(key[0], chunk, backend, copy, passing, targets.setdefault(key[0], []))
+                    made = self._tensor_of(key[0], chunk, backend, copy, passing, targets)
                     if made is not None:
                         self.ready[key] = made
-            for relative, ranges in targets.items():
-                if ranges:
-                    _core.read_ranges(self._path(relative), ranges, name=relative, threads=_copy_threads(),
-                                      limits=self.limits)
+            self.read_into(targets)
+
+    def read_into(self, targets: list[tuple[str, int, Any]], *, in_order: bool = False) -> None:
+        """Fill each target (a CPU tensor or array, as bytes) from its file, at
+        its offset: one ``_core.read_ranges`` call per file, ``pread`` on all
+        cores. With ``in_order``, targets that overlap are filled in the order
+        given, so the later one wins."""
+        from .serialization import _copy_threads
+
+        by_file: dict[str, list[tuple[int, Any]]] = {}
+        for relative, offset, target in targets:
+            by_file.setdefault(relative, []).append((offset, target))
+        for relative, ranges in by_file.items():
+            _core.read_ranges(self._path(relative), ranges, name=relative, threads=_copy_threads(),
+                              in_order=in_order, limits=self.limits)
 
     def view(self, relative: str, chunk: tuple[Any, ...]) -> Any | None:
         """A torch view of the map holding a chunk ``describe`` found, or None for
@@ -326,7 +335,7 @@ class _Files:
         return ready if ready is not None else (self.load(info, backend), False)
 
     def _tensor_of(self, relative: str, chunk: tuple[Any, ...], backend: str, copy: bool, passing: bool,
-                   targets: list[tuple[int, Any]]) -> tuple[Any, bool] | None:
+                   targets: list[tuple[str, int, Any]]) -> tuple[Any, bool] | None:
         """The tensor ``_core.dcp_chunks`` described, and whether it views the map:
         with ``copy`` (or where its bytes lie misaligned for the dtype, unless the
         view is only ``passing``) a new tensor whose bytes ``targets`` will read
@@ -354,10 +363,10 @@ class _Files:
             if stride == _contiguous(shape):
                 tensor = empty(shape, dtype=dtype)
                 if nbytes:
-                    targets.append((data_offset + storage_offset * size, as_bytes(tensor)))
+                    targets.append((relative, data_offset + storage_offset * size, as_bytes(tensor)))
                 return tensor, False
             storage = empty((nbytes // size,), dtype=dtype)
-            targets.append((data_offset, as_bytes(storage)))
+            targets.append((relative, data_offset, as_bytes(storage)))
             return _strided(storage, shape, stride, storage_offset, backend), False
         if nbytes == 0:
             return empty(shape, dtype=dtype), False
@@ -407,17 +416,9 @@ class _DirectReads:
 
     def flush(self) -> None:
         """Read what was taken, then commit it."""
-        from .serialization import _copy_threads
-
-        if not self.pending:
-            return
-        by_file: dict[str, list[tuple[int, Any]]] = {}
-        for relative, offset, target, _ in self.pending:
-            by_file.setdefault(relative, []).append((offset, target))
-        for relative, targets in by_file.items():
-            # A planner may place two chunks in one tensor: the later one wins, as its copy would.
-            _core.read_ranges(self.files._path(relative), targets, name=relative, threads=_copy_threads(),
-                              in_order=True, limits=self.files.limits)
+        # A planner may place two chunks in one tensor: the later one wins, as its copy would.
+        self.files.read_into([(relative, offset, target) for relative, offset, target, _ in self.pending],
+                             in_order=True)
         for _, _, target, req in self.pending:
             self.planner.commit_tensor(req, target)
         self.pending.clear()
@@ -616,7 +617,7 @@ def _reader_class() -> type:
             requests = sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
                                                          self.storage_data[r.storage_index].offset))
             direct = _DirectReads(files, planner)
-            # A batch at a time: the views of a whole plan would all be alive at once.
+            # A batch at a time, as read_chunks reads ahead (see _READ_AHEAD).
             for start in range(0, len(requests), _READ_AHEAD):
                 batch = requests[start:start + _READ_AHEAD]
                 described = files.describe([self.storage_data[r.storage_index] for r in batch
