@@ -205,13 +205,16 @@ def test_build_asks_each_object_for_its_setstate_as_pickle_does(backend):
     base, ``__getattr__``) and otherwise sets a dict state's items, names
     interned; instances of one class after another, as a file mixes them."""
     objects = [fixture_classes.SetStateFromGetattr(), fixture_classes.InheritsSetState(),
-               fixture_classes.Plain(), fixture_classes.SetStateFromGetattr(), fixture_classes.Plain()]
+               fixture_classes.Plain(), fixture_classes.SetStateFromGetattr(), fixture_classes.Plain(),
+               fixture_classes.PlainUnderAMetaclass()]
     objects[0].__dict__["given"] = {"x": 1}
     objects[1].value = 4
     objects[2].__dict__.update({"name": "a", 7: "int key"})
     objects[3].__dict__["given"] = {"x": 2}
+    objects[5].__dict__["kept"] = [1, 2]
     pickled = pickle.dumps(objects, protocol=2)
-    classes = [fixture_classes.SetStateFromGetattr, fixture_classes.InheritsSetState, fixture_classes.Plain]
+    classes = [fixture_classes.SetStateFromGetattr, fixture_classes.InheritsSetState, fixture_classes.Plain,
+               fixture_classes.PlainUnderAMetaclass]
     with safe_globals(classes):
         loaded = tensorplay.load(_checkpoint(pickled), backend=backend)
         if has_torch:
@@ -225,6 +228,7 @@ def test_build_asks_each_object_for_its_setstate_as_pickle_does(backend):
     assert loaded[1].value == 4
     assert vars(loaded[2]) == {"name": "a", 7: "int key"} and vars(loaded[4]) == {}
     assert next(iter(vars(loaded[2]))) is sys.intern("name")
+    assert vars(loaded[5]) == {"kept": [1, 2]}
 
 
 def test_blocked_globals_stay_blocked_even_when_allowlisted(tmp_path):

@@ -78,25 +78,19 @@ impl<'a, 'py> Builder<'a, 'py> {
     /// instances of `obj`'s class: neither it nor a base (but `object`) defines
     /// `__setstate__`, or a `__getattr__` or `__getattribute__` that could make
     /// one appear. Asked once per class: looking for `__setstate__` on each
-    /// object made and dropped an AttributeError for each.
-    fn takes_plain_state(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
-        let py = self.py;
+    /// object made and dropped an AttributeError for each. A class whose
+    /// `__mro__` or `__dict__`s cannot be read so (a metaclass's doing) is not
+    /// plain: the general path sets its state as pickle does, and reports what
+    /// goes wrong there.
+    fn takes_plain_state(&mut self, obj: &Bound<'py, PyAny>) -> bool {
         let class = obj.get_type();
         let key = class.as_ptr() as usize;
         if let Some(&plain) = self.plain_state.get(&key) {
-            return Ok(plain);
+            return plain;
         }
-        let mro = class.getattr(pyo3::intern!(py, "__mro__"))?;
-        let mro = mro.cast::<PyTuple>()?;
-        let mut plain = true;
-        for base in mro.iter().take(mro.len().saturating_sub(1)) {
-            let names = base.getattr(pyo3::intern!(py, "__dict__"))?;
-            for name in ["__setstate__", "__getattr__", "__getattribute__"] {
-                plain &= !names.contains(name)?;
-            }
-        }
+        let plain = plain_class(self.py, &class).unwrap_or(false);
         self.plain_state.insert(key, plain);
-        Ok(plain)
+        plain
     }
 
     pub(crate) fn node(&self, id: NodeId) -> &'a Node {
@@ -440,7 +434,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                     let result = match m {
                         Mutation::Build(s) => {
                             let state = self.take(*s)?;
-                            let plain = self.takes_plain_state(&obj)?;
+                            let plain = self.takes_plain_state(&obj);
                             let built = match state.cast_exact::<PyDict>() {
                                 Ok(dict) if plain => set_dict_state(&obj, dict),
                                 _ => self.helpers.call_method1("build", (&obj, state)),
@@ -639,6 +633,22 @@ fn new_plain<'py>(
     let with_class: Vec<Bound<'py, PyAny>> = std::iter::once(cls.clone()).chain(args).collect();
     let with_class = PyTuple::new(py, with_class);
     Some(with_class.and_then(|all| cls.getattr(pyo3::intern!(py, "__new__"))?.call1(all)))
+}
+
+/// Whether neither `class` nor a base but `object` defines `__setstate__`,
+/// `__getattr__` or `__getattribute__`.
+fn plain_class<'py>(py: Python<'py>, class: &Bound<'py, PyType>) -> PyResult<bool> {
+    let mro = class.getattr(pyo3::intern!(py, "__mro__"))?;
+    let mro = mro.cast::<PyTuple>()?;
+    for base in mro.iter().take(mro.len().saturating_sub(1)) {
+        let names = base.getattr(pyo3::intern!(py, "__dict__"))?;
+        for name in ["__setstate__", "__getattr__", "__getattribute__"] {
+            if names.contains(name)? {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// BUILD with a dict state on an object that takes it plainly: the items set
