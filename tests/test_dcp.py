@@ -106,6 +106,17 @@ def test_metadata_reads_as_torchs_reader_reads_it(single):
     assert tensorplay.load(folder / ".metadata").storage_data == theirs.storage_data
 
 
+def test_a_metadata_file_that_cannot_be_read_is_an_os_error_naming_it(tmp_path):
+    missing = tmp_path / "missing" / ".metadata"
+    with pytest.raises(FileNotFoundError) as raised:
+        tensorplay.dcp.read_metadata(missing)
+    assert raised.value.filename == str(missing)
+    (tmp_path / "dir" / ".metadata").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError) as raised:
+        tensorplay.dcp.read_metadata(tmp_path / "dir")  # a folder whose .metadata is a folder
+    assert raised.value.filename == str(tmp_path / "dir" / ".metadata")
+
+
 def test_dcp_load_through_tensorplays_reader_equals_torchs(single):
     folder, state = single
 

@@ -200,7 +200,7 @@ def inspect(
 def unsafe_globals(source: _Source, user_names: Sequence[str] = ..., limits: _Limits = ...) -> list[str]: ...
 def is_tensordict_leaf(name: str, siblings: Container[str]) -> bool: ...
 def loads(
-    data: bytes,
+    data: bytes | str | os.PathLike[str],
     *,
     name: str = "<pickle>",
     backend: _Backend = ...,

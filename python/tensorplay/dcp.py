@@ -140,13 +140,12 @@ def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
     path = os.fspath(path)
     file = os.path.join(path, METADATA_FILE) if os.path.isdir(path) else path
     chosen = _resolve_backend(backend)  # type: ignore[arg-type]
-    with open(file, "rb") as f:
-        data = f.read()
     names, objects = _allowlist.resolved()
     for obj, name in _metadata_globals(chosen):
         names.append(name)
         objects.append(obj)
-    return _core.loads(data, name=file, backend=chosen, user_names=names, user_objects=objects,
+    # The path, not its bytes: the core lets them go before it builds the objects.
+    return _core.loads(file, name=file, backend=chosen, user_names=names, user_objects=objects,
                        limits=_limits.merged(limits))
 
 

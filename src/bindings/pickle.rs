@@ -3,6 +3,7 @@
 //! either backend's semantics. Nothing in it may refer to a storage.
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
@@ -13,10 +14,14 @@ use crate::bindings::storages::DimsTuples;
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Endianness, Trailing};
+use crate::error::Error;
 use crate::raw;
 
-/// Decode the pickle `data` under the weights-only rules; `name` is the file it
-/// came from, for error messages. With `stream`, bytes after its STOP are left
+/// Decode the pickle `data` (bytes, or the path of a file holding only it)
+/// under the weights-only rules; `name` is the file it came from, for error
+/// messages. A file's bytes are read here and let go once the VM has run,
+/// before the objects are built: a distributed checkpoint's `.metadata` is
+/// tens of MiB, and its objects are the peak. With `stream`, bytes after its STOP are left
 /// alone and the result is `(object, bytes the pickle took)`. torch's values (dtypes, sizes, layouts) are
 /// torch's objects with the torch backend, names and tuples with numpy's.
 #[pyfunction]
@@ -24,7 +29,7 @@ use crate::raw;
 #[allow(clippy::too_many_arguments)]
 pub fn loads<'py>(
     py: Python<'py>,
-    data: &[u8],
+    data: &Bound<'py, PyAny>,
     name: &str,
     backend: Backend,
     user_names: Vec<String>,
@@ -40,9 +45,22 @@ pub fn loads<'py>(
     if stream {
         options.trailing = Trailing::Left;
     }
-    let checkpoint = py
-        .detach(|| raw::open_pickle(data, name, &options))
-        .map_err(|e| to_pyerr(py, e))?;
+    let checkpoint = match data.cast::<PyBytes>() {
+        Ok(bytes) => {
+            let bytes = bytes.as_bytes();
+            py.detach(|| raw::open_pickle(bytes, name, &options))
+        }
+        Err(_) => {
+            let path: std::path::PathBuf = data.extract()?;
+            py.detach(|| {
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    Error::io_at(&path, format!("cannot read {}", path.display()), e)
+                })?;
+                raw::open_pickle(&bytes, name, &options)
+            })
+        }
+    }
+    .map_err(|e| to_pyerr(py, e))?;
     let tensors: Box<dyn Tensors> = match backend {
         Backend::Numpy => Box::new(NumpyTensors::new(NumpyApi::new(py)?, Vec::new())),
         Backend::Torch => Box::new(TorchTensors::new(
