@@ -123,7 +123,7 @@ pub fn open_source(
 const RETURN_FREED_FROM_NODES: usize = 100_000;
 
 /// After a failed open, whatever it had built is freed and worth giving back.
-fn worth_returning(opened: &Result<Checkpoint, crate::error::Error>) -> bool {
+pub(crate) fn worth_returning(opened: &Result<Checkpoint, crate::error::Error>) -> bool {
     opened
         .as_ref()
         .map_or(true, |c| c.arena.len() >= RETURN_FREED_FROM_NODES)
@@ -133,12 +133,24 @@ fn worth_returning(opened: &Result<Checkpoint, crate::error::Error>) -> bool {
 /// reuse, but the Python objects of a load come from other allocators. Called
 /// when the pickle's scaffolding (most of the VM's arena) goes, and when the
 /// parsed checkpoint goes after the objects are built, for big ones.
-fn return_freed_memory() {
+pub(crate) fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap memory to the system; it touches
     // no memory that is in use.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Drop a checkpoint whose objects are built. Its parsed form lies below the
+/// objects just built, where the heap cannot shrink on its own (10 MiB kept
+/// for 50,000 tensors): a big one's is given back.
+pub(crate) fn let_go_of(py: Python<'_>, checkpoint: Checkpoint) {
+    if checkpoint.arena.len() >= RETURN_FREED_FROM_NODES {
+        py.detach(move || {
+            drop(checkpoint);
+            return_freed_memory();
+        });
     }
 }
 
@@ -265,14 +277,7 @@ pub fn load<'py>(
     let builder = Builder::new(&checkpoint, tensors, user_objects, helpers);
     let loaded = builder.build(checkpoint.root);
     let end = checkpoint.end;
-    // The checkpoint's parsed form lies below the objects just built, where the
-    // heap cannot shrink on its own: 10 MiB kept for 50,000 tensors without this.
-    if checkpoint.arena.len() >= RETURN_FREED_FROM_NODES {
-        py.detach(move || {
-            drop(checkpoint);
-            return_freed_memory();
-        });
-    }
+    let_go_of(py, checkpoint);
     if stream {
         return Ok((loaded?, end).into_pyobject(py)?.into_any());
     }

@@ -7,7 +7,7 @@ use pyo3::types::PyBytes;
 
 use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::check_user_globals;
+use crate::bindings::load::{check_user_globals, let_go_of, return_freed_memory, worth_returning};
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::DimsTuples;
@@ -17,13 +17,20 @@ use crate::checkpoint::{Endianness, Trailing};
 use crate::error::Error;
 use crate::raw;
 
-/// Decode the pickle `data` (bytes, or the path of a file holding only it)
+/// What `loads` decodes: bytes the caller holds, or a file it reads itself.
+enum Input<'b> {
+    Bytes(&'b [u8]),
+    File(std::path::PathBuf),
+}
+
+/// Decode the pickle `data` (bytes, or the path of a file that holds only it)
 /// under the weights-only rules; `name` is the file it came from, for error
-/// messages. A file's bytes are read here and let go once the VM has run,
-/// before the objects are built: a distributed checkpoint's `.metadata` is
-/// tens of MiB, and its objects are the peak. With `stream`, bytes after its STOP are left
-/// alone and the result is `(object, bytes the pickle took)`. torch's values (dtypes, sizes, layouts) are
-/// torch's objects with the torch backend, names and tuples with numpy's.
+/// messages. With `stream`, bytes after its STOP are left alone and the result
+/// is `(object, bytes the pickle took)`. torch's values (dtypes, sizes,
+/// layouts) are torch's objects with the torch backend, names and tuples with
+/// numpy's. A file's bytes are let go once the VM has run, before the objects
+/// are built, and a big pickle's parsed form once they are, as `load` does
+/// (a distributed checkpoint's `.metadata` is one).
 #[pyfunction]
 #[pyo3(signature = (data, *, name="<pickle>", backend=Backend::Numpy, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), stub=false, stream=false))]
 #[allow(clippy::too_many_arguments)]
@@ -45,22 +52,24 @@ pub fn loads<'py>(
     if stream {
         options.trailing = Trailing::Left;
     }
-    let checkpoint = match data.cast::<PyBytes>() {
-        Ok(bytes) => {
-            let bytes = bytes.as_bytes();
-            py.detach(|| raw::open_pickle(bytes, name, &options))
-        }
-        Err(_) => {
-            let path: std::path::PathBuf = data.extract()?;
-            py.detach(|| {
-                let bytes = std::fs::read(&path).map_err(|e| {
-                    Error::io_at(&path, format!("cannot read {}", path.display()), e)
-                })?;
-                raw::open_pickle(&bytes, name, &options)
-            })
-        }
-    }
-    .map_err(|e| to_pyerr(py, e))?;
+    let input = match data.cast::<PyBytes>() {
+        Ok(bytes) => Input::Bytes(bytes.as_bytes()),
+        Err(_) => Input::File(data.extract()?),
+    };
+    let checkpoint = py
+        .detach(|| {
+            let opened = match &input {
+                Input::Bytes(bytes) => raw::open_pickle(bytes, name, &options),
+                Input::File(path) => std::fs::read(path)
+                    .map_err(|e| Error::io_at(path, format!("cannot read {}", path.display()), e))
+                    .and_then(|bytes| raw::open_pickle(&bytes, name, &options)),
+            };
+            if worth_returning(&opened) {
+                return_freed_memory();
+            }
+            opened
+        })
+        .map_err(|e| to_pyerr(py, e))?;
     let tensors: Box<dyn Tensors> = match backend {
         Backend::Numpy => Box::new(NumpyTensors::new(NumpyApi::new(py)?, Vec::new())),
         Backend::Torch => Box::new(TorchTensors::new(
@@ -72,10 +81,11 @@ pub fn loads<'py>(
         )),
     };
     let helpers = py.import("tensorplay._build")?;
-    let loaded =
-        Builder::new(&checkpoint, tensors, user_objects, helpers).build(checkpoint.root)?;
+    let loaded = Builder::new(&checkpoint, tensors, user_objects, helpers).build(checkpoint.root);
+    let end = checkpoint.end;
+    let_go_of(py, checkpoint);
     if stream {
-        return Ok((loaded, checkpoint.end).into_pyobject(py)?.into_any());
+        return Ok((loaded?, end).into_pyobject(py)?.into_any());
     }
-    Ok(loaded)
+    loaded
 }
