@@ -117,6 +117,39 @@ def test_a_metadata_file_that_cannot_be_read_is_an_os_error_naming_it(tmp_path):
     assert raised.value.filename == str(tmp_path / "dir" / ".metadata")
 
 
+def test_a_metadata_fifo_is_read_to_its_end_as_a_stream_and_capped(single, tmp_path):
+    """A ``.metadata`` that is a FIFO (a process substitution, a pipe from a
+    download) is opened as ``load`` opens a path: read to its end, at most
+    ``max_inflated_bytes`` of it."""
+    import threading
+
+    folder, _ = single
+    data = (folder / ".metadata").read_bytes()
+    fifo = tmp_path / ".metadata"
+
+    def read(limits=None):
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: _write_ignoring_a_closed_reader(fifo, data))
+        writer.start()
+        try:
+            return tensorplay.dcp.read_metadata(fifo, limits=limits)
+        finally:
+            writer.join(timeout=30)
+            fifo.unlink()
+
+    assert read().storage_data == tensorplay.dcp.read_metadata(folder).storage_data
+    with pytest.raises(tensorplay.LimitExceededError, match="max_inflated_bytes"):
+        read({"max_inflated_bytes": len(data) - 1})
+
+
+def _write_ignoring_a_closed_reader(path, data: bytes) -> None:
+    try:
+        with open(path, "wb") as out:
+            out.write(data)
+    except BrokenPipeError:  # the reader stopped at its cap
+        pass
+
+
 def test_dcp_load_through_tensorplays_reader_equals_torchs(single):
     folder, state = single
 

@@ -3,27 +3,23 @@
 //! either backend's semantics. Nothing in it may refer to a storage.
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
+use crate::archive::source::MapMode;
 use crate::bindings::build::Builder;
 use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::{check_user_globals, let_go_of, return_freed_memory, worth_returning};
+use crate::bindings::load::{
+    check_user_globals, let_go_of, open_source, return_freed_memory, worth_returning,
+};
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
 use crate::bindings::storages::DimsTuples;
 use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::bindings::torch_api::TorchApi;
 use crate::checkpoint::{Endianness, Trailing};
-use crate::error::Error;
 use crate::raw;
 
-/// What `loads` decodes: bytes the caller holds, or a file it reads itself.
-enum Input<'b> {
-    Bytes(&'b [u8]),
-    File(std::path::PathBuf),
-}
-
-/// Decode the pickle `data` (bytes, or the path of a file that holds only it)
+/// Decode the pickle `data` (bytes or a buffer, or the path of a file that
+/// holds only it, opened as `load` opens one)
 /// under the weights-only rules; `name` is the file it came from, for error
 /// messages. With `stream`, bytes after its STOP are left alone and the result
 /// is `(object, bytes the pickle took)`. torch's values (dtypes, sizes,
@@ -52,24 +48,20 @@ pub fn loads<'py>(
     if stream {
         options.trailing = Trailing::Left;
     }
-    let input = match data.cast::<PyBytes>() {
-        Ok(bytes) => Input::Bytes(bytes.as_bytes()),
-        Err(_) => Input::File(data.extract()?),
-    };
-    let checkpoint = py
-        .detach(|| {
-            let opened = match &input {
-                Input::Bytes(bytes) => raw::open_pickle(bytes, name, &options),
-                Input::File(path) => std::fs::read(path)
-                    .map_err(|e| Error::io_at(path, format!("cannot read {}", path.display()), e))
-                    .and_then(|bytes| raw::open_pickle(&bytes, name, &options)),
-            };
-            if worth_returning(&opened) {
-                return_freed_memory();
-            }
-            opened
-        })
-        .map_err(|e| to_pyerr(py, e))?;
+    let source = open_source(
+        py,
+        data,
+        MapMode::ReadOnly,
+        options.limits.max_inflated_bytes,
+    )?;
+    let opened = py.detach(|| raw::open_pickle(source.bytes(), name, &options));
+    // The bytes go before the objects are built: a Python bytes object's
+    // reference is dropped with the GIL held, and a stream's copy before the trim.
+    drop(source);
+    if worth_returning(&opened) {
+        py.detach(return_freed_memory);
+    }
+    let checkpoint = opened.map_err(|e| to_pyerr(py, e))?;
     let tensors: Box<dyn Tensors> = match backend {
         Backend::Numpy => Box::new(NumpyTensors::new(NumpyApi::new(py)?, Vec::new())),
         Backend::Torch => Box::new(TorchTensors::new(
