@@ -507,3 +507,36 @@ fn reference_counts_say_how_many_values_use_each_node() {
     assert_eq!(refs[d.index()], 3);
     assert_eq!((refs[k.index()], refs[v.index()]), (MANY, MANY));
 }
+
+#[test]
+fn values_python_has_one_object_for_share_one_node_and_every_use_still_counts() {
+    // (0, 0, (), (), None, None, True, True, 257, 257), protocol 2.
+    let data = b"\x80\x02(K\x00K\x00))NN\x88\x88M\x01\x01M\x01\x01t.";
+    let (arena, root) = run(data).expect("loads");
+    let items = arena.tuple(root).expect("a tuple").to_vec();
+    assert_eq!(items.len(), 10);
+    for pair in items.chunks_exact(2).take(4) {
+        assert_eq!(
+            pair[0],
+            pair[1],
+            "one node for {}",
+            arena.get(pair[0]).kind_name()
+        );
+    }
+    assert_ne!(
+        items[8], items[9],
+        "257 is outside CPython's small-int cache"
+    );
+    assert_eq!(
+        eval(data),
+        "(0, 0, (), (), None, None, True, True, 257, 257)"
+    );
+    // Eleven values (the ten items and the tuple), as before they were shared.
+    let limits = |max_nodes| Limits {
+        max_nodes,
+        ..Limits::default()
+    };
+    assert!(run_with(data, &limits(11), StringEncoding::Utf8).is_ok());
+    let e = run_with(data, &limits(10), StringEncoding::Utf8).expect_err("over max_nodes");
+    assert_eq!(limit_name(&e), "max_nodes");
+}

@@ -177,6 +177,15 @@ impl<H: Hooks> Machine<'_, H> {
         d.push(id)
     }
 
+    fn push_constant(
+        &mut self,
+        d: &mut Decoder<'_, NodeId>,
+        node: Node<H::Domain>,
+    ) -> Result<(), Error> {
+        let id = self.arena.push_constant(node)?;
+        d.push(id)
+    }
+
     /// A tuple of the stack items from `start` up, which leave the stack.
     fn tuple_from_stack(
         &mut self,
@@ -356,9 +365,9 @@ impl<'a, H: Hooks> Interpret<'a, NodeId> for Machine<'_, H> {
     #[inline(always)]
     fn op(&mut self, d: &mut Decoder<'a, NodeId>, op: Op<'a, NodeId>) -> Result<(), Error> {
         match op {
-            Op::None => self.push_new(d, Node::None)?,
-            Op::Bool(b) => self.push_new(d, Node::Bool(b))?,
-            Op::Int(v) => self.push_new(d, Node::Int(v))?,
+            Op::None => self.push_constant(d, Node::None)?,
+            Op::Bool(b) => self.push_constant(d, Node::Bool(b))?,
+            Op::Int(v) => self.push_constant(d, Node::Int(v))?,
             Op::DecimalInt(text) => {
                 self.push_new(d, Node::DecimalInt(Box::new(text.to_owned())))?
             }
@@ -389,7 +398,7 @@ impl<'a, H: Hooks> Interpret<'a, NodeId> for Machine<'_, H> {
                 d.push(id)?;
             }
             Op::EmptyTuple => {
-                let id = self.arena.push_tuple(&[])?;
+                let id = self.arena.push_empty_tuple()?;
                 d.push(id)?;
             }
             Op::Tuple { start } => {

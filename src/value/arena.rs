@@ -12,6 +12,25 @@ static EMPTY_DICT: DictNode = DictNode {
     state: Vec::new(),
 };
 
+/// Slots of `shared_slot`: None, False, True, the empty tuple, and the ints
+/// CPython caches (-5 to 256).
+const SHARED_SLOTS: usize = 4 + 262;
+
+/// Where `push_constant` keeps the node of `node` if Python has one object for
+/// its value whatever made it, so the arena needs one node for it too: a
+/// `.metadata` of 50,000 tensors spells 800,000 of them (the ints of its shapes,
+/// the empty argument tuples of its objects). Such values are immutable and hold no
+/// references, so no rule can tell one use from another.
+fn shared_slot<D>(node: &Node<D>) -> Option<usize> {
+    match node {
+        Node::None => Some(0),
+        Node::Bool(b) => Some(1 + usize::from(*b)),
+        Node::Tuple(span) if span.is_empty() => Some(3),
+        Node::Int(i @ -5..=256) => usize::try_from(i + 5).ok().map(|i| i + 4),
+        _ => None,
+    }
+}
+
 /// The arena: every node, plus the accounting that keeps it bounded.
 #[derive(Debug)]
 pub struct Arena<D: Domain> {
@@ -25,6 +44,11 @@ pub struct Arena<D: Domain> {
     pub pool: D::Pool,
     /// Values charged by `charge_nodes`, counted against `max_nodes` with the nodes.
     charged: u64,
+    /// The node of each value Python has one object for (`shared_slot`), once made.
+    shared: [Option<NodeId>; SHARED_SLOTS],
+    /// Values given a shared node again, counted against `max_nodes` as the nodes
+    /// they would have been.
+    reused: u64,
     payload_bytes: u64,
     max_nodes: u64,
     max_payload_bytes: u64,
@@ -48,6 +72,8 @@ impl<D: Domain> Arena<D> {
             dicts: Vec::new(),
             pool: D::Pool::default(),
             charged: 0,
+            shared: [None; SHARED_SLOTS],
+            reused: 0,
             payload_bytes: 0,
             max_nodes,
             max_payload_bytes,
@@ -80,13 +106,8 @@ impl<D: Domain> Arena<D> {
     }
 
     pub fn push(&mut self, node: Node<D>) -> Result<NodeId, Error> {
+        self.check_room_for_a_value()?;
         let n = self.nodes.len() as u64;
-        check_limit(
-            Limit::Nodes,
-            n + self.charged + 1,
-            self.max_nodes,
-            Location::default,
-        )?;
         let payload = match &node {
             Node::BigInt(b) => b.len() as u64,
             Node::DecimalInt(s) => s.len() as u64,
@@ -97,6 +118,39 @@ impl<D: Domain> Arena<D> {
         }
         self.nodes.push(node);
         Ok(NodeId::from_index(n as u32))
+    }
+
+    /// Whether `max_nodes` lets one more value be made: the nodes, the copies
+    /// charged, and the shared nodes given again each count.
+    fn check_room_for_a_value(&self) -> Result<(), Error> {
+        let made = self.nodes.len() as u64 + self.charged + self.reused;
+        check_limit(Limit::Nodes, made + 1, self.max_nodes, Location::default)
+    }
+
+    /// `push` for the opcodes that make constants (NONE, the bools, the ints,
+    /// EMPTY_TUPLE): a value Python has one object for gets the node it had the
+    /// first time, and counts against `max_nodes` as a node of its own would.
+    pub fn push_constant(&mut self, node: Node<D>) -> Result<NodeId, Error> {
+        let Some(slot) = shared_slot(&node) else {
+            return self.push(node);
+        };
+        if let Some(id) = self.shared.get(slot).copied().flatten() {
+            self.check_room_for_a_value()?;
+            self.reused += 1;
+            return Ok(id);
+        }
+        let id = self.push(node)?;
+        if let Some(cached) = self.shared.get_mut(slot) {
+            *cached = Some(id);
+        }
+        Ok(id)
+    }
+
+    /// The empty tuple, shared as `push_constant` shares constants.
+    pub fn push_empty_tuple(&mut self) -> Result<NodeId, Error> {
+        let span = Span::new(self.ids.len(), 0)
+            .ok_or_else(|| Error::limit(Limit::Nodes, u64::from(u32::MAX), Location::default()))?;
+        self.push_constant(Node::Tuple(span))
     }
 
     fn push_payload(&mut self, bytes: &[u8]) -> Result<Span, Error> {
@@ -231,12 +285,13 @@ impl<D: Domain> Arena<D> {
     /// itself spelled out, which keeps what is built linear in the file's size.
     pub fn charge_nodes(&mut self, n: u64) -> Result<(), Error> {
         let copies = self.charged.saturating_add(n);
-        let total = (self.nodes.len() as u64).saturating_add(copies);
+        let spelled_out = (self.nodes.len() as u64).saturating_add(self.reused);
+        let total = spelled_out.saturating_add(copies);
         check_limit(Limit::Nodes, total, self.max_nodes, Location::default)?;
-        if copies > self.nodes.len() as u64 {
+        if copies > spelled_out {
             return Err(Error::limit(
                 Limit::Nodes,
-                self.nodes.len() as u64,
+                spelled_out,
                 Location::default(),
             ));
         }
