@@ -540,3 +540,16 @@ fn values_python_has_one_object_for_share_one_node_and_every_use_still_counts() 
     let e = run_with(data, &limits(10), StringEncoding::Utf8).expect_err("over max_nodes");
     assert_eq!(limit_name(&e), "max_nodes");
 }
+
+#[test]
+fn equal_torch_sizes_share_one_node() {
+    // (Size((2, 3)), Size((2, 3)), Size((3, 2))), protocol 2.
+    let data = b"\x80\x02ctorch\nSize\nq\x00K\x02K\x03\x86\x85Rh\x00K\x02K\x03\x86\x85Rh\x00K\x03K\x02\x86\x85R\x87.";
+    let (arena, root) = run(data).expect("loads");
+    let [a, b, c] = arena.tuple(root).expect("a tuple") else {
+        panic!("three items")
+    };
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(eval(data), "(Size([2, 3]), Size([2, 3]), Size([3, 2]))");
+}

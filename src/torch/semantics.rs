@@ -56,6 +56,10 @@ pub struct TorchHooks<'u> {
     /// `_codecs.encode` results by (text node, codec): bytes are immutable, so a file
     /// that encodes one big string many times shares one result instead of copying it.
     encoded: HashMap<(NodeId, String), NodeId>,
+    /// `torch.Size` nodes by their entries: a Size is immutable, and a
+    /// distributed checkpoint's `.metadata` makes one per chunk offset and shape,
+    /// mostly the same few (200,000 for 50,000 tensors).
+    sizes: HashMap<Vec<i64>, NodeId>,
     /// In stub mode, the globals outside the allowlist that stand in as stubs.
     pub stubs: Option<Stubs>,
 }
@@ -79,6 +83,7 @@ impl<'u> TorchHooks<'u> {
             payloads: Vec::new(),
             divergences: Vec::new(),
             encoded: HashMap::new(),
+            sizes: HashMap::new(),
             stubs: None,
         }
     }
@@ -217,11 +222,17 @@ impl<'u> TorchHooks<'u> {
                 // A copy of every entry, charged before it is made.
                 arena.charge_nodes(len as u64)?;
                 let a = Args::new(arena, args, at, &name)?;
-                Node::Domain(Torch::Size(Box::new(if a.is_empty() {
+                let dims = if a.is_empty() {
                     Vec::new()
                 } else {
                     size_entries(&a)?
-                })))
+                };
+                if let Some(done) = self.sizes.get(&dims) {
+                    return Ok(*done);
+                }
+                let id = arena.push(Node::Domain(Torch::Size(Box::new(dims.clone()))))?;
+                self.sizes.insert(dims, id);
+                return Ok(id);
             }
             Builtin::Device => {
                 a.arity(1, 2)?;
