@@ -325,6 +325,11 @@ impl<H: Hooks> Machine<'_, H> {
                 max_len,
                 Location::default,
             )?;
+            if dict.items.is_empty() {
+                // The usual dict gets all its items at once (an object's state):
+                // room for exactly them. Later batches grow it as a vector grows.
+                dict.items.reserve_exact(flat.len() / 2);
+            }
             dict.items.extend(pairs);
             return Ok(());
         }

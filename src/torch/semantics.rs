@@ -932,6 +932,12 @@ fn build_container(
         Node::Domain(Torch::Storage(_)) => Err(Error::unsupported("BUILD setting attributes of a storage", at.clone())),
         _ => match arena.get_mut(inst) {
             Some(Node::Object(obj)) => {
+                // Most objects get one BUILD and nothing else: room for exactly it
+                // (a growing vector makes room for four). Later ones grow it as a
+                // vector grows, so many BUILDs cost linear time.
+                if obj.mutations.is_empty() {
+                    obj.mutations.reserve_exact(1);
+                }
                 obj.mutations.push(Mutation::Build(state));
                 Ok(())
             }
