@@ -374,7 +374,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             chain.push((id, len));
             next = match self.node(id) {
                 Node::Set(s) => s.base,
-                Node::Dict(_, d) => self.arena().dict(*d).base,
+                Node::Dict(_, d) => self.arena().dict(*d).base(),
                 _ => None,
             };
         }
@@ -425,9 +425,9 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Dict(_, d) => {
                 let d = self.arena().dict(*d);
                 let mut out = Vec::new();
-                self.snapshot_items(d.base, &mut out);
+                self.snapshot_items(d.base(), &mut out);
                 out.extend(d.items.iter().flat_map(|(k, v)| [*k, *v]));
-                out.extend(d.state.iter().copied());
+                out.extend(d.state().iter().copied());
                 out
             }
             Node::Set(s) => {
@@ -460,7 +460,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::Dict(_, d) => {
                 let d = self.arena().dict(*d);
                 let mut snapshot = Vec::new();
-                self.snapshot_items(d.base, &mut snapshot);
+                self.snapshot_items(d.base(), &mut snapshot);
                 for kv in snapshot.chunks_exact(2) {
                     if let [k, v] = kv {
                         obj.set_item(self.built(*k)?, self.built(*v)?)
@@ -471,7 +471,7 @@ impl<'a, 'py> Builder<'a, 'py> {
                     obj.set_item(self.take(*k)?, self.take(*v)?)
                         .map_err(|e| self.key_error(e, *k, "cannot insert a dict item"))?;
                 }
-                for state in &d.state {
+                for state in d.state() {
                     let state = self.take(*state)?;
                     obj.getattr("__dict__")?.call_method1("update", (state,))?;
                 }

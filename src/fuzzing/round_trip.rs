@@ -460,8 +460,8 @@ fn compare(ckpt: &Checkpoint, id: NodeId, tree: &Tree, next_storage: &mut u32) {
         }
         (Tree::Dict(items), Node::Dict(crate::value::DictClass::Dict, d))
             if items.len() == ckpt.arena.dict(*d).items.len()
-                && ckpt.arena.dict(*d).base.is_none()
-                && ckpt.arena.dict(*d).state.is_empty() =>
+                && ckpt.arena.dict(*d).base().is_none()
+                && ckpt.arena.dict(*d).state().is_empty() =>
         {
             let d = ckpt.arena.dict(*d);
             for ((key, value), (k, v)) in items.iter().zip(d.items.iter()) {

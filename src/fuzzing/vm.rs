@@ -58,8 +58,8 @@ pub(super) fn check_arena_ids(arena: &Arena) {
             Node::Dict(_, d) => {
                 let d = arena.dict(*d);
                 d.items.iter().all(|(k, v)| ok(k) && ok(v))
-                    && d.state.iter().all(ok)
-                    && d.base.is_none_or(|(b, _)| ok(&b))
+                    && d.state().iter().all(ok)
+                    && d.base().is_none_or(|(b, _)| ok(&b))
             }
             Node::Set(s) => s.items.iter().all(ok) && s.base.is_none_or(|(b, _)| ok(&b)),
             _ => true,

@@ -153,7 +153,7 @@ pub fn call(
                 Node::None => true,
                 Node::Dict(_, d) => {
                     let d = arena.dict(*d);
-                    d.items.is_empty() && d.base.is_none()
+                    d.items.is_empty() && d.base().is_none()
                 }
                 _ => false,
             };
@@ -369,7 +369,7 @@ fn hooks_arg(a: &Args, i: usize) -> Result<(), Error> {
         Node::None => Ok(()),
         Node::Dict(_, d) => {
             let d = a.arena.dict(*d);
-            if d.items.is_empty() && d.base.is_none() {
+            if d.items.is_empty() && d.base().is_none() {
                 Ok(())
             } else {
                 Err(a.fail("backward hooks cannot be loaded"))
@@ -386,7 +386,7 @@ fn hooks_arg(a: &Args, i: usize) -> Result<(), Error> {
 fn metadata(a: &Args, i: usize, t: &mut TensorNode) -> Result<(), Error> {
     let items = match a.node(i)? {
         Node::None => return Ok(()),
-        Node::Dict(_, d) if a.arena.dict(*d).base.is_none() => &a.arena.dict(*d).items,
+        Node::Dict(_, d) if a.arena.dict(*d).base().is_none() => &a.arena.dict(*d).items,
         other => {
             return Err(a.fail(format!(
                 "tensor metadata must be a dict, got {}",

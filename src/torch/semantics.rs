@@ -171,7 +171,7 @@ impl<'u> TorchHooks<'u> {
                             let d = arena.dict(*d);
                             (
                                 Some((a.id(0)?, d.items.len())),
-                                d.inherited + d.items.len() as u64,
+                                d.inherited() + d.items.len() as u64,
                                 Vec::new(),
                             )
                         }
@@ -188,15 +188,7 @@ impl<'u> TorchHooks<'u> {
                 };
                 // The new dict holds a copy of every item the snapshot sees.
                 arena.charge_nodes((2 * inherited).saturating_add(2 * items.len() as u64))?;
-                return arena.push_dict(
-                    class,
-                    DictNode {
-                        base,
-                        inherited,
-                        items,
-                        state: Vec::new(),
-                    },
-                );
+                return arena.push_dict(class, DictNode::snapshot(base, inherited, items));
             }
             Builtin::Set => {
                 a.arity(0, 1)?;
@@ -497,7 +489,7 @@ fn is_empty_iterable(arena: &Arena, node: &Node) -> bool {
         Node::Domain(Torch::Size(dims)) => dims.is_empty(),
         Node::Dict(_, d) => {
             let d = arena.dict(*d);
-            d.items.is_empty() && d.inherited == 0
+            d.items.is_empty() && d.inherited() == 0
         }
         _ => false,
     }
@@ -754,7 +746,7 @@ impl Hooks for TorchHooks<'_> {
         let no_kwargs = kwargs.is_none_or(|k| {
             arena
                 .as_dict(k)
-                .is_some_and(|d| d.items.is_empty() && d.base.is_none())
+                .is_some_and(|d| d.items.is_empty() && d.base().is_none())
         });
         let cls_node = arena.get(cls).clone();
         if self.refusals == Refusals::Record && cls_node == Node::Opaque {
@@ -955,7 +947,7 @@ fn build_container(
 
 fn push_dict_state(arena: &mut Arena, d: DictId, state: NodeId) -> Result<(), Error> {
     if let Some(d) = arena.dict_mut(d) {
-        d.state.push(state);
+        d.push_state(state);
     }
     Ok(())
 }
@@ -980,7 +972,7 @@ fn is_falsy(arena: &Arena, id: NodeId) -> Option<bool> {
         Node::List(items) => items.is_empty(),
         Node::Dict(_, d) => {
             let d = arena.dict(*d);
-            d.items.is_empty() && d.inherited == 0
+            d.items.is_empty() && d.inherited() == 0
         }
         Node::Set(s) => s.items.is_empty() && s.inherited == 0,
         Node::Domain(Torch::Size(dims)) => dims.is_empty(),

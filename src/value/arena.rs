@@ -5,12 +5,7 @@ use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::value::node::{DictClass, DictId, DictNode, Domain, Node, NodeId, Span};
 
-static EMPTY_DICT: DictNode = DictNode {
-    base: None,
-    inherited: 0,
-    items: Vec::new(),
-    state: Vec::new(),
-};
+static EMPTY_DICT: DictNode = DictNode::empty();
 
 /// Slots of `shared_slot`: None, False, True, the empty tuple, and the ints
 /// CPython caches (-5 to 256).
@@ -289,11 +284,7 @@ impl<D: Domain> Arena<D> {
         let total = spelled_out.saturating_add(copies);
         check_limit(Limit::Nodes, total, self.max_nodes, Location::default)?;
         if copies > spelled_out {
-            return Err(Error::limit(
-                Limit::Nodes,
-                spelled_out,
-                Location::default(),
-            ));
+            return Err(Error::limit(Limit::Nodes, spelled_out, Location::default()));
         }
         self.charged = copies;
         Ok(())

@@ -69,21 +69,73 @@ pub enum DictClass {
 /// the file passes the same `d`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DictNode {
-    pub base: Option<(NodeId, usize)>,
-    /// Items the snapshot `base` holds in all (its own base's included).
-    pub inherited: u64,
     pub items: Vec<(NodeId, NodeId)>,
+    /// What few dicts have, out of line: an object's state makes a dict, and a
+    /// `.metadata` of 50,000 tensors makes 200,000 of them.
+    rare: Option<Box<RareDictParts>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+struct RareDictParts {
+    base: Option<(NodeId, usize)>,
+    /// Items the snapshot `base` holds in all (its own base's included).
+    inherited: u64,
     /// BUILD states applied to the object (`_metadata` of a state dict), in order.
-    pub state: Vec<NodeId>,
+    state: Vec<NodeId>,
 }
 
 impl DictNode {
-    pub fn empty() -> DictNode {
+    pub const fn empty() -> DictNode {
         DictNode {
-            base: None,
-            inherited: 0,
             items: Vec::new(),
-            state: Vec::new(),
+            rare: None,
+        }
+    }
+
+    /// A dict that starts as a snapshot of `base` (seeing `inherited` items in
+    /// all), with `items` of its own.
+    pub fn snapshot(
+        base: Option<(NodeId, usize)>,
+        inherited: u64,
+        items: Vec<(NodeId, NodeId)>,
+    ) -> DictNode {
+        let rare = (base.is_some() || inherited > 0).then(|| {
+            Box::new(RareDictParts {
+                base,
+                inherited,
+                state: Vec::new(),
+            })
+        });
+        DictNode { items, rare }
+    }
+
+    pub fn base(&self) -> Option<(NodeId, usize)> {
+        self.rare.as_ref().and_then(|r| r.base)
+    }
+
+    pub fn inherited(&self) -> u64 {
+        self.rare.as_ref().map_or(0, |r| r.inherited)
+    }
+
+    pub fn state(&self) -> &[NodeId] {
+        self.rare.as_ref().map_or(&[], |r| &r.state)
+    }
+
+    pub fn push_state(&mut self, state: NodeId) {
+        self.rare.get_or_insert_default().state.push(state);
+    }
+
+    /// Call `f` on every node id the dict holds: items, states and base.
+    pub fn for_each_ref_mut(&mut self, f: &mut impl FnMut(&mut NodeId)) {
+        self.items.iter_mut().for_each(|(k, v)| {
+            f(k);
+            f(v);
+        });
+        if let Some(rare) = &mut self.rare {
+            rare.state.iter_mut().for_each(&mut *f);
+            if let Some((base, _)) = &mut rare.base {
+                f(base);
+            }
         }
     }
 }

@@ -17,14 +17,7 @@ impl<D: Domain> Arena<D> {
             Node::List(items) => items.iter_mut().for_each(&mut *f),
             Node::Dict(_, d) => {
                 if let Some(d) = self.dict_mut(*d) {
-                    d.items.iter_mut().for_each(|(k, v)| {
-                        f(k);
-                        f(v);
-                    });
-                    d.state.iter_mut().for_each(&mut *f);
-                    if let Some((base, _)) = &mut d.base {
-                        f(base);
-                    }
+                    d.for_each_ref_mut(f);
                 }
             }
             Node::Set(s) => {
@@ -86,7 +79,7 @@ impl<D: Domain> Arena<D> {
             };
             let mut node = std::mem::replace(slot, Node::None);
             match &node {
-                Node::Dict(_, d) => bases.extend(self.dict(*d).base.map(|(base, _)| base)),
+                Node::Dict(_, d) => bases.extend(self.dict(*d).base().map(|(base, _)| base)),
                 Node::Set(s) => bases.extend(s.base.map(|(base, _)| base)),
                 _ => {}
             }
