@@ -166,13 +166,16 @@ impl<'a, 'py> Builder<'a, 'py> {
     }
 
     pub(crate) fn built(&self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
-        match self.cache.get(&id.index()) {
-            Some(obj) => Ok(obj.clone()),
-            None => Err(self.fail(
-                id,
-                "a value refers to itself through an immutable container",
-            )),
-        }
+        (self.cache.get(&id.index()).cloned()).ok_or_else(|| self.not_built(id))
+    }
+
+    /// A value asked for before it was built: only a cycle through immutable
+    /// containers, which Python's pickle cannot make either, leads there.
+    fn not_built(&self, id: NodeId) -> PyErr {
+        self.fail(
+            id,
+            "a value refers to itself through an immutable container",
+        )
     }
 
     /// What an allowlisted callable raised while the file drove it (a class's
@@ -252,19 +255,21 @@ impl<'a, 'py> Builder<'a, 'py> {
     /// The built value of `id` for one of the values that refer to it, let go
     /// when that was its last user.
     fn take(&mut self, id: NodeId) -> PyResult<Bound<'py, PyAny>> {
-        let obj = self.built(id)?;
-        if let Some(unused) = self.unused.get_mut(id.index()) {
-            if *unused != MANY {
+        let last_user = match self.unused.get_mut(id.index()) {
+            Some(unused) if *unused != MANY => {
                 *unused = unused.saturating_sub(1);
-                if *unused == 0 {
-                    self.cache.remove(&id.index());
-                    if let Some(stage) = self.stage.get_mut(id.index()) {
-                        *stage = Stage::Released;
-                    }
-                }
+                *unused == 0
             }
+            _ => false,
+        };
+        if !last_user {
+            return self.built(id);
         }
-        Ok(obj)
+        let obj = self.cache.remove(&id.index());
+        if let Some(stage) = self.stage.get_mut(id.index()) {
+            *stage = Stage::Released;
+        }
+        obj.ok_or_else(|| self.not_built(id))
     }
 
     fn store(&mut self, id: NodeId, obj: Bound<'py, PyAny>) {
@@ -310,12 +315,7 @@ impl<'a, 'py> Builder<'a, 'py> {
             return Ok(());
         }
         match self.stage.get(id.index()) {
-            Some(Stage::Building) => {
-                return Err(self.fail(
-                    id,
-                    "a value refers to itself through an immutable container",
-                ))
-            }
+            Some(Stage::Building) => return Err(self.not_built(id)),
             // The counts come from the same references this walk follows.
             Some(Stage::Released) => {
                 return Err(self.fail(id, "a value is used more often than it is referred to"))
