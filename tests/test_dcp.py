@@ -449,3 +449,18 @@ def test_a_chunk_span_outside_its_file_is_a_clear_error(tmp_path, offset, length
         pickle.dump(metadata, f)
     with pytest.raises(tensorplay.MalformedCheckpointError, match=match):
         tensorplay.load(folder)
+
+
+def test_read_ranges_fills_tensors_and_buffers_and_refuses_what_it_cannot_fill(tmp_path):
+    from tensorplay import _core
+
+    path = tmp_path / "bytes"
+    path.write_bytes(bytes(range(256)))
+    tensor, array = torch.zeros(4, dtype=torch.uint8), np.zeros(3, dtype=np.uint8)
+    _core.read_ranges(str(path), [(10, tensor), (200, array)], name="bytes")
+    assert tensor.tolist() == [10, 11, 12, 13] and array.tolist() == [200, 201, 202]
+    read_only = np.zeros(3, dtype=np.uint8)
+    read_only.flags.writeable = False
+    for target in (torch.zeros(4, 4, dtype=torch.uint8).t(), read_only, 7):
+        with pytest.raises(ValueError, match="read_ranges needs writable contiguous"):
+            _core.read_ranges(str(path), [(0, target)], name="bytes")

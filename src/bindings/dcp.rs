@@ -207,9 +207,19 @@ pub fn read_ranges<'py>(
     let whole = open_source(py, source, MapMode::ReadOnly, limits.0.max_inflated_bytes)?;
     let mut buffers = Vec::with_capacity(targets.len());
     let mut ranges: Vec<Target> = Vec::with_capacity(targets.len());
+    // A tensor is asked first, so no failed buffer request (an exception made
+    // and dropped) is paid per tensor; without torch imported there is none.
+    let tensor_class = (py.import("sys")?.getattr("modules")?.get_item("torch").ok())
+        .and_then(|torch| torch.getattr("Tensor").ok());
     for (offset, target) in &targets {
         let from = usize::try_from(*offset).unwrap_or(usize::MAX);
-        let (ptr, len) = if let Ok(buffer) = PyBuffer::<u8>::get(target) {
+        let is_tensor = match &tensor_class {
+            Some(class) => target.is_instance(class)?,
+            None => false,
+        };
+        let (ptr, len) = if is_tensor {
+            torch_memory(target)?
+        } else if let Ok(buffer) = PyBuffer::<u8>::get(target) {
             if buffer.readonly() || !buffer.is_c_contiguous() {
                 return Err(PyValueError::new_err(
                     "read_ranges needs writable contiguous buffers",
@@ -219,7 +229,7 @@ pub fn read_ranges<'py>(
             buffers.push(buffer);
             at
         } else {
-            torch_memory(py, target)?
+            return Err(not_a_target());
         };
         ranges.push(Target {
             from,
@@ -247,25 +257,20 @@ pub fn read_ranges<'py>(
 
 /// The memory of a contiguous CPU torch tensor: numpy's view of it would make
 /// its storage one that can never be resized, as torch's own loads never do.
-fn torch_memory(py: Python<'_>, target: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
-    let tensor_class = py.import("torch")?.getattr("Tensor")?;
-    let contiguous = || -> PyResult<bool> {
-        Ok(target.call_method0("is_contiguous")?.extract::<bool>()?
-            && target
-                .getattr("device")?
-                .getattr("type")?
-                .extract::<String>()?
-                == "cpu")
-    };
-    if !target.is_instance(&tensor_class)? || !contiguous()? {
-        return Err(PyValueError::new_err(
-            "read_ranges needs writable contiguous buffers or contiguous CPU tensors",
-        ));
+fn torch_memory(target: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    if !(target.getattr("is_cpu")?.is_truthy()?
+        && target.call_method0("is_contiguous")?.is_truthy()?)
+    {
+        return Err(not_a_target());
     }
     Ok((
         target.call_method0("data_ptr")?.extract()?,
         target.getattr("nbytes")?.extract()?,
     ))
+}
+
+fn not_a_target() -> PyErr {
+    PyValueError::new_err("read_ranges needs writable contiguous buffers or contiguous CPU tensors")
 }
 
 /// `len` bytes from `from` in the file, to be copied to `address`.
