@@ -36,7 +36,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits, _refusal, _stub
+from . import _allowlist, _core, _limits, _refusal, _strides, _stub
 from ._types import TensorSpec
 
 FORMAT_VERSION = 1
@@ -684,14 +684,6 @@ def _numpy_dtype(dtype: _DType, where: str) -> Any:
     return np.dtype(dtype.numpy)
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
 @dataclass
 class _Builder:
     """Turns what the reader found into numpy arrays, torch tensors, meta records,
@@ -775,7 +767,7 @@ class _Builder:
             import numpy as np
 
             if self.meta_only:
-                return TensorSpec(leaf.dtype.name, shape, _contiguous(shape))
+                return TensorSpec(leaf.dtype.name, shape, _strides.contiguous(shape))
             dtype = _numpy_dtype(leaf.dtype, leaf.where)
             if numel == 0:
                 return np.empty(shape, dtype=dtype)
@@ -811,7 +803,7 @@ class _Builder:
         buffer = torch.frombuffer(leaf.buffer, dtype=getattr(torch, leaf.dtype.name),
                                   count=(at - leaf.offset) // size, offset=leaf.offset)
         sizes = torch.tensor(leaf.nested, dtype=torch.int64)
-        strides = torch.tensor([_contiguous(s) for s in leaf.nested], dtype=torch.int64)
+        strides = torch.tensor([_strides.contiguous(s) for s in leaf.nested], dtype=torch.int64)
         starts = torch.tensor([(o - leaf.offset) // size for o in offsets], dtype=torch.int64)
         tensor = torch._nested_view_from_buffer(buffer, sizes, strides, starts)
         return tensor if self.device is None else tensor.to(self.device, non_blocking=self.non_blocking)

@@ -23,7 +23,7 @@ import mmap
 import os
 from typing import Any
 
-from . import _allowlist, _core, _limits, _paths
+from . import _allowlist, _core, _limits, _paths, _strides
 from ._core import MalformedCheckpointError, UnsupportedCheckpointError
 
 METADATA_FILE = ".metadata"
@@ -183,15 +183,6 @@ def _transforms(info: Any) -> list[str]:
 # Chunks read ahead by one pair of core calls: enough to make the calls' cost
 # vanish, few enough that what they return stays small next to the tensors.
 _READ_AHEAD = 4096
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides of a C-contiguous tensor of ``shape``, in elements."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _strided(storage: Any, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, backend: str) -> Any:
@@ -359,7 +350,7 @@ class _Files:
                 dtype = np.dtype(spec)
             empty, as_bytes = np.empty, lambda a: a.reshape(-1).view(np.uint8)
         if copy or (data_offset % size and not passing):
-            if stride == _contiguous(shape):
+            if stride == _strides.contiguous(shape):
                 tensor = empty(shape, dtype=dtype)
                 if nbytes:
                     targets.append((relative, data_offset + storage_offset * size, as_bytes(tensor)))
@@ -406,8 +397,8 @@ class _DirectReads:
         """Take the read of ``chunk`` into ``target`` for ``req``, when it is one."""
         dtype_name, shape, stride, storage_offset, data_offset, _ = chunk
         if not (target.dtype == self.torch_dtypes.get(dtype_name) and target.shape == shape
-                and req.lengths == shape and not any(req.storage_offsets) and stride == _contiguous(shape)
-                and target.is_contiguous() and target.device.type == "cpu"):
+                and req.lengths == shape and not any(req.storage_offsets) and stride == _strides.contiguous(shape)
+                and target.is_cpu and target.is_contiguous()):
             return False
         itemsize = self.files.dtypes[dtype_name][0]
         self.pending.append((relative, data_offset + storage_offset * itemsize, target, req))
@@ -492,7 +483,7 @@ def structure(folder: str | os.PathLike[str]) -> dict[str, Any]:
             flat[fqn] = files.load(info, "numpy") if info is not None else None
             continue
         shape = tuple(int(n) for n in md.size)
-        stride = _contiguous(shape)
+        stride = _strides.contiguous(shape)
         numel = 1
         for n in shape:
             numel *= n
@@ -613,21 +604,20 @@ def _reader_class() -> type:
 
         def read_data(self, plan: Any, planner: Any) -> Any:
             files = _Files(os.fspath(self.path))
-            requests = sorted(plan.items, key=lambda r: (self.storage_data[r.storage_index].relative_path,
-                                                         self.storage_data[r.storage_index].offset))
+            storage_data, byte_io, resolve = self.storage_data, LoadItemType.BYTE_IO, planner.resolve_tensor
+            located = sorted(((storage_data[r.storage_index], r) for r in plan.items),
+                             key=lambda pair: (pair[0].relative_path, pair[0].offset))
             direct = _DirectReads(files, planner)
             # A batch at a time, as read_chunks reads ahead (see _READ_AHEAD).
-            for start in range(0, len(requests), _READ_AHEAD):
-                batch = requests[start:start + _READ_AHEAD]
-                described = files.describe([self.storage_data[r.storage_index] for r in batch
-                                            if r.type != LoadItemType.BYTE_IO])
-                for req in batch:
-                    info = self.storage_data[req.storage_index]
-                    if req.type == LoadItemType.BYTE_IO:
+            for start in range(0, len(located), _READ_AHEAD):
+                batch = located[start:start + _READ_AHEAD]
+                described = files.describe([info for info, r in batch if r.type != byte_io])
+                for info, req in batch:
+                    if req.type == byte_io:
                         direct.flush()
                         self._read_item(files, info, req, planner)
                         continue
-                    target = planner.resolve_tensor(req).detach()
+                    target = resolve(req).detach()
                     key = (os.fspath(info.relative_path), info.offset)
                     chunk = described.get(key)
                     if chunk is not None and direct.add(key[0], chunk, req, target):
