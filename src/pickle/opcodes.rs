@@ -89,6 +89,12 @@ pub enum Arg {
     Counted(u8),
 }
 
+/// Whether an unpickler reads `op` as an opcode: a byte that is none stops every
+/// reading at once ("invalid load key").
+pub fn is_opcode(op: u8) -> bool {
+    info(op).is_some()
+}
+
 /// Name and argument shape of an opcode, or `None` for a byte that is no opcode.
 pub fn info(op: u8) -> Option<(&'static str, Arg)> {
     use Arg::*;

@@ -56,7 +56,7 @@ impl Kind {
     /// anyway, and zlib and LZMA-alone (whose magic is weak) both ways; a zip's
     /// `PK` is a persistent id that only a loader opening zips first resolves.
     pub fn also_read_as_a_pickle(self, data: &[u8]) -> bool {
-        let starts_with_an_opcode = data.first().is_some_and(|op| opcodes::info(*op).is_some());
+        let starts_with_an_opcode = data.first().copied().is_some_and(opcodes::is_opcode);
         starts_with_an_opcode
             && !matches!(
                 self,

@@ -68,6 +68,8 @@ struct Scan<'o> {
     /// How many times the scan stopped short of something (the nesting depth,
     /// the work budget): never dropped with a speculative reading's problems.
     stopped_short: usize,
+    /// Reading bytes a refused call hands on (see [`Scan::payload`]).
+    in_payload: bool,
 }
 
 impl<'o> Scan<'o> {
@@ -82,6 +84,7 @@ impl<'o> Scan<'o> {
             },
             pending_refusal: None,
             stopped_short: 0,
+            in_payload: false,
         }
     }
 
@@ -203,7 +206,7 @@ impl<'o> Scan<'o> {
         let room = self.budget.room(Work::Inflate);
         let decoded = c.decode(data, room);
         let weak_magic = matches!(c, Compression::Zlib | Compression::LzmaAlone)
-            && data.first().is_some_and(|op| opcodes::info(*op).is_some());
+            && data.first().copied().is_some_and(opcodes::is_opcode);
         match decoded {
             Ok(inner) => {
                 if self.charge(inner.len() as u64, Work::Inflate, location) {
@@ -365,6 +368,11 @@ impl<'o> Scan<'o> {
             &mut self.report,
         );
         self.report.pickles += s.pickles;
+        if s.unswept && self.in_payload {
+            // Bytes a refused call hands on may be unwrapped (marshal, base64)
+            // before anything unpickles them: what they spell is reported.
+            stream::sweep_rest(data, 0, location, &options.user_globals, &mut self.report);
+        }
         for (at, payload) in std::mem::take(&mut s.payloads) {
             let here = nested(location, &format!("bytes passed at byte {at}"));
             self.payload(&payload, &here, depth + 1);
@@ -387,6 +395,7 @@ impl<'o> Scan<'o> {
             return;
         }
         let before = self.report.findings.len();
+        let outer = std::mem::replace(&mut self.in_payload, true);
         self.unless_nothing_found(|scan| {
             scan.wrapped("pickle", |scan| scan.bytes(data, location, depth, false));
             let mut index = 0;
@@ -395,6 +404,7 @@ impl<'o> Scan<'o> {
                 index <= before || !f.name.starts_with('<')
             });
         });
+        self.in_payload = outer;
     }
 
     /// Run `scan`, keeping the problems it reports only if it found something:

@@ -31,6 +31,8 @@ pub struct StreamScan {
     /// Bytes handed to refused callables (`pickle.loads(b'...')`), with the
     /// offset of the call: what such a file would unpickle next.
     pub payloads: Vec<(u64, Vec<u8>)>,
+    /// The first opcode broke, and the bytes were not swept for globals.
+    pub unswept: bool,
 }
 
 /// What one pickle's run found.
@@ -143,6 +145,7 @@ pub fn scan_stream(
                         end: pos,
                         problem: None,
                         payloads,
+                        unswept: false,
                     };
                 }
             }
@@ -170,12 +173,20 @@ pub fn scan_stream(
                     );
                     (e.kind().code(), reason)
                 };
-                sweep_rest(data, offset as usize, location, user, report);
+                // Bytes whose first opcode already breaks are no pickle: every
+                // unpickler stops there, and what looks like a GLOBAL further on
+                // (a line of text) is read by none. The caller sweeps them when
+                // they may be unwrapped first (see `StreamScan::unswept`).
+                let unswept = offset == 0;
+                if !unswept {
+                    sweep_rest(data, offset as usize, location, user, report);
+                }
                 return StreamScan {
                     pickles,
                     end: pos,
                     problem: Some(problem),
                     payloads,
+                    unswept,
                 };
             }
         }
@@ -189,6 +200,7 @@ pub fn scan_stream(
         end: pos,
         problem,
         payloads,
+        unswept: false,
     }
 }
 
@@ -205,6 +217,9 @@ pub fn scan_leading_pickle(
     limits: &Limits,
     report: &mut Report,
 ) -> Option<Error> {
+    if !data.first().copied().is_some_and(opcodes::is_opcode) {
+        return None;
+    }
     let run = run_one(data, user, limits, IdFormat::Zip, false);
     for mut f in (run.findings.into_iter()).filter(|f| is_identifier_path(&f.name)) {
         f.location = location.to_owned();
@@ -216,7 +231,13 @@ pub fn scan_leading_pickle(
 /// After a break, walk the remaining bytes as opcodes (skipping bytes that are no
 /// opcode) and report every GLOBAL/INST name and every STACK_GLOBAL whose two
 /// strings are in plain sight.
-fn sweep_rest(data: &[u8], from: usize, location: &str, user: &UserGlobals, report: &mut Report) {
+pub fn sweep_rest(
+    data: &[u8],
+    from: usize,
+    location: &str,
+    user: &UserGlobals,
+    report: &mut Report,
+) {
     let mut pos = from;
     let mut recent: Vec<String> = Vec::new();
     // The VM and sweeps from other places may have passed the same opcodes.

@@ -2,10 +2,11 @@
 //! their pickles), npz files, and zips of anything, read the strict way and, where
 //! that fails, the ways other readers would still read them.
 
-use crate::archive::inflate::inflated_len;
+use crate::archive::inflate::{inflate_prefix, inflated_len};
 use crate::archive::method::Method;
 use crate::archive::zip::{self, Entry, FileBytes};
 use crate::error::code;
+use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::records;
@@ -172,6 +173,14 @@ impl Scan<'_> {
                     }
                     self.compressed_payload(data, entry, &here);
                 }
+                // A pickles-only scan reads the directory and the pickles, never
+                // a payload's bytes (not even its local header).
+                if !unlocated {
+                    let here = nested(location, &entry.name_lossy());
+                    if !self.byte_zero(data, entry, &here) {
+                        return;
+                    }
+                }
                 continue;
             }
             let here = nested(location, &entry.name_lossy());
@@ -225,19 +234,59 @@ impl Scan<'_> {
         }
     }
 
-    /// One located entry, charged for: scanned when its name says model or
-    /// pickle, when its content is of a kind the scanner knows other than a bare
-    /// pickle (an archive, a compressed file...), or when it opens with PROTO.
+    /// One located entry, charged for, read by content whatever its name (pandas
+    /// unpickles a zip's single member whatever it is called). One named like a
+    /// model or pickle, one of a kind the scanner knows other than a bare pickle
+    /// (an archive, a compressed file...) or one that opens with PROTO must read
+    /// to its end; any other (text, bytes of no known format) counts only when
+    /// reading it names a global or stops at a limit.
     fn member<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str, depth: u32) {
         let bytes = match entry_data(entry, data, &self.options.limits) {
             Ok(b) => b,
             Err(e) => return self.report.error(here, &e),
         };
-        let scan_it = named_like_a_model(&entry.name)
-            || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty);
-        if scan_it || bytes.first() == Some(&0x80) {
+        let must_read = named_like_a_model(&entry.name)
+            || !matches!(Kind::of(&bytes), Kind::Pickle | Kind::Empty)
+            || bytes.first() == Some(&0x80);
+        if must_read {
             self.bytes(&bytes, here, depth + 1, false);
+        } else {
+            self.unless_nothing_found(|scan| scan.bytes(&bytes, here, depth + 1, false));
         }
+    }
+
+    /// An entry no loader is expected to unpickle (a tensor's bytes, a folder, a
+    /// TensorDict leaf) is still what an unpickler handed it reads from byte 0:
+    /// that reading counts when it names a global or stops at a limit. Most
+    /// such entries start with no opcode, and are done with after one byte (one
+    /// inflated byte, when compressed). `false` once the budget is spent.
+    fn byte_zero<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str) -> bool {
+        let Ok(raw) = entry.raw(data) else {
+            // Where the entry lies was checked and reported with the others.
+            return true;
+        };
+        let first = match entry.method {
+            Method::Stored => raw.first().copied(),
+            Method::Deflate => {
+                let mut first = [0u8; 1];
+                inflate_prefix(raw, &mut first, here)
+                    .ok()
+                    .map(|()| first[0])
+            }
+            // Other methods are rare for payloads: read them whole below.
+            _ => Some(opcodes::PROTO),
+        };
+        if !first.is_some_and(opcodes::is_opcode) {
+            return true;
+        }
+        if entry.method != Method::Stored && !self.charge_entry(entry, here) {
+            return false;
+        }
+        match entry_data(entry, data, &self.options.limits) {
+            Ok(bytes) => self.leading_pickle(&bytes, here),
+            Err(e) => self.report.error(here, &e),
+        }
+        true
     }
 
     /// A compressed storage record must inflate to exactly what it declares (a load
