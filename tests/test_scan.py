@@ -228,7 +228,7 @@ def test_the_scan_command_imports_only_the_scanner(tmp_path):
         "code = tensorplay.cli.main(['scan', sys.argv[1], sys.argv[2]])\n"
         "loaded = {m for m in sys.modules if m.startswith('tensorplay.')}\n"
         "assert loaded == {'tensorplay._core', 'tensorplay._limits', 'tensorplay.scanner', 'tensorplay.cli',\n"
-        "                  'tensorplay._allow'}, loaded\n"
+        "                  'tensorplay._allow', 'tensorplay._pointers', 'tensorplay._paths'}, loaded\n"
         "heavy = {'json', 'pickle', 'typing', 'inspect', 'datetime', 'dataclasses', 'shutil', 'tomllib'}\n"
         "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"
         "sys.exit(code)\n"
@@ -303,7 +303,7 @@ def test_the_typed_record_fields_are_the_runtime_ones():
     for record, base in ((scanner.GlobalFinding, "_FindingFields"), (scanner.ScanReport, "_ReportFields")):
         defaults = record._field_defaults
         assert typed[base] == [(name, name in defaults) for name in record._fields], record
-    assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False, None, None)
+    assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False, None, None, None)
 
 
 def test_command_help_is_sized_to_columns_as_argparse_sizes_it():

@@ -42,7 +42,7 @@ def test_the_json_document_has_a_summary_and_every_field_of_each_record(folder):
     assert set(doc) == {"summary", "files"}
     summary = doc["summary"]
     assert set(summary) == {"tool", "version", "schema_version", "started", "duration_seconds", "files", "clean",
-                            "unsafe", "unreadable", "skipped", "policy", "exit_code", "passed_over"}
+                            "unsafe", "unreadable", "skipped", "policy", "exit_code", "passed_over", "readers"}
     assert summary["tool"] == "tensorplay" and summary["schema_version"] == 1 and summary["exit_code"] == 1
     assert (summary["files"], summary["clean"], summary["unsafe"], summary["unreadable"]) == (4, 1, 2, 1)
     assert summary["policy"] == {"fail_on": "unsafe", "allow": [], "include": [], "exclude": ["*.txt"],
@@ -53,7 +53,7 @@ def test_the_json_document_has_a_summary_and_every_field_of_each_record(folder):
     records = {r["path"].rsplit("/", 1)[-1]: r for r in doc["files"]}
     for record in records.values():
         assert set(record) == {"path", "format", "wrappers", "verdict", "skipped_because", "globals",
-                               "allowlisted_globals", "problems", "pickles", "pickles_only"}
+                               "allowlisted_globals", "problems", "pickles", "pickles_only", "reached_from"}
         assert record["allowlisted_globals"] is None and record["skipped_because"] is None
     evil = records["evil.pt.gz"]
     assert evil["format"] == "gzip" and evil["wrappers"] == ["gzip", "zip"]  # a torch zip, gzipped

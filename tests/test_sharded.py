@@ -85,7 +85,10 @@ def test_an_index_may_not_name_files_outside_its_folder(sharded, tmp_path):
     with pytest.raises(tensorplay.MalformedCheckpointError, match="not a file name in the index's folder"):
         tensorplay.load(folder)
     code, reports = _scan(folder)
-    assert code == 2 and any(r["verdict"] == "unreadable" and r["path"].endswith(".index.json") for r in reports)
+    # tensorplay.load refuses the index; a loader that joins names follows it out of the folder.
+    assert code == 1 and any(r["verdict"] == "unreadable" and r["path"].endswith(".index.json") for r in reports)
+    outside = [r for r in reports if r["verdict"] == "unsafe"]
+    assert [g["name"] for r in outside for g in r["globals"]] == ["<a file outside the folder: ../outside.bin>"]
 
 
 def test_convert_writes_sharded_safetensors_with_an_index(sharded, tmp_path):
@@ -121,7 +124,11 @@ def test_scan_reads_every_shard_and_checks_the_index(sharded, tmp_path):
     missing = sorted(folder.glob("pytorch_model-*.bin"))[1]
     missing.unlink()
     code, reports = _scan(folder)
-    index = next(r for r in reports if r["path"].endswith(".index.json"))
-    assert code == 2 and index["verdict"] == "unreadable"
-    assert any(p["kind"] == "shard_index" and missing.name in p["message"] and "does not exist" in p["message"]
-               for p in index["problems"])
+    # The index points a loader at the missing shard: that reading fails.
+    pointed = [r for r in reports if r["reached_from"] is not None]
+    assert code == 2 and [r["path"] for r in pointed] == [str(missing)] and pointed[0]["verdict"] == "unreadable"
+    assert pointed[0]["reached_from"] == {"source": str(folder / "pytorch_model.bin.index.json"),
+                                          "item": missing.name, "reader": "a sharded checkpoint's shard, read by "
+                                                                           "torch.load"}
+    assert [p["kind"] for p in pointed[0]["problems"]] == ["io"] and "FileNotFoundError" in \
+        pointed[0]["problems"][0]["message"]

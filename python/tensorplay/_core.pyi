@@ -137,6 +137,9 @@ def allowed_in_file(file_name: str) -> list[str]:
     checkpoint's ``.metadata``: its metadata classes)."""
 
 def is_dangerous(module: str, name: str) -> bool: ...
+def reader_models() -> list[tuple[str, str, str, str]]:
+    """The real readers the scanner models: ``(name, reader, version, reads)``."""
+
 def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
     """torch's dtypes by name: ``(itemsize, numpy_spec, from_ml_dtypes, legacy_storage)``."""
 
@@ -164,6 +167,7 @@ def scan(
     limits: _Limits = ...,
     pickles_only: bool = False,
     list_globals: bool = False,
+    byte_zero_only: bool = False,
 ) -> _ScanTuple: ...
 @overload
 def scan(
@@ -172,6 +176,15 @@ def scan(
     limits: _Limits = ...,
     # A pickles-only scan reads a path or bytes, not a descriptor.
     pickles_only: Literal[False] = False,
+    list_globals: bool = False,
+    byte_zero_only: bool = False,
+) -> _ScanTuple: ...
+def scan_spans(
+    source: _Path | bytes,
+    spans: Sequence[tuple[int, int, str, Sequence[str]]],
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+    pickles_only: bool = False,
     list_globals: bool = False,
 ) -> _ScanTuple: ...
 def plan_archive(

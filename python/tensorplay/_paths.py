@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import os
 
+# What a sharded checkpoint's index is named (``pytorch_model.bin.index.json``,
+# ``model.safetensors.index.json``): how loaders, and so readers of its pointers, find it.
+INDEX_SUFFIX = ".index.json"
+
 
 def beside(folder: str, name: str) -> str | None:
     """``folder/name`` when ``name`` is a plain file name, ``None`` when it has a

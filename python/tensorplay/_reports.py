@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
+from . import __version__, _core
 from .scanner import STDIN, GlobalFinding, Policy, Problem, ScanReport
 
 # Raised when a field changes meaning or goes; new fields keep it.
@@ -17,7 +17,8 @@ SCHEMA_VERSION = 1
 def json_document(reports: Sequence[ScanReport], policy: Policy, started: str, seconds: float,
                   exit_code: int, passed_over: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     """One document: a ``summary`` of the run (with what folder walks passed
-    over, and why), and a record per file."""
+    over, and why, and the real readers the scan modelled, each with the version
+    it matches), and a record per file."""
     counts = {verdict: sum(r.verdict == verdict for r in reports)
               for verdict in ("clean", "unsafe", "unreadable", "skipped")}
     return {
@@ -26,6 +27,8 @@ def json_document(reports: Sequence[ScanReport], policy: Policy, started: str, s
             "started": started, "duration_seconds": round(seconds, 6), "files": len(reports), **counts,
             "policy": policy.to_json(), "exit_code": exit_code,
             "passed_over": [{"path": path, "reason": why} for path, why in passed_over],
+            "readers": [{"name": name, "reader": reader, "version": version, "reads": reads}
+                        for name, reader, version, reads in _core.reader_models()],
         },
         "files": [r.to_json() for r in reports],
     }

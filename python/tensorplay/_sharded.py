@@ -16,8 +16,8 @@ from typing import Any
 
 from . import _paths
 from ._core import MalformedCheckpointError
+from ._paths import INDEX_SUFFIX
 
-INDEX_SUFFIX = ".index.json"
 # The index a folder is loaded through when it holds several, in this order.
 PREFERRED = ("pytorch_model.bin.index.json", "model.safetensors.index.json")
 

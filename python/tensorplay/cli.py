@@ -32,6 +32,9 @@ def _print_table(reports: list[scanner.ScanReport], passed_over: list[tuple[str,
     for r in reports:
         skipped = f"  ({r.skipped_because})" if r.skipped_because else ""
         print(f"{r.verdict.upper():<11} {r.format:<16} {r.path}{skipped}")
+        if r.reached_from is not None:
+            item = f" ({r.reached_from.item})" if r.reached_from.item else ""
+            print(f"{'':<11} reached from {r.reached_from.source}{item}: {r.reached_from.reader}")
         for f in r.findings:
             kind = "dangerous" if f.dangerous else "not allowlisted"
             where = f"{f.location} @ {f.offset}" if f.location else f"@ {f.offset}"

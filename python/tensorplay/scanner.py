@@ -10,10 +10,12 @@ A policy (what fails, the extra allowlist, which files of a folder) is a
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-from . import _core, _limits
+from . import _core, _limits, _pointers
+from ._pointers import Pointer
 
 # Records are named tuples, not dataclasses (`dataclasses` imports `inspect`), made
 # by collections.namedtuple, not typing.NamedTuple (`typing` took 3 ms of a 28 ms
@@ -41,14 +43,16 @@ if TYPE_CHECKING:
         pickles_only: bool = False
         allowlisted: tuple[GlobalFinding, ...] | None = None
         skipped_because: str | None = None
+        reached_from: Pointer | None = None
 else:
     from collections import namedtuple
 
     _FindingFields = namedtuple("GlobalFinding", "name dangerous location offset module wrappers",
                                 defaults=("", ()))
     _ReportFields = namedtuple(
-        "ScanReport", "path format verdict findings problems pickles pickles_only allowlisted skipped_because",
-        defaults=((), (), 0, False, None, None)
+        "ScanReport",
+        "path format verdict findings problems pickles pickles_only allowlisted skipped_because reached_from",
+        defaults=((), (), 0, False, None, None, None)
     )
 
 
@@ -110,7 +114,9 @@ class ScanReport(_ReportFields):
     model format: ``skipped_because`` says what it is); with ``pickles_only`` only the
     directory and the pickles were read, so ``"clean"`` does not say a load would
     accept the file. ``allowlisted`` holds the globals inside the allowlist when
-    the scan was asked to list them (``list_globals``), else None."""
+    the scan was asked to list them (``list_globals``), else None. A report on
+    what another file points a loader at (a DCP item, a shard) says which in
+    ``reached_from`` (a :class:`Pointer`), else None."""
 
     __slots__ = ()
 
@@ -143,6 +149,7 @@ class ScanReport(_ReportFields):
             "problems": [p.to_json() for p in self.problems],
             "pickles": self.pickles,
             "pickles_only": self.pickles_only,
+            "reached_from": None if self.reached_from is None else dict(self.reached_from._asdict()),
         }
 
 
@@ -177,24 +184,10 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
         too_large = settings.selection().too_large(path) if isinstance(source, str) else None
         if too_large is not None:
             return ScanReport(path, "unknown", "unreadable", problems=(too_large,), pickles_only=pickles_only)
-    try:
-        # Positional, as for get_unsafe_globals_in_checkpoint: matching keywords
-        # is a measurable part of a first call.
-        kind, verdict, found, problems, pickles, listed, skipped_because = _core.scan(
-            source, allow, _limits.merged(None), pickles_only, list_globals)
-    except OSError as e:
-        return ScanReport(path, "unknown", "unreadable", problems=(_io_problem(e),), pickles_only=pickles_only)
-    findings = tuple(map(GlobalFinding._make, found)) if found else ()
-    if problems:
-        problems = tuple(Problem(*p) for p in problems)
-    if listed is not None:
-        listed = tuple(map(GlobalFinding._make, listed))
-    if verdict == "skipped" and skipped_because is None:
-        skipped_because = "an empty file" if kind == "empty" else "no pickle"
-    # What ScanReport(...) does, without its generated __new__: a first call of
-    # that Python function was a fortieth of a pickles-only scan.
-    return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only, listed,
-                                   skipped_because))
+    # Positional, as for get_unsafe_globals_in_checkpoint: matching keywords is a
+    # measurable part of a first call.
+    return _report(path, _core.scan, (source, allow, _limits.merged(None), pickles_only, list_globals),
+                   pickles_only)
 
 
 STDIN = "-"
@@ -393,23 +386,30 @@ def iter_files(paths: Iterable[str | os.PathLike[str]], selection: Selection = E
     (``-`` is standard input; pipes and devices are read as streams), and the files
     under a named directory, following symbolic links as a loader opening the file
     by its name would (a Hugging Face cache snapshot is links into ``blobs/``).
-    A directory reached twice (a link loop) is walked once. Passed over, with
-    the reason appended to ``passed_over`` when given: TensorDict leaves
-    (``*.memmap`` next to a ``meta.json``: raw tensor bytes that no reader
-    unpickles), ``.git`` folders (git's own objects: no loader opens them by
-    name; the checked-out files are scanned) and files the selection leaves out."""
-    for path, _ in _targets(paths, selection, passed_over):
+    A directory reached twice (a link loop) is walked once. No file is passed over
+    for its name, suffix or folder: TensorDict leaves (``*.memmap`` next to a
+    ``meta.json``) and git's own data (``.git/``) are read as a pickle from byte 0
+    (see ``byte_zero_only`` in :func:`scan`), everything else by content. Only
+    files the selection leaves out are passed over, with the reason appended to
+    ``passed_over`` when given. (What a pointer names is read whatever the
+    selection: see :func:`scan_paths`.)"""
+    for path, _, _ in _targets(paths, selection, passed_over):
         yield path
 
 
 GIT_FOLDER = ".git"
+# Why a file of a folder walk is read only as a pickle from byte 0, by what it is.
+TENSORDICT_LEAF = "a TensorDict leaf: raw tensor bytes, read only as a pickle from byte 0"
+GIT_DATA = "git's own data, read only as a pickle from byte 0"
 
 
 def _targets(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVERYTHING,
-             passed_over: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, Problem | None]]:
+             passed_over: list[tuple[str, str]] | None = None,
+             ) -> Iterator[tuple[str, Problem | None, str | None]]:
     """What :func:`iter_files` yields, each with the reason it cannot be read when a
     walk already knows it (an unlistable folder, a pipe or device inside a folder:
-    reading one could wait forever), else None."""
+    reading one could wait forever), else None, and why it is read only as a
+    pickle from byte 0, else None."""
     import stat
 
     def pass_over(path: str, why: str) -> None:
@@ -419,82 +419,158 @@ def _targets(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVE
     for p in paths:
         p = os.fspath(p)
         if p == STDIN or not os.path.isdir(p):
-            yield p, selection.too_large(p)
+            yield p, selection.too_large(p), None
             continue
         seen: set[tuple[int, int]] = set()
         failures: list[OSError] = []
+        git_roots: list[str] = []
         for root, dirs, files in os.walk(p, followlinks=True, onerror=failures.append):
             while failures:
                 e = failures.pop()
-                yield e.filename or root, _io_problem(e)
+                yield e.filename or root, _io_problem(e), None
             try:
                 st = os.stat(root)
             except OSError as e:
                 dirs.clear()
-                yield root, _io_problem(e)
+                yield root, _io_problem(e), None
                 continue
             if (st.st_dev, st.st_ino) in seen:
                 dirs.clear()
                 continue
             seen.add((st.st_dev, st.st_ino))
             if GIT_FOLDER in dirs:
-                dirs.remove(GIT_FOLDER)
-                pass_over(os.path.join(root, GIT_FOLDER), "git's own data: the checked-out files are scanned")
+                git_roots.append(os.path.join(root, GIT_FOLDER) + os.sep)
+            in_git = any(root.startswith(g) or root + os.sep == g for g in git_roots)
             dirs.sort()
             names = set(files)
             for name in sorted(files):
                 full = os.path.join(root, name)
-                if _core.is_tensordict_leaf(name, names):
-                    pass_over(full, "a TensorDict leaf: raw tensor bytes that no reader unpickles")
-                    continue
                 if selection is not EVERYTHING and not selection.wants(os.path.relpath(full, p)):
                     pass_over(full, "left out by the include and exclude patterns")
                     continue
+                label = GIT_DATA if in_git else TENSORDICT_LEAF if _core.is_tensordict_leaf(name, names) else None
                 try:
                     mode = os.stat(full).st_mode
                 except OSError as e:
                     # A dangling link or a loop of links: named, never passed over.
-                    yield full, _io_problem(e)
+                    yield full, _io_problem(e), label
                     continue
                 if stat.S_ISREG(mode):
-                    yield full, selection.too_large(full)
+                    yield full, selection.too_large(full), label
                 else:
                     yield full, Problem("not_a_regular_file", "",
                                         "not a regular file: a pipe, socket or device inside a folder is not "
-                                        "read (it could wait forever); name it to scan it as a stream")
+                                        "read (it could wait forever); name it to scan it as a stream"), label
         while failures:
             e = failures.pop()
-            yield e.filename or p, _io_problem(e)
+            yield e.filename or p, _io_problem(e), None
 
 
-def _scan_target(path: str, problem: Problem | None, allow: list[str], pickles_only: bool,
-                 list_globals: bool) -> ScanReport:
+def _scan_target(path: str, problem: Problem | None, label: str | None, allow: list[str], pickles_only: bool,
+                 list_globals: bool, pointer_problems: tuple[Problem, ...] = ()) -> ScanReport:
     if problem is not None:
         return ScanReport(path, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only)
     if path == STDIN:
         return scan("/dev/stdin", allow=allow, pickles_only=pickles_only,
                     list_globals=list_globals)._replace(path=STDIN)
-    report = scan(path, allow=allow, pickles_only=pickles_only, list_globals=list_globals)
-    if path.endswith(".index.json") and report.verdict != "unreadable":
-        report = _check_shard_index(report)
+    if label is not None:
+        report = _report(path, _core.scan, (path, allow, _limits.merged(None), pickles_only, list_globals, True),
+                         pickles_only)
+        report = report._replace(skipped_because=label) if report.verdict == "skipped" else report
+    else:
+        report = scan(path, allow=allow, pickles_only=pickles_only, list_globals=list_globals)
+        if path.endswith(".index.json") and report.verdict != "unreadable":
+            report = _check_shard_index(report)
+    if pointer_problems and report.verdict in ("clean", "skipped"):
+        # Its own bytes read clean, yet the pointers it gives cannot be followed.
+        report = report._replace(verdict="unreadable", problems=(*report.problems, *pointer_problems))
     return report
 
 
 def _check_shard_index(report: ScanReport) -> ScanReport:
     """A sharded checkpoint's index names the files a loader reads: one that is
-    not JSON of that shape, names a file outside its folder, or names a shard that
-    is missing makes the checkpoint unreadable. (The shards are scanned as files.)"""
+    not JSON of that shape, or names a shard ``tensorplay.load`` does not open (a
+    name with a folder part) makes the checkpoint unreadable. (Its shards are
+    scanned as what they point at: see :func:`scan_paths`.)"""
     from . import _sharded
 
     try:
-        problems = [Problem("shard_index", "", p) for p in _sharded.Index(report.path).problems()]
-    except OSError as e:
-        problems = [_io_problem(e)]
-    except _core.CheckpointError as e:
-        problems = [Problem("shard_index", "", str(e))]
-    if not problems:
+        _sharded.Index(report.path)
         return report
-    return report._replace(verdict="unreadable", problems=(*report.problems, *problems))
+    except OSError as e:
+        problem = _io_problem(e)
+    except _core.CheckpointError as e:
+        problem = Problem("shard_index", "", str(e))
+    return report._replace(verdict="unreadable", problems=(*report.problems, problem))
+
+
+def _report(path: str, scanning: Callable[..., tuple], args: tuple, pickles_only: bool,
+            reached_from: Pointer | None = None) -> ScanReport:
+    """A report from one of the core's scan tuples, or of why it could not be made."""
+    try:
+        kind, verdict, found, problems, pickles, listed, skipped_because = scanning(*args)
+    except OSError as e:
+        return ScanReport(path, "unknown", "unreadable", problems=(_io_problem(e),), pickles_only=pickles_only,
+                          reached_from=reached_from)
+    findings = tuple(map(GlobalFinding._make, found)) if found else ()
+    if problems:
+        problems = tuple(Problem(*p) for p in problems)
+    if listed is not None:
+        listed = tuple(map(GlobalFinding._make, listed))
+    if verdict == "skipped" and skipped_because is None:
+        skipped_because = "an empty file" if kind == "empty" else "no pickle"
+    # What ScanReport(...) does, without its generated __new__: a first call of
+    # that Python function was a fortieth of a pickles-only scan.
+    return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only, listed,
+                                   skipped_because, reached_from))
+
+
+def _scan_reading(reading: _pointers.Reading, allow: list[str], pickles_only: bool,
+                  list_globals: bool) -> ScanReport:
+    """What a pointer reaches, read as its loader reads it."""
+    pointer = reading.pointer
+    where = pointer.item or ""
+    if reading.outside is not None:
+        # Never read: it is not part of what was handed to the scan.
+        outside = GlobalFinding(f"<a file outside the folder: {reading.outside}>", True, where, 0)
+        return ScanReport(reading.target, "pointer", "unsafe", findings=(outside,), pickles_only=pickles_only,
+                          reached_from=pointer)
+    if reading.problem is not None:
+        kind, reason = reading.problem
+        return ScanReport(reading.target, "pointer", "unreadable", problems=(Problem(kind, where, reason),),
+                          pickles_only=pickles_only, reached_from=pointer)
+    limits = _limits.merged(None)
+    if reading.spans is None:
+        return _report(reading.target, _core.scan, (reading.target, allow, limits, pickles_only, list_globals),
+                       pickles_only, pointer)
+    return _report(reading.target, _core.scan_spans,
+                   (reading.target, reading.spans, allow, limits, pickles_only, list_globals), pickles_only, pointer)
+
+
+def _readings(files: list[tuple[str, Problem | None, str | None]],
+              ) -> tuple[list[_pointers.Reading], dict[str, tuple[Problem, ...]]]:
+    """What the files' pointers make loaders read, less whole files the walk
+    already reads by content (a shard among the files scanned); and, by the
+    pointing file's path, why its pointers could not be followed (said in that
+    file's own report, unless its scan already finds it unsafe or unreadable)."""
+    read_whole = {os.path.realpath(path) for path, problem, label in files if problem is None and label is None}
+    readings = []
+    unfollowed: dict[str, tuple[Problem, ...]] = {}
+    for path, problem, _ in files:
+        # Only regular files: opening a pipe to look could wait forever.
+        kind = _pointers.kind_of(path) if problem is None and path != STDIN and os.path.isfile(path) else None
+        if kind is None:
+            continue
+        for reading in _pointers.follow(path, kind):
+            if reading.problem is not None and reading.target == path:
+                kind_, reason = reading.problem
+                unfollowed[path] = (*unfollowed.get(path, ()), Problem(kind_, reading.pointer.item or "", reason))
+                continue
+            already = (reading.spans is None and reading.outside is None and reading.problem is None
+                       and os.path.realpath(reading.target) in read_whole)
+            if not already:
+                readings.append(reading)
+    return readings, unfollowed
 
 
 def scan_paths(
@@ -514,7 +590,14 @@ def scan_paths(
     records what it passed over in ``passed_over``); ``pickles_only``,
     ``list_globals`` and ``config`` as for :func:`scan` (the settings' patterns
     choose the files when no ``selection`` is given). A path that cannot be
-    read is reported ``unreadable``, never passed over."""
+    read is reported ``unreadable``, never passed over.
+
+    Then the pointers those files give loaders are followed (see
+    :mod:`tensorplay._pointers`): a DCP metadata file's items, a shard index's
+    shards, a TensorDict level's sub-levels. What they reach is read as the
+    loader reads it and reported with ``reached_from`` saying which file pointed
+    there (a shard the walk already read by content is not read again); a
+    pointer out of the folder is reported unsafe."""
     allow = list(allow)
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -522,28 +605,31 @@ def scan_paths(
         if selection is EVERYTHING:
             selection = settings.selection()
     files = list(_targets(paths, selection, passed_over))
-    workers = min(jobs or os.cpu_count() or 1, len(files))
+    readings, unfollowed = _readings(files)
+    work: list[Callable[[], ScanReport]] = [
+        functools.partial(_scan_target, path, problem, label, allow, pickles_only, list_globals,
+                          unfollowed.get(path, ()))
+        for path, problem, label in files
+    ] + [functools.partial(_scan_reading, reading, allow, pickles_only, list_globals) for reading in readings]
+    workers = min(jobs or os.cpu_count() or 1, len(work))
     if workers <= 1:
         # One file, the common case of a hub's per-upload call: no pool to start
         # (concurrent.futures alone was a tenth of `tensorplay scan FILE`).
         in_order = []
-        for path, problem in files:
-            in_order.append(_scan_target(path, problem, allow, pickles_only, list_globals))
+        for scan_one in work:
+            in_order.append(scan_one())
             if progress is not None:
-                progress(len(in_order), len(files))
+                progress(len(in_order), len(work))
         return in_order
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    reports: list[ScanReport | None] = [None] * len(files)
+    reports: list[ScanReport | None] = [None] * len(work)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            pool.submit(_scan_target, path, problem, allow, pickles_only, list_globals): i
-            for i, (path, problem) in enumerate(files)
-        }
+        futures = {pool.submit(scan_one): i for i, scan_one in enumerate(work)}
         for done, future in enumerate(as_completed(futures), 1):
             reports[futures[future]] = future.result()
             if progress is not None:
-                progress(done, len(files))
+                progress(done, len(work))
     return [r for r in reports if r is not None]
 
 

@@ -70,6 +70,14 @@ fn denylist() -> Vec<DenylistRow> {
         .collect()
 }
 
+/// The real readers the scanner models: `(name, reader, version, reads)`.
+#[pyfunction]
+fn reader_models() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+    (crate::scan::readers::MODELS.iter())
+        .map(|m| (m.name, m.reader, m.version, m.reads))
+        .collect()
+}
+
 /// The globals a file named `file_name` may name beyond the allowlist (a
 /// distributed checkpoint's `.metadata`: its metadata classes).
 #[pyfunction]
@@ -105,6 +113,8 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;
     m.add_function(wrap_pyfunction!(is_dangerous, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::scan_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(reader_models, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist, m)?)?;

@@ -2,17 +2,20 @@
 
 use std::path::{Path, PathBuf};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::archive::source::{read_exact_at, MapMode};
+use crate::archive::streams::Compression;
 use crate::archive::zip::read_entries_by_reading;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
 use crate::bindings::options::LimitOverrides;
 use crate::scan::{
-    scan_file, scan_pickles_by_reading, unsafe_globals as find_unsafe_globals,
-    unsafe_globals_by_reading, Finding, Report, ScanOptions,
+    scan_file, scan_pickles_by_reading, scan_spans as scan_spans_of,
+    unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, Finding, Report, ScanOptions,
+    Span,
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -29,6 +32,7 @@ fn options(path: Option<&Path>, user_names: Vec<String>, limits: LimitOverrides)
         user_globals: UserGlobals::new(names),
         pickles_only: false,
         list_allowlisted: false,
+        byte_zero_only: false,
     }
 }
 
@@ -45,9 +49,10 @@ fn file_name(path: Option<&Path>) -> Option<String> {
 }
 
 /// Scan a path or a bytes object; returns the report as a tuple (see `report_tuple`).
-/// `list_globals` lists the globals inside the allowlist too.
+/// `list_globals` lists the globals inside the allowlist too; `byte_zero_only`
+/// reads the file only as a pickle from byte 0 (see `ScanOptions`).
 #[pyfunction]
-#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false))]
+#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false, byte_zero_only=false))]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
@@ -55,13 +60,25 @@ pub fn scan<'py>(
     limits: LimitOverrides,
     pickles_only: bool,
     list_globals: bool,
+    byte_zero_only: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let path = path_of(source);
     let options = ScanOptions {
         pickles_only,
         list_allowlisted: list_globals,
+        byte_zero_only,
         ..options(path.as_deref(), user_names, limits)
     };
+    if byte_zero_only {
+        let data = open_source(
+            py,
+            source,
+            MapMode::ReadOnly,
+            options.limits.max_inflated_bytes,
+        )?;
+        let report = py.detach(|| scan_file(data.bytes(), None, &options, None));
+        return report_tuple(py, &report);
+    }
     let mut held = None;
     if let Some(path) = path.as_deref().filter(|_| pickles_only) {
         match py.detach(|| scan_by_reading(path, &options)) {
@@ -103,6 +120,54 @@ pub fn scan<'py>(
             .flatten();
         scan_file(bytes, entries, &options, name)
     });
+    report_tuple(py, &report)
+}
+
+/// Scan spans of one file, each `(offset, length, label, transforms)`, as files
+/// of their own (the bytes a DCP `.metadata` points `torch.load` at, once the
+/// compressions `transforms` names are undone), on all cores with the GIL
+/// released: one report (see `report_tuple`), each finding and problem placed
+/// under its span's label.
+#[pyfunction]
+#[pyo3(signature = (source, spans, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false))]
+pub fn scan_spans<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    spans: Vec<(u64, u64, String, Vec<String>)>,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+    pickles_only: bool,
+    list_globals: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let options = ScanOptions {
+        pickles_only,
+        list_allowlisted: list_globals,
+        ..options(None, user_names, limits)
+    };
+    let mut parsed = Vec::with_capacity(spans.len());
+    for (offset, length, label, transforms) in spans {
+        let transforms = (transforms.iter())
+            .map(|name| {
+                Compression::named(name)
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown compression {name:?}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        parsed.push(Span {
+            offset,
+            length,
+            transforms,
+            label,
+        });
+    }
+    let spans = parsed;
+    let data = open_source(
+        py,
+        source,
+        MapMode::ReadOnly,
+        options.limits.max_inflated_bytes,
+    )?;
+    let threads = crate::limits::default_threads();
+    let report = py.detach(|| scan_spans_of(data.bytes(), &spans, &options, threads));
     report_tuple(py, &report)
 }
 

@@ -11,6 +11,7 @@
 mod budget;
 mod kind;
 mod npy;
+pub mod readers;
 mod report;
 mod safetensors;
 mod sevenzip;
@@ -52,6 +53,12 @@ pub struct ScanOptions {
     /// reviewer reads to see everything a pickle imports. Every pickle is then
     /// walked, the main one of a checkpoint a load accepts too.
     pub list_allowlisted: bool,
+    /// Read the bytes only as the pickle an unpickler given them reads from byte
+    /// 0: for files no loader is expected to unpickle (a TensorDict leaf's raw
+    /// tensor, git's own objects), which are still never exempt from that
+    /// reading. It counts when it names a global or stops at a limit; else the
+    /// file is skipped.
+    pub byte_zero_only: bool,
 }
 
 /// One file's scan: what it may do, and what it found.
@@ -441,8 +448,8 @@ impl<'o> Scan<'o> {
 
 /// Where a nested entry or a wrapper's contents are: `parent > name`.
 fn nested(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_owned()
+    if parent.is_empty() || name.is_empty() {
+        format!("{parent}{name}")
     } else {
         format!("{parent}{NESTED}{name}")
     }
@@ -468,6 +475,12 @@ pub fn scan_file(
     name: Option<&str>,
 ) -> Report {
     let mut scan = Scan::new(data.len(), options, name);
+    if options.byte_zero_only {
+        scan.report.format = Format::NotAPickle;
+        scan.report.skipped_because = Some("read only as a pickle from byte 0");
+        scan.leading_pickle(data, "");
+        return scan.finish();
+    }
     match entries {
         // End records apart from their directory: the file may be several archives.
         Some(mut index) if Kind::of(data) == Kind::Zip && index.archive_end.is_some() => {
@@ -483,6 +496,93 @@ pub fn scan_file(
         _ => scan.bytes(data, "", 0, true),
     }
     scan.finish()
+}
+
+/// A span of a file that a loader reads as a file of its own, because another
+/// file points it there (a DCP item: the bytes `torch.load` is handed, once the
+/// stream transforms its writer applied are undone), and how the report names it.
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub offset: u64,
+    pub length: u64,
+    /// Compressions to undo, in order, before the bytes are what the loader reads.
+    pub transforms: Vec<Compression>,
+    pub label: String,
+}
+
+/// Scan each span of `data` as a file of its own, into one report whose
+/// findings and problems are placed under their span's label. A span that
+/// reaches past the end of `data` is unreadable, as a problem of its own kind,
+/// and so is one whose transforms cannot be undone. The spans are scanned on up
+/// to `threads` threads; the report lists them in the order given.
+pub fn scan_spans(data: &[u8], spans: &[Span], options: &ScanOptions, threads: usize) -> Report {
+    let mut reports: Vec<Report> = spans.iter().map(|_| Report::default()).collect();
+    let jobs: Vec<_> = spans.iter().zip(reports.iter_mut()).collect();
+    let size = |(span, _): &(&Span, &mut Report)| span.length as usize;
+    let scan = |(span, out): (&Span, &mut Report)| {
+        *out = scan_span(data, span, options);
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let Ok(()) = crate::parallel::run_by_size(jobs, threads, size, scan);
+    let mut merged = Report {
+        format: Format::Items,
+        allowlisted: options.list_allowlisted.then(Vec::new),
+        ..Report::default()
+    };
+    for (span, report) in spans.iter().zip(reports) {
+        let placed = |mut f: Finding| {
+            f.location = nested(&span.label, &f.location);
+            f
+        };
+        merged
+            .findings
+            .extend(report.findings.into_iter().map(placed));
+        if let (Some(all), Some(listed)) = (merged.allowlisted.as_mut(), report.allowlisted) {
+            all.extend(listed.into_iter().map(placed));
+        }
+        for p in report.problems {
+            merged.problem(&nested(&span.label, &p.location), p.kind, p.reason);
+        }
+        merged.pickles = merged.pickles.saturating_add(report.pickles);
+    }
+    merged
+}
+
+/// One span's scan, its locations relative to the span.
+fn scan_span(data: &[u8], span: &Span, options: &ScanOptions) -> Report {
+    let bytes = usize::try_from(span.offset)
+        .ok()
+        .zip(usize::try_from(span.length).ok())
+        .and_then(|(start, len)| data.get(start..start.checked_add(len)?));
+    let Some(mut bytes) = bytes.map(std::borrow::Cow::Borrowed) else {
+        let mut report = Report::default();
+        report.problem(
+            "",
+            problem_kind::POINTER_OUT_OF_RANGE,
+            format!(
+                "{} bytes at byte {} reach past the end of the file ({} bytes)",
+                span.length,
+                span.offset,
+                data.len()
+            ),
+        );
+        return report;
+    };
+    for transform in &span.transforms {
+        match transform.decode(&bytes, options.limits.max_inflated_bytes) {
+            Ok(decoded) => bytes = std::borrow::Cow::Owned(decoded),
+            Err(e) => {
+                let mut report = Report::default();
+                let kind = match e {
+                    StreamError::TooLarge(_) => code::LIMIT,
+                    StreamError::Corrupt(_) => code::MALFORMED_ARCHIVE,
+                };
+                report.problem("", kind, format!("{} stream: {e}", transform.name()));
+                return report;
+            }
+        }
+    }
+    scan_file(&bytes, None, options, None)
 }
 
 /// Entries, and bytes of them, a pickles-only scan reads one by one before it

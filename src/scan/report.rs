@@ -59,6 +59,9 @@ pub enum Format {
     SevenZip,
     /// Bytes that no reader could unpickle from their first opcode on.
     NotAPickle,
+    /// Spans of a file that another file points a loader at, each read as a
+    /// file of its own (a distributed checkpoint's items).
+    Items,
 }
 
 impl Format {
@@ -77,6 +80,7 @@ impl Format {
             Format::Compressed(c) => c.name(),
             Format::SevenZip => "7z",
             Format::NotAPickle => "not-a-pickle",
+            Format::Items => "items",
         }
     }
 }
@@ -88,6 +92,9 @@ pub mod problem_kind {
     pub const PARSER_DISAGREEMENT: &str = "parser_disagreement";
     /// Bytes of no format the scanner knows, where a model or pickle was expected.
     pub const UNKNOWN_FORMAT: &str = "unknown_format";
+    /// A pointer one file gives a loader (a DCP item's offset and length) that
+    /// reaches past the end of the file it names.
+    pub const POINTER_OUT_OF_RANGE: &str = "pointer_out_of_range";
 }
 
 /// Why (part of) a file could not be read: a stable `kind` for programs, where,
