@@ -319,6 +319,9 @@ impl<'t> Lexer<'t> {
                     }
                 }
                 '\\' => match self.bump() {
+                    Some('\n') if self.peek().is_none() => {
+                        return refused("unexpected EOF after a line continuation")
+                    }
                     Some('\n') => {}
                     None => return refused("unexpected EOF after a line continuation"),
                     Some(_) => return refused("unexpected character after line continuation"),
@@ -1092,6 +1095,27 @@ pub fn drop_long_suffixes(text: &[char]) -> Result<Option<Vec<char>>> {
         }
     }
     Ok(changed.then_some(out))
+}
+
+/// What the rest of numpy's `_filter_header` does to a header: `tokenize`
+/// then `untokenize` rebuilds the whitespace between tokens, so the first
+/// line's indentation becomes spaces (which literal_eval strips), and a last
+/// line of blanks only, with no newline, is dropped. Nothing else it rebuilds
+/// changes what Python reads.
+pub fn untokenized(text: &[char]) -> Result<Vec<char>> {
+    if text.contains(&'\r') {
+        return unsure("a carriage return in a header numpy re-tokenizes");
+    }
+    let blank = |c: &char| matches!(c, ' ' | '\t' | '\x0c');
+    let start = text.iter().position(|c| !blank(c)).unwrap_or(text.len());
+    let mut out = text.get(start..).unwrap_or_default().to_vec();
+    if let Some(last_newline) = out.iter().rposition(|c| *c == '\n') {
+        let tail = out.get(last_newline + 1..).unwrap_or_default();
+        if !tail.is_empty() && tail.iter().all(blank) {
+            out.truncate(last_newline + 1);
+        }
+    }
+    Ok(out)
 }
 
 /// Past the string literal whose quote is at `i`.

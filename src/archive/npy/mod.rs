@@ -14,7 +14,7 @@ mod dtype;
 mod literal;
 
 pub use dtype::{descr_to_dtype, known_names, DType, Family, MAX_DTYPE_DEPTH};
-pub use literal::{drop_long_suffixes, literal_eval, Fail, Int, Value, MAX_NESTING};
+pub use literal::{drop_long_suffixes, literal_eval, untokenized, Fail, Int, Value, MAX_NESTING};
 
 /// What every `.npy` starts with.
 pub const MAGIC: &[u8] = b"\x93NUMPY";
@@ -118,9 +118,13 @@ pub fn read_header(data: &[u8]) -> Header {
 fn header_outcome(text: &[char], python2_fallback: bool) -> Outcome {
     let mut parsed = literal_eval(text);
     if python2_fallback && matches!(parsed, Err(Fail::Refused(_))) {
-        match drop_long_suffixes(text) {
-            Ok(Some(filtered)) => parsed = literal_eval(&filtered),
-            Ok(None) => {}
+        // numpy's `_filter_header`, then literal_eval again.
+        let filtered = drop_long_suffixes(text)
+            .map(|dropped| dropped.unwrap_or_else(|| text.to_vec()))
+            .and_then(|t| untokenized(&t));
+        match filtered {
+            Ok(filtered) if filtered != text => parsed = literal_eval(&filtered),
+            Ok(_) => {}
             Err(e) => parsed = Err(e),
         }
     }
@@ -169,11 +173,8 @@ fn header_outcome(text: &[char], python2_fallback: bool) -> Outcome {
     // numpy.multiply.reduce(shape, dtype=int64), before it looks at the dtype.
     for x in dims {
         match x {
-            Value::Int(Int::Small(v)) if i64::try_from(*v).is_ok() => {}
-            Value::Int(Int::Small(v)) if *v >= 0 && u64::try_from(*v).is_ok() => {
-                return Outcome::Unsure(
-                    "a dimension past int64 that numpy may read as uint64".into(),
-                )
+            // Read as uint64 past int64's end, and the product wraps.
+            Value::Int(Int::Small(v)) if i64::try_from(*v).is_ok() || u64::try_from(*v).is_ok() => {
             }
             Value::Int(_) => return Outcome::Refused("a dimension too large for int64".into()),
             _ => {}
