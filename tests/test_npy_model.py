@@ -30,7 +30,6 @@ import warnings
 import numpy as np
 import numpy.lib._format_impl as fmt
 import pytest
-
 from tensorplay import _core
 
 MAGIC = b"\x93NUMPY"
@@ -175,7 +174,7 @@ OBJECT_SPELLINGS = [
     "('O', (2,), 'ignored')", "[('', 'O'), ('b', '<f8')]", "{('a', 'O'): None}", "['aO']",
     "[('a', 'O'), ('b', 'O')]", "{('a', 'O'), ('a', 'O')}", "[['a', 'O']]", "(('O', (2,)), (3,))",
     "[('a', 'O', ())]",
-    "('O', b'')", 
+    "('O', b'')", "[('a', 'T')]", "('T', 2)",
 ]
 
 PLAIN_SPELLINGS = [
@@ -419,7 +418,7 @@ NEW_SPELLINGS = ["'object'", "'=O'", "'O8'", "'O 8'", "'\\x11'", "'T'", "'|' 'O'
 def test_each_new_spelling_runs_code_and_is_unsafe(tmp_path, descr):
     import tensorplay
 
-    header = "{'descr': %s, 'fortran_order': False, 'shape': (1,), }\n" % descr
+    header = header_text(descr, shape="(1,)") + "\n"
     path = tmp_path / "evil.npy"
     path.write_bytes(npy(header, 1) + pickle.dumps(_Marker(), protocol=2))
     run = tmp_path / "run"

@@ -413,11 +413,8 @@ impl<'t> Lexer<'t> {
                 return refused("unterminated string literal");
             };
             match c {
-                '\\' => {
-                    if self.bump().is_none() {
-                        return refused("unterminated string literal");
-                    }
-                }
+                '\\' if self.bump().is_none() => return refused("unterminated string literal"),
+                '\\' => {}
                 '\n' if !triple => return refused("unterminated string literal"),
                 c if c == q => {
                     if !triple {
