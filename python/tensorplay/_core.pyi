@@ -41,6 +41,7 @@ __all__ = [
     "inflate_entries",
     "error",
     "build_error",
+    "_npy_header_model",
     "__version__",
 ]
 
