@@ -41,6 +41,7 @@ __all__ = [
     "inflate_entries",
     "error",
     "build_error",
+    "_npy_header_model",
     "__version__",
 ]
 
@@ -325,3 +326,6 @@ def error(
 ) -> LimitExceededError: ...
 def build_error(what: str, cause: BaseException) -> MalformedCheckpointError:
     """A MalformedCheckpointError for an exception raised while building an object."""
+def _npy_header_model(data: bytes) -> tuple[Literal["object", "plain", "refused", "unsure"], int | None]:
+    """The scanner's reading of an .npy header: what numpy.load(allow_pickle=True)
+    does with the file, and where its header ends (its pickle, for "object")."""

@@ -5,6 +5,7 @@ pub mod decompress;
 pub mod entry_name;
 pub mod inflate;
 pub mod method;
+pub mod npy;
 pub mod sevenzip;
 pub mod source;
 pub mod streams;

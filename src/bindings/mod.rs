@@ -12,6 +12,7 @@ mod huge_pages;
 mod inspect;
 mod load;
 mod mapping;
+mod npy_model;
 mod numpy_api;
 mod options;
 mod pickle;
@@ -127,6 +128,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dcp::read_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
+    m.add_function(wrap_pyfunction!(npy_model::npy_header_model, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,43 +1,45 @@
-//! `.npy` files in a scan: only object arrays hold a pickle, after the header.
+//! `.npy` files in a scan. The header is read as numpy reads it
+//! ([`crate::archive::npy`]): an object dtype, however spelled, means
+//! `numpy.load(allow_pickle=True)` unpickles the rest of the file, which is then
+//! scanned as the pickle it is; any other dtype holds no pickle. A header numpy
+//! refuses runs nothing, but is no `.npy` either; one the model cannot settle
+//! is never passed over.
 
+use crate::archive::npy::{read_header, Outcome};
 use crate::error::code;
 use crate::scan::Scan;
 use crate::torch::storages::IdFormat;
 
 impl Scan<'_> {
     pub(super) fn npy(&mut self, data: &[u8], location: &str, depth: u32) {
-        let Some(&major) = data.get(6) else {
-            return self.problem(location, code::MALFORMED_ARCHIVE, "truncated .npy header");
-        };
-        let (len, start) = match major {
-            1 => (
-                data.get(8..10)
-                    .and_then(|b| <[u8; 2]>::try_from(b).ok())
-                    .map(|b| u64::from(u16::from_le_bytes(b))),
-                10usize,
+        let header = read_header(data);
+        match header.outcome {
+            Outcome::Object => {
+                let body = header
+                    .data_offset
+                    .and_then(|at| data.get(at..))
+                    .unwrap_or_default();
+                self.stream(body, location, depth, IdFormat::Zip, None);
+            }
+            Outcome::Plain => {}
+            Outcome::Refused(why) => self.problem(
+                location,
+                code::MALFORMED_ARCHIVE,
+                format!("an .npy header numpy.load refuses: {why}"),
             ),
-            2 | 3 => (
-                data.get(8..12)
-                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                    .map(|b| u64::from(u32::from_le_bytes(b))),
-                12,
-            ),
-            _ => (None, 0),
-        };
-        let header =
-            len.and_then(|l| data.get(start..start.checked_add(usize::try_from(l).ok()?)?));
-        let Some(header) = header else {
-            return self.problem(location, code::MALFORMED_ARCHIVE, "malformed .npy header");
-        };
-        let text = String::from_utf8_lossy(header);
-        let object = text.contains("'|O'")
-            || text.contains("'O'")
-            || text.contains("\"|O\"")
-            || text.contains("'O',")
-            || text.contains("'|O',");
-        if object {
-            let body = data.get(start + header.len()..).unwrap_or_default();
-            self.stream(body, location, depth, IdFormat::Zip, None);
+            Outcome::Unsure(why) => {
+                // Never dropped with a speculative reading's problems: numpy
+                // may unpickle what the scan did not read.
+                self.stopped_short += 1;
+                self.problem(
+                    location,
+                    code::MALFORMED_ARCHIVE,
+                    format!(
+                        "an .npy header numpy may read as an object array, which the scanner \
+                         cannot settle: {why}"
+                    ),
+                );
+            }
         }
     }
 }
