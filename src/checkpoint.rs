@@ -9,7 +9,7 @@ use crate::archive::method::Method;
 use crate::archive::source::Source;
 use crate::archive::tar::is_tar;
 use crate::archive::zip;
-use crate::error::{check_limit, Error, Location};
+use crate::error::{check_limit, Error, ErrorKind, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::torch::invariants::{self, StorageBytes};
@@ -303,10 +303,23 @@ fn read_format(
             Location::at(0),
         ));
     }
-    Err(Error::archive(
-        "Invalid magic number; corrupt file? (neither a zip checkpoint nor torch's legacy format)",
-        Location::at(0),
-    ))
+    // torch's legacy path unpickles the first pickle before it checks the magic
+    // number, so a raw pickle that names a global outside the allowlist is
+    // refused for that global, as torch refuses it, not as a corrupt file.
+    let first_pickle = legacy::parse(
+        data,
+        &options.user_globals,
+        UnknownGlobals::Refuse,
+        &options.limits,
+        options.encoding,
+    );
+    match first_pickle {
+        Err(e) if matches!(e.kind(), ErrorKind::Unsafe(_)) => Err(e),
+        _ => Err(Error::archive(
+            "Invalid magic number; corrupt file? (neither a zip checkpoint nor torch's legacy format)",
+            Location::at(0),
+        )),
+    }
 }
 
 /// A zip at the start of a stream that may go on after it. Read from its end, a

@@ -13,27 +13,37 @@ from . import _core, _stub
 Api = Literal["tensorplay", "torch", "cli"]
 
 
+# The refusals of a global: outside the allowlist, or blocked whatever the allowlist says.
+GLOBAL_REFUSALS = ("unsafe_global", "blocked_global")
+
+
 def complete(error: BaseException, source: Any, user_names: list[str], limits: dict[str, int],
              api: Api = "tensorplay") -> BaseException:
-    """``error`` (a refusal for a global outside the allowlist) with every such global
-    of ``source`` in its message and in ``.globals``; ``error`` itself when the file
-    cannot be scanned again (a stream already read) or holds nothing more to say."""
-    if getattr(error, "kind", None) != "unsafe_global":
+    """``error`` (a refusal for a global outside the allowlist, or a blocked one) with
+    every such global of ``source`` in its message and in ``.globals``, as
+    ``scanner.GlobalFinding`` records; when the file cannot be scanned again (a
+    stream already read), the global the load stopped on. Every other error is
+    returned as it is."""
+    from .scanner import GlobalFinding
+
+    if getattr(error, "kind", None) not in GLOBAL_REFUSALS:
         return error
-    found = getattr(error, "globals", None)  # completed before: only the advice changes
+    found = getattr(error, "_found", None)  # completed before: only the advice changes
     if found is None:
-        found = _findings(source, user_names, limits)
-        if found is None:
-            return error
-    if not found:
-        return error
+        found = _findings(source, user_names, limits) or tuple(map(GlobalFinding._make, error.globals))
     # Where the load stopped, as the core says it: "[entry 'x', byte offset 2, opcode GLOBAL (0x63)]".
     where = getattr(error, "_stopped_at", None)
     if where is None:
-        last = str(error).rsplit("\n", 1)[-1]
-        where = last[last.rindex(" ["):] if last.endswith("]") and " [" in last else ""
-    refused = type(error)(_message(found, api, where))
-    refused._stopped_at = where  # type: ignore[attr-defined]
+        first = str(error).split("\n", 1)[0]
+        where = first[first.rindex(" ["):] if first.endswith("]") and " [" in first else ""
+        if not where:
+            last = str(error).rsplit("\n", 1)[-1]
+            where = last[last.rindex(" ["):] if last.endswith("]") and " [" in last else ""
+    first_line = getattr(error, "_first_line", None)
+    if first_line is None and error.kind == "blocked_global":  # type: ignore[attr-defined]
+        first_line = str(error).split("\n", 1)[0]  # torch's words for a blocked global, and where
+    refused = type(error)(_message(found, api, where, first_line))
+    refused._stopped_at, refused._first_line, refused._found = where, first_line, found  # type: ignore[attr-defined]
     for name in ("kind", "entry", "offset", "opcode", "limit", "maximum"):
         setattr(refused, name, getattr(error, name, None))
     refused.globals = found  # type: ignore[attr-defined]
@@ -74,14 +84,15 @@ def _findings(source: Any, user_names: list[str], limits: dict[str, int]) -> tup
     return tuple(GlobalFinding(*f) for f in findings)
 
 
-def _message(found: tuple[Any, ...], api: Api, stopped_at: str) -> str:
+def _message(found: tuple[Any, ...], api: Api, stopped_at: str, first_line: str | None = None) -> str:
     def where(f: Any) -> str:
         entry = f"{f.location}, " if f.location else ""
         return f"{entry}byte {f.offset}"
 
     # torch's words first: programs and people search for them.
-    lines = [f"Weights only load failed. Unsupported global: GLOBAL {found[0].name} was not an allowed global by "
-             f"default.{stopped_at}", "", f"The file names {len(found)} global(s) outside the allowlist "
+    first_line = first_line or (f"Weights only load failed. Unsupported global: GLOBAL {found[0].name} was not an "
+                                f"allowed global by default.{stopped_at}")
+    lines = [first_line, "", f"The file names {len(found)} global(s) outside the allowlist "
              "(with those in pickles it carries as bytes):"]
     for f in found:
         lines.append(f"  {f.name} ({where(f)}){'  DANGEROUS: runs code or touches the system' if f.dangerous else ''}")

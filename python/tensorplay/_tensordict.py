@@ -665,7 +665,11 @@ class _Reader:
         self.decoded.append(where)
         names, objects = self.user
         limits = _limits.merged(None)
-        value = _core.loads(data, name=where, user_names=names, user_objects=objects, limits=limits, stub=self.stub)
+        try:
+            value = _core.loads(data, name=where, user_names=names, user_objects=objects, limits=limits,
+                                stub=self.stub)
+        except _core.UnsafeCheckpointError as refused:
+            raise _refusal.complete(refused, data, names, limits) from None
         _refusal.refuse_hostile(data, names, limits)
         return value
 

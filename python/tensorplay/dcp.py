@@ -23,7 +23,7 @@ import mmap
 import os
 from typing import Any
 
-from . import _allowlist, _core, _limits, _paths, _strides
+from . import _allowlist, _core, _limits, _paths, _refusal, _strides
 from ._core import MalformedCheckpointError, UnsupportedCheckpointError
 
 METADATA_FILE = ".metadata"
@@ -145,8 +145,11 @@ def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
         names.append(name)
         objects.append(obj)
     # The path, not its bytes: the core lets them go before it builds the objects.
-    return _core.loads(file, name=file, backend=chosen, user_names=names, user_objects=objects,
-                       limits=_limits.merged(limits))
+    try:
+        return _core.loads(file, name=file, backend=chosen, user_names=names, user_objects=objects,
+                           limits=_limits.merged(limits))
+    except _core.UnsafeCheckpointError as refused:
+        raise _refusal.complete(refused, file, names, _limits.merged(limits)) from None
 
 
 # --- items --------------------------------------------------------------------------------
@@ -267,8 +270,12 @@ class _Files:
                 by_file.setdefault(self._checked_span(info)[0], []).append(info)
         described: dict[tuple[str, int], tuple[Any, ...]] = {}
         for relative, group in by_file.items():
-            found = _core.dcp_chunks(self._path(relative), [(i.offset, i.length) for i in group], name=relative,
-                                     user_names=self.names, limits=self.limits)
+            path = self._path(relative)
+            try:
+                found = _core.dcp_chunks(path, [(i.offset, i.length) for i in group], name=relative,
+                                         user_names=self.names, limits=self.limits)
+            except _core.UnsafeCheckpointError as refused:
+                raise _refusal.complete(refused, path, self.names, self.limits) from None
             for info, chunk in zip(group, found):
                 if chunk is not None:
                     described[(relative, info.offset)] = chunk

@@ -6,7 +6,7 @@
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyTuple, PyType};
 
 use crate::error::{Error, ErrorKind, Location, Refusal};
 use crate::limits::Limit;
@@ -104,7 +104,12 @@ fn unsafe_message(refusal: &Refusal, location: &str) -> String {
              `weights_only=True` please check the recommended steps in the following error message.\n\t\
              WeightsUnpickler error: {refusal}{location}"
         ),
-        Refusal::BlockedGlobal { .. } => format!("Weights only load failed. {RERUN}\n\n{refusal}{location}"),
+        // torch suggests weights_only=False here too; for a global that runs
+        // code, that advice would run it.
+        Refusal::BlockedGlobal { .. } => format!(
+            "Weights only load failed. {refusal}{location}\n\nThe file names a global that runs code or touches \
+             the system: treat it as hostile, and load it with no mode that runs its pickle."
+        ),
         Refusal::UnsafeFile(_) => format!("unsafe file: {refusal}{location}"),
         _ => format!("Weights only load failed. {RERUN}\nWeightsUnpickler error: {refusal}{location}"),
     }
@@ -170,7 +175,7 @@ fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     let value = pyerr.value(py);
     let location = err.location().cloned().unwrap_or_default();
     value.setattr("kind", err.kind().code())?;
-    value.setattr("entry", location.entry)?;
+    value.setattr("entry", location.entry.clone())?;
     value.setattr("offset", location.offset)?;
     value.setattr("opcode", location.opcode.map(|o| o.name))?;
     let (limit, maximum) = match err.kind() {
@@ -179,6 +184,22 @@ fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     };
     value.setattr("limit", limit)?;
     value.setattr("maximum", maximum)?;
+    // The global the load stopped on, as a scan's finding would give it
+    // (`scanner.GlobalFinding`'s fields); `_refusal.complete` adds the file's others.
+    if let ErrorKind::Unsafe(
+        Refusal::UnsupportedGlobal { module, name } | Refusal::BlockedGlobal { module, name, .. },
+    ) = err.kind()
+    {
+        let found = (
+            format!("{module}.{name}"),
+            crate::torch::policy::is_dangerous(module, name),
+            location.entry.unwrap_or_default(),
+            location.offset.unwrap_or_default(),
+            module,
+            PyTuple::empty(py),
+        );
+        value.setattr("globals", PyTuple::new(py, [found.into_pyobject(py)?])?)?;
+    }
     Ok(())
 }
 

@@ -785,8 +785,9 @@ def scanner_evasion(c: Corpus) -> None:
     add("safetensors_polyglot.bin", fam,
         "a valid safetensors file (header, offsets and all) that pickle also runs from byte 0: "
         "the header's length is a BINBYTES opcode that jumps into a NONE sled in the metadata, "
-        "and the one tensor's bytes are the payload (a load refuses it as no checkpoint, as torch.load does)",
-        MALFORMED, safetensors_polyglot(), ["os.system"])
+        "and the one tensor's bytes are the payload (a load refuses the global its first pickle names, as "
+        "torch.load does: its legacy path unpickles before it checks the magic number)",
+        UNSAFE, safetensors_polyglot(), ["os.system"])
     add("broken_opcode_after_payload.pt", fam,
         "the payload runs, then an invalid opcode 0xff breaks the stream (scanners that give up on "
         "a malformed pickle see nothing)",
@@ -880,10 +881,11 @@ def scanner_evasion(c: Corpus) -> None:
     check_pickle(readme)
     add("readme.txt", fam,
         "a raw protocol 0 pickle (all printable) named .txt: neither a zip nor a legacy checkpoint "
-        "(no magic number)", MALFORMED, readme, ["posix.system"])
+        "(no magic number); a load refuses the global it names before it would check one",
+        UNSAFE, readme, ["posix.system"])
     add("weights.npy", fam,
-        "a raw protocol 2 pickle (not an .npy) named .npy: neither a zip nor a legacy checkpoint",
-        MALFORMED, MALICIOUS_PKL, ["os.system"])
+        "a raw protocol 2 pickle (not an .npy) named .npy: neither a zip nor a legacy checkpoint; a load "
+        "refuses the global it names", UNSAFE, MALICIOUS_PKL, ["os.system"])
 
     # Nested archives.
     add("zip_in_zip.zip", fam, "a plain zip whose only member model.pt is a malicious torch zip",
@@ -1276,7 +1278,7 @@ def compressed_family(c: Corpus) -> None:
     add("numpy_wrapper.joblib", fam,
         "a joblib.dump file: a dict whose value is a joblib NumpyArrayWrapper of an object array; the "
         "array's bytes, a pickle calling os.system, follow the wrapper's BUILD inside the outer stream",
-        MALFORMED, proto(2) + EMPTY_DICT + u("weights") + wrapper + MALICIOUS_PKL + SETITEM + STOP,
+        UNSAFE, proto(2) + EMPTY_DICT + u("weights") + wrapper + MALICIOUS_PKL + SETITEM + STOP,
         ["joblib.numpy_pickle.NumpyArrayWrapper", "os.system"])
 
 
