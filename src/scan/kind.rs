@@ -157,6 +157,9 @@ impl NotAPickle {
         {
             return NotAPickle::Known("RIFF media");
         }
+        if is_protobuf(data) {
+            return NotAPickle::Known("a protobuf message (ONNX, sentencepiece...)");
+        }
         let text = std::str::from_utf8(data).is_ok_and(|t| {
             !t.chars()
                 .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t' | '\x0c'))
@@ -166,5 +169,79 @@ impl NotAPickle {
         } else {
             NotAPickle::Unknown
         }
+    }
+}
+
+/// Whether `data` is one well-formed protobuf message from its first byte to its
+/// last (what ONNX models and sentencepiece models are, with no magic number):
+/// every field a valid tag and a value of its wire type that fits, at least two
+/// fields, and no group (a deprecated wire type no such writer uses). Random
+/// binary data of any length fails within a few fields.
+fn is_protobuf(data: &[u8]) -> bool {
+    fn varint(data: &[u8], pos: &mut usize) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *data.get(*pos)?;
+            *pos += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+    let mut pos = 0usize;
+    let mut fields = 0usize;
+    while pos < data.len() {
+        let Some(tag) = varint(data, &mut pos) else {
+            return false;
+        };
+        if tag >> 3 == 0 || tag >> 3 > (1 << 29) - 1 {
+            return false;
+        }
+        let skip = match tag & 7 {
+            0 => varint(data, &mut pos).map(|_| 0),
+            1 => Some(8),
+            2 => varint(data, &mut pos).and_then(|n| usize::try_from(n).ok()),
+            5 => Some(4),
+            _ => None,
+        };
+        let Some(end) = skip.and_then(|n| pos.checked_add(n)) else {
+            return false;
+        };
+        if end > data.len() {
+            return false;
+        }
+        pos = end;
+        fields += 1;
+    }
+    fields >= 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_protobuf_message_is_known_and_random_bytes_are_not() {
+        // ir_version 8, producer_name "x", a graph of three bytes.
+        let model = b"\x08\x08\x12\x01x\x3a\x03\x0a\x01y";
+        assert_eq!(
+            NotAPickle::of(model),
+            NotAPickle::Known("a protobuf message (ONNX, sentencepiece...)")
+        );
+        assert_ne!(
+            NotAPickle::of(&model[..model.len() - 1]),
+            NotAPickle::of(model)
+        );
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = vec![0u8; 4096];
+        for byte in &mut random {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = state as u8;
+        }
+        assert_eq!(NotAPickle::of(&random), NotAPickle::Unknown);
     }
 }

@@ -212,8 +212,11 @@ impl<'o> Scan<'o> {
     fn compressed(&mut self, c: Compression, data: &[u8], location: &str, depth: u32, top: bool) {
         let room = self.budget.room(Work::Inflate);
         let decoded = c.decode(data, room);
-        let weak_magic = matches!(c, Compression::Zlib | Compression::LzmaAlone)
-            && data.first().copied().is_some_and(opcodes::is_opcode);
+        // A two- or five-byte header that other bytes share: a stream that does
+        // not decode is no stream of that kind (Python's decompressors fail at
+        // once), and the bytes are whatever else they are.
+        let weak = matches!(c, Compression::Zlib | Compression::LzmaAlone);
+        let weak_magic = weak && data.first().copied().is_some_and(opcodes::is_opcode);
         match decoded {
             Ok(inner) => {
                 if self.charge(inner.len() as u64, Work::Inflate, location) {
@@ -224,7 +227,7 @@ impl<'o> Scan<'o> {
                     self.unless_nothing_found(|scan| scan.pickle(data, location, depth, false));
                 }
             }
-            Err(StreamError::Corrupt(_)) if weak_magic => {
+            Err(StreamError::Corrupt(_)) if weak => {
                 if top {
                     self.report.format = Format::Pickle;
                 }
