@@ -18,6 +18,7 @@ mod pickle;
 mod save;
 mod scan;
 mod storages;
+mod tar_model;
 mod tensors;
 mod torch_api;
 
@@ -115,6 +116,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive::decode_stream, m)?)?;
     m.add_function(wrap_pyfunction!(dcp::dcp_chunks, m)?)?;
     m.add_function(wrap_pyfunction!(dcp::read_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(tar_model::_tar_model, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
