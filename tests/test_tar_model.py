@@ -1,7 +1,8 @@
 """The scanner's model of CPython 3.11.7's tarfile (src/archive/tar) held to
 tarfile itself: thousands of archives, written by tarfile and GNU tar, built by
 hand for every rule the model has, and mutated at random, each read by both.
-Any difference is a bug in the model."""
+Any difference is a bug in the model. Then what torch runs from a tar, which
+the scanner reads as the model does."""
 from __future__ import annotations
 
 import io
@@ -10,9 +11,16 @@ import random
 import shutil
 import struct
 import subprocess
+import sys
 import tarfile
+import textwrap
 
+import pytest
+import tensorplay
+from conftest import has_torch
 from tensorplay import _core
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="torch not installed")
 
 # The model clamps numbers past any file's size, keeping their remainders
 # modulo 16 KiB (copyfileobj's buffer); so does the comparison.
@@ -626,3 +634,92 @@ def test_the_model_reads_every_archive_as_tarfile_does(tmp_path):
         if diff is not None:
             failures.append(f"{name}: {diff}\n data {data[:2048].hex()}")
     assert not failures, f"{len(failures)} of {len(cases)} cases differ:\n\n" + "\n\n".join(failures[:10])
+
+
+# --- what torch runs ----------------------------------------------------------------
+
+def torch_load_in(cwd, path, weights_only: bool) -> str:
+    """torch.load(path) in a fresh process whose folder is cwd: what it raised."""
+    script = textwrap.dedent("""
+        import sys, torch
+        try:
+            torch.load(sys.argv[1], weights_only=sys.argv[2] == "1")
+            print("loaded")
+        except Exception as e:
+            print(type(e).__name__, e)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(path), "1" if weights_only else "0"],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    return done.stdout + done.stderr
+
+
+@needs_torch
+def test_a_storages_member_of_negative_size_is_what_extract_writes(tmp_path):
+    """extractfile reads nothing of a member whose size is -1, but extract (which
+    torch uses for storages) copies copyfileobj's remainder, 16383 bytes: the
+    scanner reads both."""
+    data = header(b"storages", size_field=b"-1\0") + PAYLOAD.ljust(16383, b"\0")
+    path = tmp_path / "negative.tar"
+    path.write_bytes(data)
+    cwd = tmp_path / "torch_cwd"
+    cwd.mkdir()
+    said = torch_load_in(cwd, path, weights_only=False)
+    assert (cwd / "tar_payload_ran").exists(), said
+    report = tensorplay.scanner.scan(path)
+    assert report.verdict == "unsafe"
+    assert [f.name for f in report.findings] == ["builtins.exec"]
+    assert report.findings[0].location == "storages (as extract writes it)"
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match="tar"):
+        tensorplay.load(path, backend="numpy")
+
+
+def test_links_torch_extracts_are_dangerous_findings():
+    data = end(header(b"storages", 0, b"2", linkname=b"/home/user/evil.pkl"))
+    report = tensorplay.scanner.scan(data)
+    assert report.verdict == "unsafe"
+    assert len(report.findings) == 1 and report.findings[0].dangerous
+    assert report.findings[0].name.startswith("<tar symbolic link storages -> /home/user/evil.pkl")
+
+
+def test_a_zip_that_tarfile_also_opens_gets_the_tar_reading(tmp_path):
+    """A zip whose first 512 bytes are a tar header (the entry's data descriptor
+    leaves no CRC in its local header for the checksum to depend on)."""
+    import zipfile
+
+    class Unseekable(io.RawIOBase):
+        def __init__(self):
+            self.out = bytearray()
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.out += b
+            return len(b)
+
+    def zip_of(content: bytes) -> bytes:
+        sink = Unseekable()
+        with zipfile.ZipFile(sink, "w") as z, z.open(zipfile.ZipInfo("x", (2000, 1, 1, 0, 0, 0)), "w") as f:
+            f.write(content)
+        return bytes(sink.out)
+
+    start = zip_of(b"\0" * 2048).index(b"\0" * 512)
+    content = bytearray(2048)
+    inner = member(b"evil.pkl", PAYLOAD) + b"\0" * 1024
+    content[1024 - start:1024 - start + len(inner)] = inner
+    head = bytearray(zip_of(bytes(content))[:512])
+    head[100:108] = b"0000644\0"
+    head[124:136] = octal(512, 12)
+    head[156:157] = b"0"
+    sealed = seal(head)
+    content[100 - start:512 - start] = sealed[100:]
+    data = zip_of(bytes(content))
+    assert data[:512] == sealed
+    names = [m.name for m in tarfile.open(fileobj=io.BytesIO(data), mode="r:").getmembers()]
+    assert names[1:] == ["evil.pkl"]
+    path = tmp_path / "both.zip"
+    path.write_bytes(data)
+    for pickles_only in (False, True):
+        report = tensorplay.scanner.scan(path, pickles_only=pickles_only)
+        assert report.verdict == "unsafe", report
+        assert [f.location for f in report.findings] == ["evil.pkl"]
