@@ -339,6 +339,30 @@ fn legacy_tar_polyglot() -> Vec<u8> {
 }
 
 #[test]
+fn a_load_refuses_a_legacy_file_that_tarfile_opens() {
+    use tensorplay::checkpoint::{validate, LoadOptions};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/torch/legacy_seed_views.pt");
+    let legacy = std::fs::read(path).unwrap();
+    assert!(validate(&legacy, &LoadOptions::default()).is_ok());
+    let e = validate(&legacy_tar_polyglot(), &LoadOptions::default()).unwrap_err();
+    assert_eq!(e.kind().code(), "unsafe_file");
+    assert!(
+        e.to_string().contains("torch.load reads it first as a tar"),
+        "{e}"
+    );
+    // A plain tar stays refused as torch's old format.
+    let tar = [tar_member(b"pickle", b"N.", b'0'), vec![0; 1024]].concat();
+    assert_eq!(
+        validate(&tar, &LoadOptions::default())
+            .unwrap_err()
+            .kind()
+            .code(),
+        "unsupported"
+    );
+}
+
+#[test]
 fn a_legacy_file_that_tarfile_opens_is_read_both_ways() {
     let polyglot = legacy_tar_polyglot();
     let r = scan(&polyglot);

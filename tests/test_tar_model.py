@@ -1,8 +1,9 @@
 """The scanner's model of CPython 3.11.7's tarfile (src/archive/tar) held to
 tarfile itself: thousands of archives, written by tarfile and GNU tar, built by
 hand for every rule the model has, and mutated at random, each read by both.
-Any difference is a bug in the model. Then what torch runs from a tar, which
-the scanner reads as the model does."""
+Any difference is a bug in the model. Then the legacy torch polyglot: a file
+torch.load reads as a tar (and runs) while its bytes are also a valid legacy
+stream, which tensorplay refuses and the scanner never calls clean."""
 from __future__ import annotations
 
 import io
@@ -638,6 +639,31 @@ def test_the_model_reads_every_archive_as_tarfile_does(tmp_path):
 
 # --- what torch runs ----------------------------------------------------------------
 
+def legacy_tar_polyglot(storages: bytes) -> bytes:
+    """A legacy torch file (one uint8 tensor) whose bytes are also a tar with a
+    `storages` member. The second pickle of the stream (the protocol version)
+    takes the rest of the tar's first header as a BINUNICODE string (its fields
+    are ASCII) and POPs it; the first member's data runs over the rest of the
+    stream up to the tensor's bytes, which hold the `storages` member."""
+    import torch
+
+    numel = 8192
+    out = io.BytesIO()
+    torch.save(torch.zeros(numel, dtype=torch.uint8), out, _use_new_zipfile_serialization=False)
+    stream = out.getvalue()
+    magic, version, rest = stream[:15], stream[15:21], stream[21:]
+    assert version == b"\x80\x02M\xe9\x03.", version
+    swallow = magic + b"\x80\x02X" + struct.pack("<I", 512 - 22)
+    data = bytearray(b"\0" * 512 + b"0M\xe9\x03." + rest)
+    tensor_bytes = len(data) - numel
+    at = tensor_bytes + (-tensor_bytes % 512)
+    inner = member(b"storages", storages) + b"\0" * 1024
+    assert at + len(inner) <= len(data)
+    data[at:at + len(inner)] = inner
+    data[:512] = header(swallow, at - 512)
+    return bytes(data)
+
+
 def torch_load_in(cwd, path, weights_only: bool) -> str:
     """torch.load(path) in a fresh process whose folder is cwd: what it raised."""
     script = textwrap.dedent("""
@@ -651,6 +677,45 @@ def torch_load_in(cwd, path, weights_only: bool) -> str:
     done = subprocess.run([sys.executable, "-c", script, str(path), "1" if weights_only else "0"],
                           cwd=cwd, capture_output=True, text=True, timeout=300)
     return done.stdout + done.stderr
+
+
+@needs_torch
+def test_a_legacy_file_that_is_also_a_tar_runs_the_tar_in_torch_and_is_refused(tmp_path):
+    import torch
+
+    data = legacy_tar_polyglot(PAYLOAD)
+    # The legacy stream is valid: torch reads it where it does not try a tar
+    # (a buffer; its weights-only unpickler knows no POP), and so would
+    # tensorplay without the rule.
+    assert torch.load(io.BytesIO(data), weights_only=False).shape == (8192,)
+    assert _core._tar_model(data)[0]
+    path = tmp_path / "polyglot.pt"
+    path.write_bytes(data)
+    cwd = tmp_path / "torch_cwd"
+    cwd.mkdir()
+    said = torch_load_in(cwd, path, weights_only=False)
+    assert (cwd / "tar_payload_ran").exists(), said
+    assert "legacy .tar format" in torch_load_in(cwd, path, weights_only=True)
+
+    for source in (path, data):
+        with pytest.raises(tensorplay.UnsafeCheckpointError, match="also a tar archive") as refused:
+            tensorplay.load(source, backend="numpy")
+        assert refused.value.kind == "unsafe_file"
+    report = tensorplay.scanner.scan(path)
+    assert report.verdict == "unsafe"
+    assert [f.location for f in report.findings] == ["storages"]
+
+
+@needs_torch
+def test_a_legacy_file_whose_tar_holds_nothing_unsafe_is_never_clean(tmp_path):
+    data = legacy_tar_polyglot(b"\x80\x02K\x00.")
+    path = tmp_path / "polyglot.pt"
+    path.write_bytes(data)
+    report = tensorplay.scanner.scan(path)
+    assert report.verdict == "unreadable"
+    assert any(p.kind == "parser_disagreement" for p in report.problems), report.problems
+    with pytest.raises(tensorplay.UnsafeCheckpointError):
+        tensorplay.load(path, backend="numpy")
 
 
 @needs_torch

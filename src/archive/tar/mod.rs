@@ -189,11 +189,6 @@ pub fn may_be_tar(data: &[u8]) -> bool {
     matches!(tarfile_open(data), Ok(()) | Err(Failure::Limit(_)))
 }
 
-/// A POSIX tar archive has `ustar` at offset 257.
-pub fn is_tar(data: &[u8]) -> bool {
-    data.get(257..262) == Some(b"ustar")
-}
-
 /// `isreg() or type not in SUPPORTED_TYPES`.
 fn is_regular(kind: u8) -> bool {
     !matches!(kind, b'1'..=b'6' | b'L' | b'K')
