@@ -1,15 +1,17 @@
 //! open → archive → VM → torch semantics → a validated [`Checkpoint`]: the value
 //! tree, and every storage bound to the bytes that hold it. Nothing here touches
-//! Python; the bindings turn a `Checkpoint` into objects.
+//! Python; the bindings turn a `Checkpoint` into objects. A tar is refused as
+//! torch's weights-only load refuses it, and so is a legacy stream that is also
+//! a tar: torch.load reads such a file as the tar.
 
 use std::sync::Arc;
 
 use crate::archive::inflate::{check_ratio, inflate_exact, inflate_prefix};
 use crate::archive::method::Method;
 use crate::archive::source::Source;
-use crate::archive::tar::is_tar;
+use crate::archive::tar::{self, Failure};
 use crate::archive::zip;
-use crate::error::{check_limit, Error, ErrorKind, Location};
+use crate::error::{check_limit, Error, ErrorKind, Location, Refusal};
 use crate::limits::{Limit, Limits};
 use crate::pickle::machine::{self, StringEncoding};
 use crate::torch::invariants::{self, StorageBytes};
@@ -294,9 +296,10 @@ fn read_format(
         return open_zip(data, options, source, index);
     }
     if legacy::is_legacy(data) {
+        refuse_legacy_tar(data)?;
         return open_legacy(data, options);
     }
-    if is_tar(data) {
+    if tar::may_be_tar(data) {
         return Err(Error::unsupported(
             "a legacy .tar checkpoint: weights-only loading refuses this format (CVE-2025-32434); \
              load it with torch.load(weights_only=False) only if you trust it",
@@ -317,6 +320,33 @@ fn read_format(
         Err(e) if matches!(e.kind(), ErrorKind::Unsafe(_)) => Err(e),
         _ => Err(Error::archive(
             "Invalid magic number; corrupt file? (neither a zip checkpoint nor torch's legacy format)",
+            Location::at(0),
+        )),
+    }
+}
+
+/// torch.load tries every file as a tar before its legacy stream, and reads
+/// the stream only when `tarfile.open` raises a `TarError`: a legacy file tarfile
+/// opens is a polyglot whose tar torch unpickles (whatever the source a load
+/// is given: the same bytes in a file are read as the tar).
+fn refuse_legacy_tar(data: &[u8]) -> Result<(), Error> {
+    match tar::tarfile_open(data) {
+        Err(Failure::ReadError(_)) => Ok(()),
+        Ok(()) | Err(Failure::Limit(_)) => Err(Error::refused(
+            Refusal::UnsafeFile(
+                "a legacy checkpoint that is also a tar archive: torch.load reads it first as a \
+                 tar (tarfile opens it) and would unpickle its storages member, not the legacy \
+                 stream tensorplay reads; such a polyglot is refused"
+                    .into(),
+            ),
+            Location::at(0),
+        )),
+        Err(Failure::Raises(e)) => Err(Error::archive(
+            format!(
+                "torch.load cannot read this legacy checkpoint: tarfile.open, which it tries \
+                 first, raises {} on it",
+                e.name()
+            ),
             Location::at(0),
         )),
     }

@@ -196,6 +196,10 @@ fn tar_with(name: &str, body: &[u8]) -> Vec<u8> {
     header[124..136].copy_from_slice(size.as_bytes());
     header[156] = b'0';
     header[257..262].copy_from_slice(b"ustar");
+    // tarfile reads no header whose checksum is wrong.
+    header[148..156].copy_from_slice(b"        ");
+    let sum: u32 = header.iter().map(|b| u32::from(*b)).sum();
+    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
     let mut out = header;
     out.extend_from_slice(body);
     out.resize(out.len().div_ceil(512) * 512 + 1024, 0);
@@ -207,6 +211,175 @@ fn tar_members_are_scanned() {
     let r = scan(&tar_with("model.pkl", OS_SYSTEM));
     assert_eq!(r.format.name(), "tar");
     assert_eq!(names(&r), ["os.system"]);
+}
+
+/// A tar header block tarfile reads (the checksum summed last), with `fields`
+/// written over a plain one.
+fn tar_header(name: &[u8], size: usize, kind: u8, fields: &[(usize, &[u8])]) -> Vec<u8> {
+    let mut header = vec![0u8; 512];
+    header[..name.len()].copy_from_slice(name);
+    header[100..108].copy_from_slice(b"0000644\0");
+    header[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    header[156] = kind;
+    for (at, bytes) in fields {
+        header[*at..*at + bytes.len()].copy_from_slice(bytes);
+    }
+    header[148..156].copy_from_slice(b"        ");
+    let sum: u32 = header.iter().map(|b| u32::from(*b)).sum();
+    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    header
+}
+
+fn tar_member(name: &[u8], body: &[u8], kind: u8) -> Vec<u8> {
+    let mut out = tar_header(name, body.len(), kind, &[]);
+    out.extend_from_slice(body);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+#[test]
+fn a_tar_without_ustar_magic_is_read_as_tarfile_reads_it() {
+    // V7 headers have no magic: tarfile reads them all the same.
+    let v7 = [tar_member(b"model.pkl", OS_SYSTEM, b'0'), vec![0; 1024]].concat();
+    let r = scan(&v7);
+    assert_eq!(r.format.name(), "tar");
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.findings[0].location, "model.pkl");
+}
+
+#[test]
+fn a_folder_s_size_hides_no_member() {
+    // tarfile skips no data after a folder, a link or a device, whatever their
+    // size field says: the next header is right after.
+    for kind in [b'5', b'2', b'6'] {
+        let data = [
+            tar_header(b"d", 1024, kind, &[]),
+            tar_member(b"evil.pkl", OS_SYSTEM, b'0'),
+            vec![0; 1024],
+        ]
+        .concat();
+        let r = scan(&data);
+        assert_eq!(names(&r), ["os.system"], "type {}", kind as char);
+        assert_eq!(r.findings[0].location, "evil.pkl");
+    }
+    // And a type tarfile does not know is a regular file.
+    let unknown = [tar_member(b"evil.pkl", OS_SYSTEM, b'Z'), vec![0; 1024]].concat();
+    assert_eq!(names(&scan(&unknown)), ["os.system"]);
+}
+
+#[test]
+fn a_link_torch_extracts_is_a_dangerous_finding() {
+    for (kind, name) in [(b'2', "symbolic"), (b'1', "hard")] {
+        let link = tar_header(b"storages", 0, kind, &[(157, b"/home/user/evil.pkl")]);
+        let r = scan(&[link, vec![0; 1024]].concat());
+        assert_eq!(r.verdict(), Verdict::Unsafe);
+        let finding = &r.findings[0];
+        assert!(finding.dangerous);
+        assert_eq!(finding.location, "storages");
+        assert!(finding
+            .name
+            .starts_with(&format!("<tar {name} link storages -> /home/user/evil.pkl")));
+    }
+    // Links of other names are what extractfile reads: members scanned anyway.
+    let other = tar_header(b"weights", 0, b'2', &[(157, b"/etc/passwd")]);
+    assert_eq!(
+        scan(&[other, vec![0; 1024]].concat()).verdict(),
+        Verdict::Clean
+    );
+}
+
+#[test]
+fn members_tarfile_stops_listing_are_a_problem() {
+    // The first member's data runs past the end: tarfile opens the archive,
+    // then getmembers raises.
+    let mut cut = tar_header(b"a.pkl", 4096, b'0', &[]);
+    cut.extend_from_slice(b"\x80\x02K\x01.");
+    let r = scan(&cut);
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    assert!(
+        r.problems.iter().all(|p| p.kind == "malformed_archive"),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems.iter().any(|p| p.reason.contains("ReadError")),
+        "{:?}",
+        r.problems
+    );
+}
+
+#[test]
+fn what_extract_writes_is_scanned_where_extractfile_reads_nothing() {
+    // Size -1: extractfile reads nothing, extract (torch's, for storages) copies
+    // copyfileobj's remainder of 16383 bytes.
+    let mut data = tar_header(b"storages", 0, b'0', &[(124, b"-1\0\0\0\0\0\0\0\0\0\0")]);
+    data.extend_from_slice(OS_SYSTEM);
+    data.resize(512 + 16383, 0);
+    let r = scan(&data);
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.findings[0].location, "storages (as extract writes it)");
+}
+
+/// `legacy_seed_views.pt` made a tar as well: its second pickle (the protocol
+/// version) takes the rest of the first header as a string and POPs it, and
+/// the tar's one member runs over the rest of the stream.
+fn legacy_tar_polyglot() -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/torch/legacy_seed_views.pt");
+    let legacy = std::fs::read(path).unwrap();
+    let (magic, rest) = legacy.split_at(15);
+    assert_eq!(&rest[..6], b"\x80\x02M\xe9\x03.");
+    let mut swallow = magic.to_vec();
+    swallow.extend_from_slice(b"\x80\x02X");
+    swallow.extend_from_slice(&(512u32 - 22).to_le_bytes());
+    let tail = [&b"0M\xe9\x03."[..], &rest[6..]].concat();
+    let mut data = tar_header(&swallow, tail.len(), b'0', &[]);
+    data.extend_from_slice(&tail);
+    data
+}
+
+#[test]
+fn a_load_refuses_a_legacy_file_that_tarfile_opens() {
+    use tensorplay::checkpoint::{validate, LoadOptions};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/torch/legacy_seed_views.pt");
+    let legacy = std::fs::read(path).unwrap();
+    assert!(validate(&legacy, &LoadOptions::default()).is_ok());
+    let e = validate(&legacy_tar_polyglot(), &LoadOptions::default()).unwrap_err();
+    assert_eq!(e.kind().code(), "unsafe_file");
+    assert!(
+        e.to_string().contains("torch.load reads it first as a tar"),
+        "{e}"
+    );
+    // A plain tar stays refused as torch's old format.
+    let tar = [tar_member(b"pickle", b"N.", b'0'), vec![0; 1024]].concat();
+    assert_eq!(
+        validate(&tar, &LoadOptions::default())
+            .unwrap_err()
+            .kind()
+            .code(),
+        "unsupported"
+    );
+}
+
+#[test]
+fn a_legacy_file_that_tarfile_opens_is_read_both_ways() {
+    let polyglot = legacy_tar_polyglot();
+    let r = scan(&polyglot);
+    assert_eq!(r.verdict(), Verdict::Unreadable);
+    assert!(
+        r.problems.iter().any(|p| p.kind == "parser_disagreement"),
+        "{:?}",
+        r.problems
+    );
+    // Both readings ran: the legacy stream's five pickles, and the tar's member.
+    assert!(r.pickles >= 5, "{}", r.pickles);
+    // A payload in the tar is found, and then no disagreement is needed.
+    let mut unsafe_one = polyglot.clone();
+    unsafe_one.extend_from_slice(&vec![0; (512 - polyglot.len() % 512) % 512]);
+    unsafe_one.extend_from_slice(&tar_member(b"storages", OS_SYSTEM, b'0'));
+    let r = scan(&unsafe_one);
+    assert_eq!(r.verdict(), Verdict::Unsafe);
 }
 
 #[test]
@@ -382,6 +555,8 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     assert_eq!(reads.take(), [&[tail, 0][..], &then_last].concat());
 
     // A directory bigger than the first read's page costs one more read: of it.
+    // A first entry smaller than a tar block, one more: the block tarfile
+    // would read as a header, which a zip may also be.
     let names: Vec<String> = (0..200).map(|i| format!("data/{i}")).collect();
     let records: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"\0\0"[..])).collect();
     let big = zipw::checkpoint(b"\x80\x02}q\x00.", &records);
@@ -394,7 +569,10 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     assert!(len - directory_offset > 4 << 10);
     let last = last_header(&big, &reads);
     assert!(scan_pickles_by_reading(len, &read_big, &pickles_only).is_some());
-    assert_eq!(reads.take(), [len - (4 << 10), directory_offset, last, 0]);
+    assert_eq!(
+        reads.take(),
+        [len - (4 << 10), directory_offset, last, 0, 0]
+    );
 
     // Bytes before the first entry: torch does not read it as a zip checkpoint,
     // so neither do the reads; the whole-file scan decides.

@@ -39,6 +39,7 @@ __all__ = [
     "dcp_chunks",
     "read_ranges",
     "inflate_entries",
+    "_tar_model",
     "error",
     "build_error",
     "_npy_header_model",
@@ -244,6 +245,19 @@ _InflateRequest: TypeAlias = tuple[int, int, int, int, int, str]
 def decode_stream(source: bytes | memoryview, compression: str, *, name: str, limits: _Limits = ...) -> bytes:
     """One stream in a whole-stream compression format ("zstd", "gzip", "bzip2",
     "xz", "lzma", "zlib"), decoded into at most max_inflated_bytes."""
+    ...
+
+# (name, linkname, type, offset, offset_data, size, sparse, extractfile, extract):
+# what extractfile(m).read() and extract(m) give, bytes or the exception's name.
+_TarModelMember: TypeAlias = tuple[
+    bytes, bytes, bytes, int, int, int, list[tuple[int, int]] | None, bytes | str | None, bytes | str | None
+]
+
+def _tar_model(
+    data: bytes, *, max_members: int = ..., max_content: int = ...
+) -> tuple[bool, list[_TarModelMember], str | None]:
+    """For tests: the scanner's model of CPython's tarfile on data, as
+    (opens, members, error)."""
     ...
 
 # Per span: (dtype, shape, stride, storage_offset, data_offset, nbytes), or None.

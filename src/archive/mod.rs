@@ -1,5 +1,6 @@
 //! Finding a checkpoint's records in its bytes: the zip reader, the torch layout
-//! over it, DEFLATE, and the memory map.
+//! over it, DEFLATE, the model of CPython's `tarfile` (which torch.load tries on
+//! every file first), and the memory map.
 
 pub mod decompress;
 pub mod entry_name;

@@ -19,6 +19,7 @@ mod pickle;
 mod save;
 mod scan;
 mod storages;
+mod tar_model;
 mod tensors;
 mod torch_api;
 
@@ -126,6 +127,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive::decode_stream, m)?)?;
     m.add_function(wrap_pyfunction!(dcp::dcp_chunks, m)?)?;
     m.add_function(wrap_pyfunction!(dcp::read_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(tar_model::_tar_model, m)?)?;
     m.add_function(wrap_pyfunction!(errors::error, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add_function(wrap_pyfunction!(npy_model::npy_header_model, m)?)?;

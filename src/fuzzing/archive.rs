@@ -1,8 +1,10 @@
-//! The zip layer, whole checkpoints and the legacy format.
+//! The zip layer (and the tar model on the same bytes), whole checkpoints and
+//! the legacy format.
 
 use std::sync::Arc;
 
 use crate::archive::source::Source;
+use crate::archive::tar;
 use crate::archive::zip::{self, Entry, Index};
 use crate::checkpoint::{self, Checkpoint, LoadOptions, StorageData};
 use crate::limits::Limits;
@@ -90,6 +92,39 @@ pub fn zip_archive(data: &[u8]) {
     );
     for e in &walked {
         check_entry_in_bounds(e, len);
+    }
+    tar_archive(data);
+}
+
+/// The model of CPython's tarfile on the same bytes (any bytes reach it: every
+/// scan and every legacy load asks it): `tarfile.open`'s answer is the full
+/// reading's, and what a member hands out lies in the data or within the
+/// bytes it may make.
+fn tar_archive(data: &[u8]) {
+    const MAX_MADE: u64 = 1 << 16;
+    let opened = tar::tarfile_open(data);
+    match tar::open(data, &Limits::tight()) {
+        Ok(archive) => {
+            assert!(opened.is_ok(), "tarfile_open refused what open read");
+            assert!(archive.members.len() as u64 <= Limits::tight().max_zip_entries);
+            for m in &archive.members {
+                assert!(
+                    m.offset_data <= data.len() as u64,
+                    "member data past the end"
+                );
+                for content in [
+                    m.file_content(data, MAX_MADE),
+                    m.extracted_content(data, MAX_MADE),
+                ] {
+                    let bound = (data.len() as u64).max(MAX_MADE);
+                    assert!(
+                        content.bytes.len() as u64 <= bound,
+                        "content past its bound"
+                    );
+                }
+            }
+        }
+        Err(e) => assert_eq!(opened, Err(e), "tarfile_open and open disagree"),
     }
 }
 

@@ -1,8 +1,9 @@
-//! What a file's (or an entry's) bytes are, judged by content.
+//! What a file's (or an entry's) bytes are, judged by content: a tar by what
+//! CPython's `tarfile` opens, not by a magic.
 
 use crate::archive::sevenzip::is_7z;
 use crate::archive::streams::Compression;
-use crate::archive::tar::is_tar;
+use crate::archive::tar;
 use crate::pickle::opcodes;
 use crate::torch::legacy;
 
@@ -26,14 +27,27 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A tar is whatever CPython's `tarfile.open` opens (a checksum over the
+    /// first 512 bytes rules out most files), or may open where the model
+    /// cannot tell: not what has `ustar` at 257, which V7 and old GNU headers
+    /// lack.
     pub fn of(data: &[u8]) -> Kind {
+        Kind::of_reading(data, true)
+    }
+
+    /// What a tar's bytes are besides a tar, if anything.
+    pub fn beside_tar(data: &[u8]) -> Kind {
+        Kind::of_reading(data, false)
+    }
+
+    fn of_reading(data: &[u8], tar: bool) -> Kind {
         if data.is_empty() {
             Kind::Empty
         } else if data.starts_with(b"PK\x03\x04") || data.starts_with(b"PK\x05\x06") {
             Kind::Zip
         } else if data.starts_with(NPY_MAGIC) {
             Kind::Npy
-        } else if is_tar(data) {
+        } else if tar && tar::may_be_tar(data) {
             Kind::Tar
         } else if is_7z(data) {
             Kind::SevenZip

@@ -2,7 +2,9 @@
 //! (torch zip, legacy torch, raw pickles, numpy `.npy`/`.npz`, zip and tar
 //! archives, nested ones included), reads only pickle bytes, and reports every
 //! global outside the allowlist, each marked dangerous or not. A file it cannot
-//! fully parse is never reported clean.
+//! fully parse is never reported clean. Bytes that are two formats at once get
+//! both readings: a tar is whatever CPython's `tarfile` opens, and a legacy
+//! torch file or a zip that it opens is read as a tar too.
 //!
 //! One [`Scan`] walks one file: the options, the [`Budget`] of work the file may
 //! cost, and the [`Report`] it fills. The file kinds are read in `kind`, `zip`,
@@ -21,6 +23,7 @@ pub mod walker;
 mod zip;
 
 use crate::archive::streams::{Compression, StreamError};
+use crate::archive::tar as tar_archive;
 use crate::archive::zip::{self as archive_zip, Entry, FileBytes};
 use crate::checkpoint::{self, LoadOptions};
 use crate::error::{code, Error, Location};
@@ -155,11 +158,20 @@ impl<'o> Scan<'o> {
             Kind::Zip if top => self.zip(data, location, depth, top),
             Kind::Zip => self.wrapped("zip", |scan| scan.zip(data, location, depth, top)),
             Kind::Npy => self.npy(data, location, depth),
-            Kind::Tar => self.wrapped("tar", |scan| scan.tar(data, location, depth)),
+            Kind::Tar => {
+                let before = self.report.findings.len();
+                self.wrapped("tar", |scan| scan.tar(data, location, depth));
+                let tar_found = self.report.findings.len() > before;
+                self.beside_tar(data, location, depth, top, tar_found);
+            }
             Kind::SevenZip => self.wrapped("7z", |scan| scan.sevenzip(data, location, depth)),
             Kind::TorchLegacy => self.legacy(data, location, depth, top),
             Kind::Compressed(c) => self.compressed(c, data, location, depth, top),
             Kind::Pickle => self.pickle(data, location, depth, top),
+        }
+        // Kinds recognised before a tar is: tarfile may open their bytes too.
+        if matches!(kind, Kind::Zip | Kind::Npy) && tar_archive::may_be_tar(data) {
+            self.also_a_tar(data, location, depth);
         }
         if kind.also_read_as_a_pickle(data) {
             self.leading_pickle(data, location);
@@ -167,6 +179,15 @@ impl<'o> Scan<'o> {
         if kind != Kind::Zip {
             self.trailing_zip(data, location, depth);
         }
+    }
+
+    /// The tar reading of bytes read as another format first, kept only where
+    /// it finds something: only a tar reader, which no loader of that format
+    /// is, would read it.
+    fn also_a_tar(&mut self, data: &[u8], location: &str, depth: u32) {
+        self.unless_nothing_found(|scan| {
+            scan.wrapped("tar", |scan| scan.tar(data, location, depth))
+        });
     }
 
     /// Bytes of another format whose first byte is an opcode (a tar's first member
@@ -495,6 +516,9 @@ pub fn scan_file(
             index.disagreements.extend(more);
             let layout = ZipLayout::of(&index);
             scan.zip_entries(data, index, &layout, &ZipReading::whole_file());
+            if tar_archive::may_be_tar(data) {
+                scan.also_a_tar(data, "", 0);
+            }
         }
         _ => scan.bytes(data, "", 0, true),
     }
@@ -649,6 +673,17 @@ pub fn scan_pickles_by_reading(
         read_at,
     )?;
     if !unlisted.is_empty() {
+        return None;
+    }
+    // A zip whose first block tarfile would read as a header is also a tar:
+    // the whole-file scan reads it that way too. The first entry's read
+    // mostly holds that block already.
+    let head = usize::try_from(len.min(tar_archive::BLOCK as u64)).ok()?;
+    let first_block = match pieces.get(0..head) {
+        Some(block) => block.to_vec(),
+        None => read_at(0, head)?,
+    };
+    if tar_archive::may_open(&first_block) {
         return None;
     }
     let mut scan = Scan::new(usize::try_from(len).ok()?, options, None);

@@ -571,6 +571,42 @@ def tar_archive(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
+def tar_header(name: bytes, size_field: bytes, size: int = 0) -> bytes:
+    """A ustar header tarfile reads (its checksum summed last); `name` may hold
+    any bytes, and the size field any spelling `int(..., 8)` takes."""
+    info = tarfile.TarInfo(name.decode("utf-8", "surrogateescape"))
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    block = bytearray(info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"))
+    block[124:136] = size_field.ljust(12, b"\0")
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % tarfile.calc_chksums(bytes(block))[0]
+    return bytes(block)
+
+
+def legacy_tar_polyglot(storages: bytes) -> bytes:
+    """A legacy stream (one 4096-byte tensor) that tarfile also opens. Its second
+    pickle, the protocol version, takes the rest of the tar's first header as a
+    BINUNICODE string (the header's fields are ASCII) and POPs it; the first
+    member's data runs over the stream up to the tensor's bytes, which hold a
+    `storages` member: what torch.load unpickles first."""
+    numel = 4096
+    pid = MARK + u("storage") + glob("torch", "ByteStorage") + u(LEGACY_KEY) + u("cpu") + i(numel) + NONE + TUPLE
+    main = pkl(state_dict(("weight", tensor(pid + BINPERSID, size=(numel,)))))
+    swallow = LEGACY_MAGIC + proto(2) + BINUNICODE + struct.pack("<I", 512 - len(LEGACY_MAGIC) - 7)
+    stream = (POP + i(1001) + STOP + LEGACY_SYS_INFO + main + pkl(lst(u(LEGACY_KEY)))
+              + struct.pack("<q", numel))
+    tensor_at = 512 + len(stream)
+    at = tensor_at + (-tensor_at % 512)
+    body = storages + b"\0" * (-len(storages) % 512)
+    member = tar_header(b"storages", b"%011o\0" % len(storages)) + body + b"\0" * 1024
+    tensor_bytes = bytearray(numel)
+    tensor_bytes[at - tensor_at:at - tensor_at + len(member)] = member
+    data = tar_header(swallow, b"%011o\0" % (at - 512)) + stream + bytes(tensor_bytes)
+    assert len(data) == tensor_at + numel
+    assert tarfile.open(fileobj=io.BytesIO(data), mode="r:").getnames()[1:] == ["storages"]
+    return data
+
+
 LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 LEGACY_PROTOCOL = pkl(i(1001))
 LEGACY_SYS_INFO = pkl(dct(
@@ -782,6 +818,10 @@ def scanner_evasion(c: Corpus) -> None:
         "a valid tar archive whose first member's name is a pickle that runs os.system: pickle.load reads "
         "the file from its first byte, the name, and stops at its STOP (a load refuses tar checkpoints)",
         UNSUPPORTED, tar_archive([("cos\nsystem\n(S'" + TOUCH + "'\ntR.", b"weights")]), ["os.system"])
+    add("tar_negative_size_storages.tar", fam,
+        "a tar whose storages member has size -1: extractfile reads nothing of it, but extract, which "
+        "torch's legacy loader uses for storages, copies copyfileobj's remainder (16383 bytes), the payload",
+        UNSUPPORTED, tar_header(b"storages", b"-1\0") + MALICIOUS_PKL.ljust(16383, b"\0"), ["os.system"])
     add("safetensors_polyglot.bin", fam,
         "a valid safetensors file (header, offsets and all) that pickle also runs from byte 0: "
         "the header's length is a BINBYTES opcode that jumps into a NONE sled in the metadata, "
@@ -976,6 +1016,11 @@ def legacy_family(c: Corpus) -> None:
         "placement of the storage can align it",
         MALFORMED, LEGACY_MAGIC + LEGACY_PROTOCOL + LEGACY_SYS_INFO + pkl(state_dict(("weight", misaligned)))
         + keys + struct.pack("<q", 33) + bytes(33))
+    add("legacy_tar_polyglot.pt", fam,
+        "a valid legacy stream that is also a tar: torch.load(weights_only=False) tries every file as a tar "
+        "first and unpickles its storages member (os.system), never the stream; tensorplay.load would read "
+        "the benign stream, so it refuses the polyglot",
+        UNSAFE, legacy_tar_polyglot(MALICIOUS_PKL), ["os.system"])
     add("legacy_bad_magic_then_payload.pt", fam,
         "a legacy-looking stream whose magic number is wrong (off by one), followed by a malicious main pickle",
         MALFORMED, pkl(i(0x1950A86A20F9469CFC6D)) + LEGACY_PROTOCOL + LEGACY_SYS_INFO + MALICIOUS_PKL,
