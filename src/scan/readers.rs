@@ -65,7 +65,7 @@ pub const MODELS: &[ReaderModel] = &[
     ReaderModel {
         name: "7z",
         reader: "7z archives as py7zr extracts them",
-        version: "py7zr 1.0.0",
+        version: "py7zr 1.1.4",
         reads: "every member",
     },
     ReaderModel {
@@ -80,7 +80,7 @@ pub const MODELS: &[ReaderModel] = &[
         name: "joblib",
         reader: "joblib.load: a pickle read by the Python unpickler, behind zlib, gzip, bz2, xz \
                  or LZMA",
-        version: "joblib 1.5.2",
+        version: "joblib 1.6.0",
         reads: "what the compression holds, as a pickle",
     },
     ReaderModel {
@@ -88,7 +88,7 @@ pub const MODELS: &[ReaderModel] = &[
         reader: "pandas.read_pickle: the compression its file name says (gzip, bz2, xz, zstd, a \
                  zip's or a tar's single member), then the C unpickler, and the Python one \
                  where that fails",
-        version: "pandas 2.3.3",
+        version: "pandas 3.1.1",
         reads: "every compression, zip member and tar member by content",
     },
     ReaderModel {
