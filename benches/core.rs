@@ -156,9 +156,89 @@ fn checkpoint(n: usize) -> Vec<u8> {
     zipw::checkpoint(&pickle, &records)
 }
 
+/// Bytes that look like float32 weights: each a pseudo-random value, so the
+/// first byte of a tensor's bytes is an opcode about as often as in real files.
+fn weights(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// A Hugging Face model repository as a clone holds it (GPT-2's layout: 148
+/// tensors in pytorch_model.bin and model.safetensors, the tokenizer's files,
+/// configs, a model card), each file to be scanned as a folder scan scans it.
+fn model_folder() -> Vec<(&'static str, Vec<u8>)> {
+    const TENSORS: usize = 148;
+    let pickle = state_dict_pickle(TENSORS);
+    let payloads: Vec<Vec<u8>> = (0..TENSORS).map(|i| weights(4096, i as u64)).collect();
+    let names: Vec<String> = (0..TENSORS).map(|i| format!("data/{i}")).collect();
+    let records: Vec<(&str, &[u8])> = (names.iter().zip(&payloads))
+        .map(|(k, p)| (k.as_str(), p.as_slice()))
+        .collect();
+    let vocab: Vec<String> = (0..20_000).map(|i| format!("\"tok{i}\": {i}")).collect();
+    let merges: Vec<String> = (0..20_000).map(|i| format!("t{i} o{i}")).collect();
+    let tokenizer = format!(
+        "{{\"version\": \"1.0\", \"model\": {{\"type\": \"BPE\", \"vocab\": {{{}}}, \"merges\": [{}]}}}}",
+        vocab.join(", "),
+        merges.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(", ")
+    );
+    let header = (0..TENSORS)
+        .map(|i| {
+            format!(
+                "\"t{i}\": {{\"dtype\": \"F32\", \"shape\": [1024], \"data_offsets\": [{}, {}]}}",
+                i * 4096,
+                (i + 1) * 4096
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let header = format!("{{{header}}}");
+    let mut safetensors = (header.len() as u64).to_le_bytes().to_vec();
+    safetensors.extend_from_slice(header.as_bytes());
+    payloads
+        .iter()
+        .for_each(|p| safetensors.extend_from_slice(p));
+    vec![
+        ("pytorch_model.bin", zipw::checkpoint(&pickle, &records)),
+        ("model.safetensors", safetensors),
+        ("tokenizer.json", tokenizer.into_bytes()),
+        (
+            "vocab.json",
+            format!("{{{}}}", vocab.join(", ")).into_bytes(),
+        ),
+        (
+            "merges.txt",
+            format!("#version: 0.2\n{}\n", merges.join("\n")).into_bytes(),
+        ),
+        (
+            "config.json",
+            br#"{"architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_layer": 12}"#.to_vec(),
+        ),
+        (
+            "generation_config.json",
+            br#"{"bos_token_id": 50256, "eos_token_id": 50256}"#.to_vec(),
+        ),
+        (
+            "README.md",
+            b"---\nlicense: mit\n---\n# gpt2\n\nA model card.\n".to_vec(),
+        ),
+        (
+            ".gitattributes",
+            b"*.bin filter=lfs diff=lfs merge=lfs -text\n".to_vec(),
+        ),
+    ]
+}
+
 struct Inputs {
     pickle: Vec<u8>,
     archive: Arc<Source>,
+    folder: Vec<(&'static str, Vec<u8>)>,
 }
 
 fn vm(inputs: &Inputs) -> usize {
@@ -214,9 +294,18 @@ fn scan_pickles_only(inputs: &Inputs) -> usize {
     scan::scan_bytes(inputs.archive.bytes(), &options).pickles as usize
 }
 
+/// Every file of a model repository, each scanned whole by name, as a folder
+/// scan reads them: the weights, and the text files read as pickles from byte 0.
+fn scan_folder(inputs: &Inputs) -> usize {
+    let options = ScanOptions::default();
+    (inputs.folder.iter())
+        .map(|(name, data)| scan::scan_file(data, None, &options, Some(name)).pickles as usize)
+        .sum()
+}
+
 type Workload = fn(&Inputs) -> usize;
 
-const WORKLOADS: [(&str, Workload); 7] = [
+const WORKLOADS: [(&str, Workload); 8] = [
     ("setup", setup),
     ("vm", vm),
     ("archive_index", archive_index),
@@ -224,12 +313,14 @@ const WORKLOADS: [(&str, Workload); 7] = [
     ("unsafe_globals", unsafe_globals),
     ("scan", scan),
     ("scan_pickles_only", scan_pickles_only),
+    ("scan_folder", scan_folder),
 ];
 
 fn main() {
     let inputs = Inputs {
         pickle: state_dict_pickle(TENSORS),
         archive: Arc::new(Source::from_vec(checkpoint(TENSORS))),
+        folder: model_folder(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(pos) = args.iter().position(|a| a == "--once") {

@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "benches" / "instructions.json"
-WORKLOADS = ["vm", "archive_index", "open", "unsafe_globals", "scan", "scan_pickles_only"]
+WORKLOADS = ["vm", "archive_index", "open", "unsafe_globals", "scan", "scan_pickles_only", "scan_folder"]
 
 
 def build() -> Path:

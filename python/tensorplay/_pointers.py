@@ -111,7 +111,8 @@ def _dcp(path: str) -> list[Reading]:
         try:
             transforms = dcp._transforms(info)
         except _core.CheckpointError as e:
-            readings.append(Reading(target, pointer, None, None, (e.kind, str(e))))
+            # The Python layer's own errors carry no kind: an unknown transform is unsupported.
+            readings.append(Reading(target, pointer, None, None, (getattr(e, "kind", None) or "unsupported", str(e))))
             continue
         label = f"{'tensor chunk' if is_tensor else 'bytes item'} {fqn!r} (bytes {offset} to {offset + length})"
         spans.setdefault(target, []).append((offset, length, label, transforms))

@@ -175,11 +175,8 @@ impl Scan<'_> {
                 }
                 // A pickles-only scan reads the directory and the pickles, never
                 // a payload's bytes (not even its local header).
-                if !unlocated {
-                    let here = nested(location, &entry.name_lossy());
-                    if !self.byte_zero(data, entry, &here) {
-                        return;
-                    }
+                if !unlocated && !self.byte_zero(data, entry, location) {
+                    return;
                 }
                 continue;
             }
@@ -260,7 +257,12 @@ impl Scan<'_> {
     /// that reading counts when it names a global or stops at a limit. Most
     /// such entries start with no opcode, and are done with after one byte (one
     /// inflated byte, when compressed). `false` once the budget is spent.
-    fn byte_zero<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str) -> bool {
+    fn byte_zero<D: FileBytes + ?Sized>(
+        &mut self,
+        data: &D,
+        entry: &Entry,
+        location: &str,
+    ) -> bool {
         let Ok(raw) = entry.raw(data) else {
             // Where the entry lies was checked and reported with the others.
             return true;
@@ -269,22 +271,22 @@ impl Scan<'_> {
             Method::Stored => raw.first().copied(),
             Method::Deflate => {
                 let mut first = [0u8; 1];
-                inflate_prefix(raw, &mut first, here)
-                    .ok()
-                    .map(|()| first[0])
+                inflate_prefix(raw, &mut first, "").ok().map(|()| first[0])
             }
             // Other methods are rare for payloads: read them whole below.
             _ => Some(opcodes::PROTO),
         };
+        // Named only past this point: a name per entry was a tenth of a scan.
         if !first.is_some_and(opcodes::is_opcode) {
             return true;
         }
-        if entry.method != Method::Stored && !self.charge_entry(entry, here) {
+        let here = nested(location, &entry.name_lossy());
+        if entry.method != Method::Stored && !self.charge_entry(entry, &here) {
             return false;
         }
         match entry_data(entry, data, &self.options.limits) {
-            Ok(bytes) => self.leading_pickle(&bytes, here),
-            Err(e) => self.report.error(here, &e),
+            Ok(bytes) => self.leading_pickle(&bytes, &here),
+            Err(e) => self.report.error(&here, &e),
         }
         true
     }
