@@ -73,6 +73,10 @@ def build(entries: list[Entry], prefix: bytes = b"", comment: bytes = b"", trail
         directory += CENTRAL + struct.pack("<HHHHHHIIIHHHHHII", 45 if e.zip64 else 20, 45 if e.zip64 else 20, flags,
                                            e.method, 0, 0x21, crc, csize, usize, len(e.name), len(cextra), 0, 0, 0,
                                            0, coffset) + e.name + cextra
+    if extra_end:
+        # An end record that names nothing, before the directory: readers that
+        # search from the front (or stop at the first signature) see it.
+        out += END + struct.pack("<HHHHIIH", 0, 0, 0, 0, 0, 0, 0)
     start = len(out)
     out += directory
     if any(e.zip64 for e in entries):
@@ -80,8 +84,5 @@ def build(entries: list[Entry], prefix: bytes = b"", comment: bytes = b"", trail
         out += END64 + struct.pack("<QHHIIQQQQ", 44, 45, 45, 0, 0, count, count, len(directory), start)
         out += LOCATOR64 + struct.pack("<IQI", 0, end64, 1)
     record = END + struct.pack("<HHHHIIH", 0, 0, count, count, len(directory), start, len(comment)) + comment
-    if extra_end:
-        # A second end record first, naming nothing: readers that search from the front see it.
-        out += END + struct.pack("<HHHHIIH", 0, 0, 0, 0, 0, start, 0)
     out += record + trailing
     return bytes(out)
