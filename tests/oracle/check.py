@@ -7,9 +7,11 @@ disagreements, each a class of finding.
 - ``unsafe-globals-empty``: such a reader created the marker, and
   ``get_unsafe_globals_in_checkpoint`` listed nothing (raising is fine);
 - ``false-positive``: no reader created the marker, every reader made for the
-  case's kind read it without error, tensorplay's loader accepted it (waived for
-  kinds no tensorplay loader reads: .npy, archives, compressed files), yet the
-  scan's exit code is not 0;
+  case's kind read it without error, tensorplay's loader accepted it, yet the
+  scan's exit code is not 0. For kinds no tensorplay loader reads (.npy,
+  archives, compressed files) the loader's word is replaced by the scan's own:
+  it named no global, so only its failing to read the file can fail it (a
+  global outside the allowlist fails a scan by policy, whether or not it runs);
 - ``robustness``: tensorplay crashed, hung, or raised what it must not (``scan``
   anything; the loaders and the listing anything but a ``CheckpointError`` or,
   under the sandbox's address-space cap, ``MemoryError``);
@@ -68,11 +70,16 @@ def jobs_for(sandbox: Sandbox, case: Case) -> list[str]:
     return readers + subject
 
 
+def needs_torch(case: Case) -> bool:
+    """Whether reading the case will likely import torch (see sandbox.Sandbox)."""
+    return case.folder or b"torch" in (case.data or b"")
+
+
 def check(sandbox: Sandbox, case: Case, workdir: str, timeout: float | None = None) -> Verdict:
     where = tempfile.mkdtemp(dir=workdir)
     try:
         path = case.write(where)
-        outcomes = sandbox.run(path, case.folder, jobs_for(sandbox, case), timeout)
+        outcomes = sandbox.run(path, case.folder, jobs_for(sandbox, case), timeout, needs_torch(case))
     finally:
         shutil.rmtree(where, ignore_errors=True)
     return judge(case, outcomes, sandbox.catalog)
@@ -127,7 +134,8 @@ def judge(case: Case, outcomes: dict[str, Outcome], catalog: list[dict]) -> Verd
         applicable = [n for n, o in readers.items() if case.kind in entries.get(n, {}).get("kinds", ())
                       and bool(entries[n]["folder"]) == case.folder]
         readable = applicable and all(readers[n].status == "ok" for n in applicable)
-        if readable and (accepted or case.kind not in LOADED_KINDS):
+        named = any(r["globals"] for r in verdict.scan.get("reports", []))
+        if readable and (accepted or (case.kind not in LOADED_KINDS and not named)):
             problems = sorted({p for r in verdict.scan.get("reports", []) for p in r["problems"]})
             add(Violation("false-positive", f"{', '.join(applicable)} read it without error"
                           f"{'' if not accepted else ', tensorplay loaded it'}; the scan exits {exit_code} "

@@ -80,7 +80,8 @@ def build(trick: str, payload: bytes, rng: random.Random | None = None) -> tuple
     if trick == "gzip":
         return gzip_member(payload), "gzip", True
     if trick == "gzip header fields":
-        return gzip_member(payload, extra=b"AB\x02\x00hi", name=b"model.pkl", comment=b"weights", hcrc=True), "gzip", True
+        fields = gzip_member(payload, extra=b"AB\x02\x00hi", name=b"model.pkl", comment=b"weights", hcrc=True)
+        return fields, "gzip", True
     if trick == "gzip split across members":
         return gzip_member(a) + gzip_member(b), "gzip", True
     if trick == "gzip empty member first":
@@ -125,7 +126,8 @@ def build(trick: str, payload: bytes, rng: random.Random | None = None) -> tuple
 
 TRICKS = ("gzip", "gzip header fields", "gzip split across members", "gzip empty member first",
           "gzip benign member then hostile", "gzip trailing zeros", "bzip2", "bzip2 split across streams",
-          "bzip2 empty stream first", "xz", "xz split across streams", "xz stream padding, then the payload", "xz empty stream first", "lzma-alone",
+          "bzip2 empty stream first", "xz", "xz split across streams", "xz stream padding, then the payload",
+          "xz empty stream first", "lzma-alone",
           "zlib", "zlib raw deflate level 0", "zstd", "zstd split across frames", "zstd skippable frame first",
           "zstd payload in a skippable frame", "7z lzma2", "7z lzma", "7z bzip2", "7z deflate", "7z copy", "7z zstd",
           "7z bcj+lzma2")

@@ -24,7 +24,7 @@ NAMES = ("array.npy", "weights.npy", "x.npz", "model.pkl", "data.bin")
 
 
 def header(descr: str, shape: str = "(1,)", version: tuple[int, int] = (1, 0), extra: str = "") -> bytes:
-    text = "{'descr': %s, 'fortran_order': False, 'shape': %s, %s}" % (descr, shape, extra)
+    text = f"{{'descr': {descr}, 'fortran_order': False, 'shape': {shape}, {extra}}}"
     encoded = text.encode("utf-8" if version[0] >= 3 else "latin1")
     size_len = 2 if version[0] == 1 else 4
     pad = -(len(MAGIC) + 2 + size_len + len(encoded) + 1) % 64
@@ -80,7 +80,7 @@ def generate(rng: random.Random) -> Case:
         return Case(NAME, f"npy descr {descr}", "npy", True, name, npy(descr, payload, version))
     if shape == 1:
         return Case(NAME, "npy repeated descr key", "npy", True, name,
-                    npy("'<f4'", payload, version, extra="'descr': %s" % rng.choice(OBJECT_DESCRS)))
+                    npy("'<f4'", payload, version, extra=f"'descr': {rng.choice(OBJECT_DESCRS)}"))
     members = [("a.npy", benign_npy("'<f4'")), (rng.choice(["b.npy", "b", "O.npy", "../b.npy"]),
                                                  npy(rng.choice(OBJECT_DESCRS), payload, version))]
     rng.shuffle(members)

@@ -25,7 +25,6 @@ NAMES = ("model.tar", "checkpoint.tar", "weights.bin", "x.tar", "model.pt", "dat
 
 def build(trick: str, payload: bytes, rng: random.Random | None = None) -> bytes:
     benign = (b"config.pkl", payloads.benign_pickle(2))
-    fmt = "ustar"
     if trick == "plain":
         body = tarfmt.member(*benign) + tarfmt.member(b"storages", payload)
     elif trick == "v7 header":

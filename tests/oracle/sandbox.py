@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 MARKER = "tensorplay_pwned_marker"
+ALL = "all"  # a server that holds every job
 RESULT_LIMIT = 48 * 1024  # the child's result must fit the pipe's buffer: it writes before exiting
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,8 +76,8 @@ def _vm_size() -> int:
 
 
 class Server:
-    """Runs the jobs of one group (readers.LIGHT_GROUP or TORCH_GROUP) that the
-    modules list: ``READERS`` (``readers.Reader``) and ``JOBS`` (name: (function,
+    """Runs the jobs of one group (readers.LIGHT_GROUP or TORCH_GROUP, or ALL) that
+    the modules list: ``READERS`` (``readers.Reader``) and ``JOBS`` (name: (function,
     group), functions that take folders themselves and return a result)."""
 
     def __init__(self, group: str, modules: list[str], extra_gib: float, cpu_seconds: int):
@@ -85,10 +86,12 @@ class Server:
         self.catalog: list[dict] = []
         for name in modules:
             module = importlib.import_module(name)
-            for module_name in getattr(module, "IMPORTS", {}).get(group, ()):
-                importlib.import_module(module_name)
+            for wanted, names in getattr(module, "IMPORTS", {}).items():
+                if group in (wanted, ALL):
+                    for module_name in names:
+                        importlib.import_module(module_name)
             for job in getattr(module, "READERS", []):
-                if job.group != group:
+                if group not in (job.group, ALL):
                     continue
                 for module_name in job.imports:
                     importlib.import_module(module_name)
@@ -96,12 +99,12 @@ class Server:
                 if job.folder:
                     self.folder_jobs.add(job.name)
                 self.catalog.append({"name": job.name, "runs": job.runs, "kinds": sorted(job.kinds),
-                                     "folder": job.folder, "stands_for": job.stands_for, "group": group})
+                                     "folder": job.folder, "stands_for": job.stands_for, "group": job.group})
             for job_name, (fn, job_group) in getattr(module, "JOBS", {}).items():
-                if job_group == group:
+                if group in (job_group, ALL):
                     self.jobs[job_name] = fn
                     self.folder_jobs.add(job_name)
-                    self.catalog.append({"name": job_name, "group": group, "subject": True, "kinds": [],
+                    self.catalog.append({"name": job_name, "group": job_group, "subject": True, "kinds": [],
                                          "folder": True, "stands_for": ""})
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -230,9 +233,13 @@ class Server:
 
     @staticmethod
     def _each_file(fn, folder: str, where: str) -> dict:
-        """A file reader on a folder: every file in it, in order, until the marker appears."""
+        """A file reader on a folder: every file in it, in order, until the marker appears.
+        Not git's own objects: a program reaches those only through a pointer, which
+        the folder readers follow."""
         first: dict | None = None
         for root, dirs, names in os.walk(folder):
+            if ".git" in dirs:
+                dirs.remove(".git")
             dirs.sort()
             for name in sorted(names):
                 full = os.path.join(root, name)
@@ -336,18 +343,23 @@ class _Server:
 
 
 class Sandbox:
-    """The fork servers, one per group of jobs, seen from the campaign: ``run``
-    sends a case's jobs to the servers that hold them (which work at once, one
-    core each) and gathers the outcomes. A server that dies or stops answering is
-    restarted, and its part of the request retried once."""
+    """The fork servers, seen from the campaign: one without torch, two with
+    everything. ``run`` sends a case's jobs to servers that hold them (which work
+    at once, one core each) and gathers the outcomes: torch's jobs to a torch
+    server, the others to the light one, unless the case ``needs_torch`` (a
+    folder, or bytes naming torch: unpickling those imports torch, seconds in a
+    child of the light server), when its jobs are split between the two torch
+    servers. A server that dies or stops answering is restarted, and its part of
+    the request retried once."""
 
     def __init__(self, modules: tuple[str, ...] = ("oracle.readers", "oracle.subject"), timeout: float = 10.0,
                  extra_gib: float = 3.0, cpu_seconds: int = 20):
         from .readers import LIGHT_GROUP, TORCH_GROUP
 
         self.timeout = timeout
-        self.servers = {group: _Server({"group": group, "modules": list(modules), "extra_gib": extra_gib,
-                                        "cpu_seconds": cpu_seconds}) for group in (LIGHT_GROUP, TORCH_GROUP)}
+        self.servers = {name: _Server({"group": group, "modules": list(modules), "extra_gib": extra_gib,
+                                       "cpu_seconds": cpu_seconds})
+                        for name, group in ((LIGHT_GROUP, LIGHT_GROUP), (TORCH_GROUP, ALL), ("torch-2", ALL))}
         self.routes: dict[str, str] = {}
         self.catalog: list[dict] = []
         self.restarts = 0
@@ -358,7 +370,12 @@ class Sandbox:
         self._route()
 
     def _route(self) -> None:
-        self.catalog = [entry for server in self.servers.values() for entry in server.catalog]
+        # Every job once, by the group it belongs to (the ALL servers list every job).
+        by_name = {}
+        for server in self.servers.values():
+            for entry in server.catalog:
+                by_name.setdefault(entry["name"], entry)
+        self.catalog = list(by_name.values())
         self.routes = {entry["name"]: entry["group"] for entry in self.catalog}
 
     def close(self) -> None:
@@ -372,11 +389,13 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, path: str, folder: bool, jobs: list[str], timeout: float | None = None) -> dict[str, Outcome]:
+    def run(self, path: str, folder: bool, jobs: list[str], timeout: float | None = None,
+            needs_torch: bool = False) -> dict[str, Outcome]:
         timeout = timeout or self.timeout
         by_group: dict[str, list[str]] = {}
-        for job in jobs:
-            by_group.setdefault(self.routes.get(job, "light"), []).append(job)
+        for i, job in enumerate(jobs):
+            server = ("torch", "torch-2")[i % 2] if needs_torch else self.routes.get(job, "light")
+            by_group.setdefault(server, []).append(job)
         outcomes: dict[str, Outcome] = {}
         pending = dict(by_group)
         for _ in range(2):
