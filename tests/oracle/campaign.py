@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 if new:
                     say(f"finding {v.cls} {v.signature(case)} [{case.generator}: {case.variant}] {v.detail[:300]}")
                     if args.minimize and not case.folder:
-                        small = minimize.minimize(sandbox, case, v, workdir)
+                        small = minimize.minimize(sandbox, verdict, v, workdir)
                         if small.size() < case.size():
                             again = check.check(sandbox, small, workdir)
                             for w in again.violations:

@@ -4,17 +4,32 @@ still holds."""
 from __future__ import annotations
 
 from .cases import Case
-from .check import Violation, check
+from .check import Verdict, Violation, check, jobs_for
 from .sandbox import Sandbox
+from .subject import LOAD, SCAN, UNSAFE_GLOBALS
 
 
-def minimize(sandbox: Sandbox, case: Case, violation: Violation, workdir: str, budget: int = 150) -> Case:
+def _jobs(sandbox: Sandbox, verdict: Verdict, violation: Violation) -> list[str]:
+    """The jobs the violation rests on: the readers that fired and the tensorplay
+    jobs it names (all jobs for a false positive, which rests on every reader)."""
+    if violation.cls == "false-positive":
+        return jobs_for(sandbox, verdict.case)
+    subject = {"scan-clean": [SCAN], "load-accepted": [LOAD], "unsafe-globals-empty": [LOAD, UNSAFE_GLOBALS],
+               "robustness": [violation.key[0]], "tensorplay-ran-payload": [violation.key[0]]}.get(violation.cls, [])
+    readers = [k for k in violation.key[0]] if violation.cls in ("scan-clean", "load-accepted",
+                                                                 "unsafe-globals-empty") else verdict.fired
+    return list(dict.fromkeys([*readers, *subject]))
+
+
+def minimize(sandbox: Sandbox, verdict: Verdict, violation: Violation, workdir: str, budget: int = 100) -> Case:
+    case = verdict.case
     if case.folder or not case.data:
         return case
+    jobs = _jobs(sandbox, verdict, violation)
 
     def holds(data: bytes) -> bool:
-        verdict = check(sandbox, case.with_data(data, hostile=case.hostile), workdir)
-        return any(v.cls == violation.cls and v.key == violation.key for v in verdict.violations)
+        again = check(sandbox, case.with_data(data, hostile=case.hostile), workdir, jobs=jobs)
+        return any(v.cls == violation.cls and v.key == violation.key for v in again.violations)
 
     data = case.data
     chunk = max(1, len(data) // 2)
