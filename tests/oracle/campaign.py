@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
                 folder, new = store.record(verdict, v, seed=[args.seed, n])
                 if new:
                     say(f"finding {v.cls} {v.signature(case)} [{case.generator}: {case.variant}] {v.detail[:300]}")
+                    if v.cls == "torch-bypass":
+                        print(f"TORCH BYPASS: torch.load(weights_only=True) ran a payload; see {folder}",
+                              file=sys.stderr, flush=True)
                     if args.minimize and not case.folder:
                         small = minimize.minimize(sandbox, verdict, v, workdir)
                         if small.size() < case.size():
