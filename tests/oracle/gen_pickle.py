@@ -35,8 +35,21 @@ def seeds() -> list[Case]:
     return out
 
 
+def frame_lie(hostile_body: bytes, delta: int) -> bytes:
+    """A protocol-4 pickle whose FRAME declares ``delta`` bytes more (or fewer) than it
+    holds: CPython reads frames from a file and from memory differently."""
+    declared = max(0, len(hostile_body) + delta)
+    return P.proto(4) + b"\x95" + declared.to_bytes(8, "little") + hostile_body
+
+
 def generate(rng: random.Random) -> Case:
-    shape = rng.randrange(6)
+    shape = rng.randrange(7)
+    if shape == 6:
+        spelling = rng.choice([s for s in payloads.FIRING if s.fits(4)])
+        body = payloads.fragment(spelling, 4) + P.STOP
+        delta = rng.choice((-len(body), -9, -1, 1, 9, 1 << 20))
+        return _case(f"frame length off by {'much' if abs(delta) > 9 else delta}", frame_lie(body, delta), None,
+                     rng.choice(NAMES))
     name = rng.choice(NAMES)
     if shape == 0:
         protocol = rng.choice(payloads.PROTOCOLS)
