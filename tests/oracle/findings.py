@@ -38,9 +38,11 @@ class Store:
         self.seen[signature] = self.seen.get(signature, 0) + 1
         info_path = os.path.join(folder, "finding.json")
         previous = None
-        if os.path.exists(info_path):
+        try:
             with open(info_path) as f:
                 previous = json.load(f)
+        except (OSError, ValueError):
+            previous = None  # new, or being written by a campaign running beside this one
         count = (previous or {}).get("count", 0) + 1
         smaller = previous is None or case.size() < previous.get("size", 1 << 62)
         if smaller:
@@ -56,16 +58,22 @@ class Store:
             info = previous
         info["count"] = count
         os.makedirs(folder, exist_ok=True)
-        with open(info_path, "w") as f:
+        # Through a renamed file: two campaigns may record the same signature at once.
+        partial = f"{info_path}.{os.getpid()}"
+        with open(partial, "w") as f:
             json.dump(info, f, indent=1, default=repr)
+        os.replace(partial, info_path)
         return folder, new
 
     @staticmethod
     def _write_case(folder: str, case: Case) -> None:
         target = os.path.join(folder, "case")
+        staging = f"{target}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        case.write(staging)
         shutil.rmtree(target, ignore_errors=True)
-        os.makedirs(target)
-        case.write(target)
+        os.replace(staging, target)
 
 
 def load_case(folder: str) -> Case:
