@@ -15,7 +15,7 @@ NAME = "zip"
 TRICKS = ("plain", "deflated", "NUL in the name", "utf-8 flag", "cp437 name", "data descriptor", "zip64",
           "duplicate name, hostile last", "duplicate name, hostile first", "local name disagrees",
           "local data disagrees", "not in the directory", "bytes before", "bytes after", "second end record",
-          "single member for pandas", "encrypted flag", "wrong crc")
+          "single member for pandas", "encrypted flag", "wrong crc", "no PROTO, member not named .pkl")
 NAMES = ("model.zip", "x.zip", "model.pt", "archive.npz", "weights.bin", "model.pkl", "notes.txt")
 
 
@@ -60,6 +60,11 @@ def build(trick: str, payload: bytes) -> bytes:
         entries = [Entry(b"model.pkl", payload, flags=1)]
     elif trick == "wrong crc":
         entries = [Entry(b"model.pkl", payload, crc=0)]
+    elif trick == "no PROTO, member not named .pkl":
+        # A protocol 0 or 1 pickle starts with any opcode; pandas names its one member
+        # after the archive, without a suffix.
+        bare = payload if not payload.startswith(b"\x80") else payloads.hostile_pickle(protocol=None)
+        entries = [good, Entry(b"weights", bare, method=8)]
     else:
         raise ValueError(trick)
     return zipfmt.build(entries, **kw)
