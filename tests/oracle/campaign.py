@@ -44,9 +44,10 @@ def cpu_seconds(sandbox: Sandbox | None = None) -> float:
 
 
 def _commit() -> str:
+    """The last commit that changed tensorplay itself (the harness's own commits do not)."""
     try:
-        return subprocess.run(["git", "-C", findings.REPOSITORY, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False).stdout.strip()
+        return subprocess.run(["git", "-C", findings.REPOSITORY, "log", "-1", "--format=%h", "--", "python", "src",
+                               "Cargo.toml", "Cargo.lock"], capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         return "?"
 
@@ -102,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
     started_wall = time.time()
     workdir = tempfile.mkdtemp(prefix="oracle-cases-")
     corpus = [c.data for g in gens.values() for c in g.seeds() if not c.folder and c.data][:200]
+    commit = _commit()
     with Sandbox(timeout=args.timeout) as sandbox:
         say(f"oracle campaign {stamp} UTC: seed {args.seed}, cpu budget {args.cpu_seconds} s, mutate {args.mutate}, "
-            f"tensorplay {_commit()}, generators {','.join(sorted(gens))}")
+            f"tensorplay {commit}, generators {','.join(sorted(gens))}")
         for entry in sandbox.catalog:
             if not entry.get("subject"):
                 say(f"reader {entry['name']}: {entry['runs']}")
@@ -152,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                "wall_seconds": round(time.time() - started_wall), "generators": sorted(gens),
                "per_generator": dict(stats.cases), "fired": {k: v for k, v in stats.fired.items() if v},
                "violations": dict(stats.violations),
-               "signatures": {k: len(v) for k, v in stats.signatures.items()}, "commit": _commit()}
+               "signatures": {k: len(v) for k, v in stats.signatures.items()}, "commit": commit}
     say("SUMMARY " + json.dumps(summary))
     log.close()
     return 0
