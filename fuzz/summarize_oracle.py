@@ -1,0 +1,49 @@
+"""Rows for the oracle harness's campaign log (tests/oracle/README.md): one per
+``fuzz/logs/oracle-*.log``, from the SUMMARY line each campaign ends with.
+
+    python3 fuzz/summarize_oracle.py [LOG...]
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def summary(path: str) -> dict | None:
+    with open(path) as f:
+        for line in f:
+            if line.startswith("SUMMARY "):
+                return json.loads(line[len("SUMMARY "):])
+    return None  # still running, or stopped before its end
+
+
+def row(s: dict) -> str:
+    stamp = s["stamp"]
+    started = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
+    fired = sum(s["fired"].values())
+    findings = ", ".join(f"{cls} {n} ({s['signatures'].get(cls, 0)})" for cls, n in sorted(s["violations"].items()))
+    return (f"| {started} | {s['seed']} | {s['cpu_seconds'] / 60:.0f} min | {s['cases']:,} | {fired:,} | "
+            f"{findings or 'none'} | {s['commit']} |")
+
+
+def main(paths: list[str]) -> None:
+    paths = paths or sorted(glob.glob(os.path.join(HERE, "logs", "oracle-*.log")))
+    print("| started (UTC) | seed | CPU time | cases | markers fired | findings: occurrences (signatures) "
+          "| tensorplay |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    total = 0.0
+    for path in paths:
+        s = summary(path)
+        if s is None:
+            continue
+        total += s["cpu_seconds"]
+        print(row(s))
+    print(f"\nall oracle campaigns: {total / 60:.1f} CPU-minutes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

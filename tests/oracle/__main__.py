@@ -1,0 +1,4 @@
+"""``python -m oracle run|replay ...``: see campaign.py."""
+from .campaign import main
+
+main()
