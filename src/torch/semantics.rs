@@ -487,6 +487,13 @@ fn is_empty_iterable(arena: &Arena, node: &Node) -> bool {
         Node::List(items) => items.is_empty(),
         Node::Set(s) => s.items.is_empty() && s.inherited == 0,
         Node::Domain(Torch::Size(dims)) => dims.is_empty(),
+        // A fresh empty tensor (`torch.Tensor()`, `nn.Parameter()`) has one
+        // dimension of size 0: iterating it yields nothing.
+        Node::Domain(Torch::Tensor(t)) => match &arena.tensor(*t).kind {
+            TensorKind::Empty { .. } => true,
+            TensorKind::Parameter { data, .. } => is_empty_iterable(arena, arena.get(*data)),
+            _ => false,
+        },
         Node::Dict(_, d) => {
             let d = arena.dict(*d);
             d.items.is_empty() && d.inherited() == 0
