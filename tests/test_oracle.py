@@ -35,31 +35,8 @@ CI_SEED = 20261206
 
 # (class, generator, variant pattern): why the scanner disagrees with the readers today.
 KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
-    ("scan-clean", "tar", "unknown type byte*"):
-        "tarfile reads a member with an unknown type byte as a regular file; the scanner skips it",
-    ("scan-clean", "tar", "data hidden behind a folder header*"):
-        "tarfile does not skip the data a folder header claims: the next header is there; the scanner skips it",
-    ("scan-clean", "tar", "data hidden behind a link header*"):
-        "tarfile does not skip the data a link header claims: the next header is there; the scanner skips it",
-    ("scan-clean", "zip", "no PROTO, member not named .pkl"):
-        "a zip member not named .pkl is read only when it starts with PROTO: a protocol 0 or 1 pickle is passed over",
     ("false-positive", "compress", "benign 7z"):
         "the scanner does not read LZMA2, py7zr's default 7z coder: a benign archive is unreadable",
-    ("scan-clean", "numpy", "npy *"):
-        "numpy's header is a Python literal: 'object', 'O8', '<O', escapes and double quotes spell the object "
-        "dtype too; the scanner knows only some spellings",
-    ("false-positive", "numpy", "benign np[yz]*"):
-        "a structured dtype with a field named O is taken for an object array, and its bytes for a pickle",
-    ("scan-clean", "dcp", "a TensorDict .memmap leaf"):
-        ".metadata points a bytes item into a .memmap leaf, which the folder walk passes over",
-    ("scan-clean", "dcp", "a file under .git/"):
-        ".metadata points a bytes item into .git/, which the folder walk passes over",
-    ("scan-clean", "dcp", "inside another tensor's storage"):
-        ".metadata points a bytes item into a tensor's storage bytes, which a scan never reads",
-    ("scan-clean", "dcp", "outside the folder"):
-        ".metadata points a bytes item at ../outside.bin, outside the folder scanned",
-    ("scan-clean", "tensordict", "payload in a .memmap leaf"):
-        "the folder walk passes .memmap leaves over: a pickle there runs for any reader that unpickles the file",
 }
 
 
