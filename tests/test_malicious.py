@@ -42,7 +42,8 @@ START_TIMEOUT = 60.0
 EXTRA_GIB = 4.0
 ERRORS = ("UnsafeCheckpointError", "MalformedCheckpointError", "LimitExceededError", "UnsupportedCheckpointError")
 FAMILIES = ("code_execution", "scanner_evasion", "numpy", "legacy", "resource", "tensor_metadata",
-            "compressed_wrapper", "zip_confusion", "pickle_differential", "nested_payload", "gadget", "dcp")
+            "compressed_wrapper", "zip_confusion", "pickle_differential", "nested_payload", "gadget", "dcp",
+            "reader_model")
 EXIT_CODES = {"unsafe": 1, "unreadable": 2}  # `tensorplay scan`'s exit code for one file of that verdict
 BIG_FILES = {"zipbomb_record_past_declared.pt"}  # a DEFLATE bomb needs ~64 KiB to inflate to 64 MiB
 
@@ -296,7 +297,8 @@ def test_manifest_describes_a_complete_corpus():
     assert {e["family"] for e in MANIFEST} == set(FAMILIES)
     assert sorted(p.name for p in FILES.iterdir()) == sorted(names), "files/ and the manifest differ"
     for e in MANIFEST:
-        assert set(e) == {"file", "family", "description", "load_error", "scan_verdict", "dangerous_globals"}, e
+        assert set(e) - {"readers"} == {"file", "family", "description", "load_error", "scan_verdict",
+                                        "dangerous_globals"}, e
         assert e["load_error"] in ERRORS, e
         assert issubclass(getattr(tensorplay, e["load_error"]), __import__("pickle").UnpicklingError)
         data = (FILES / e["file"]).read_bytes()
@@ -427,3 +429,23 @@ def test_a_folder_of_links_is_scanned_like_the_files(entry, scan_of_linked_folde
     assert report["verdict"] == entry["scan_verdict"], report
     dangerous = {g["name"] for g in report["globals"] if g["dangerous"]}
     assert set(entry["dangerous_globals"]) <= dangerous, report["globals"]
+
+
+# Files whose manifest names the real readers that run their payload (the oracle
+# harness's, tests/oracle/readers.py): each reader, run on the file in the
+# harness's sandbox, must create the marker, or the case proves nothing.
+PROVEN = [e for e in MANIFEST if e.get("readers")]
+
+
+@pytest.fixture(scope="module")
+def oracle_sandbox():
+    from oracle.sandbox import Sandbox
+
+    with Sandbox(timeout=30.0) as box:
+        yield box
+
+
+@pytest.mark.parametrize("entry", PROVEN, ids=[e["file"] for e in PROVEN])
+def test_the_readers_a_file_names_run_its_payload(entry, oracle_sandbox):
+    outcomes = oracle_sandbox.run(str(FILES / entry["file"]), False, entry["readers"])
+    assert {name: o.fired for name, o in outcomes.items()} == {name: True for name in entry["readers"]}, outcomes

@@ -635,21 +635,27 @@ class Corpus:
         self.files: dict[str, bytes] = {}
         self.manifest: list[dict] = []
 
-    def add(self, file, family, description, load_error, data, dangerous=(), *, unsafe=None, wellformed=None):
+    def add(self, file, family, description, load_error, data, dangerous=(), *, unsafe=None, wellformed=None,
+            readers=()):
+        """``readers``: the oracle harness's readers (tests/oracle/readers.py) that run the
+        file's payload; tests/test_malicious.py runs each on the file and wants the marker."""
         assert file not in self.files, file
         assert load_error in (UNSAFE, MALFORMED, LIMIT, UNSUPPORTED)
         if wellformed is not None:
             check_pickle(wellformed)
         verdict = "unsafe" if (dangerous or unsafe) else "unreadable"
         self.files[file] = data
-        self.manifest.append({
+        entry = {
             "file": file,
             "family": family,
             "description": description,
             "load_error": load_error,
             "scan_verdict": verdict,
             "dangerous_globals": list(dangerous),
-        })
+        }
+        if readers:
+            entry["readers"] = list(readers)
+        self.manifest.append(entry)
 
 
 def code_execution(c: Corpus) -> None:
@@ -1948,6 +1954,80 @@ def _torch_tensor_cases(c: Corpus) -> None:
         edited(records, {"data.pkl": plain}))
 
 
+def raw_tar_header(name: bytes, size: int, kind: bytes, magic: bool = True) -> bytes:
+    """A tar header block as tarfile reads it, of any type byte; without the ustar
+    magic it is a V7 header. The checksum is summed last."""
+    block = bytearray(512)
+    block[0:len(name)] = name
+    block[100:108] = b"0000644\0"
+    block[108:116] = block[116:124] = b"0000000\0"
+    block[124:136] = b"%011o\0" % size
+    block[136:148] = b"00000000000\0"
+    block[156:157] = kind
+    if magic:
+        block[257:265] = b"ustar\x0000"
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def tar_member(name: bytes, data: bytes, kind: bytes = b"0", magic: bool = True) -> bytes:
+    return raw_tar_header(name, len(data), kind, magic) + data + b"\0" * (-len(data) % 512)
+
+
+def reader_model_family(c: Corpus) -> None:
+    """Classes the oracle harness (tests/oracle/) found, where the scanner read a
+    format differently from the reader that runs it, or passed bytes over by name:
+    each file's payload is run by the readers it names (checked in CI)."""
+    fam = "reader_model"
+    payload = b"cposix\nsystem\n(" + text_string(TOUCH) + b"tR."
+    end = b"\0" * 1024
+
+    def add(file, description, load_error, data, dangerous, readers):
+        c.add(file, fam, description, load_error, data, dangerous, readers=readers)
+
+    add("tar_unknown_type_member.tar",
+        "a tar member of type 'Z', which tarfile does not know and so hands out as a regular file "
+        "(a scanner that reads types 0 and NUL only passed it over)",
+        UNSUPPORTED, tar_member(b"model.pkl", payload, b"Z") + end, ["posix.system"], ["tarfile+pickle"])
+    folder = raw_tar_header(b"weights/", 512 + 512, b"5")
+    add("tar_member_behind_folder_header.tar",
+        "a folder header whose size field claims the next 1024 bytes: tarfile skips no data of a folder, "
+        "so it reads the member header that follows (a scanner that skipped size bytes never saw it)",
+        UNSUPPORTED, folder + tar_member(b"model.pkl", payload) + end, ["posix.system"], ["tarfile+pickle"])
+    link = raw_tar_header(b"latest", 1024, b"2")
+    add("tar_member_behind_link_header.tar.gz",
+        "the same behind a symbolic link's header, gzipped: tarfile reads the member a link's size "
+        "field claims to cover",
+        MALFORMED, gzipped(link + tar_member(b"model.pkl", payload) + end), ["posix.system"], ["tarfile+pickle"])
+    add("tar_v7_no_magic.tar",
+        "a V7 tar header (no ustar magic at byte 257), which tarfile opens as it opens any other",
+        UNSUPPORTED, tar_member(b"model.pkl", payload, b"0", magic=False) + end, ["posix.system"],
+        ["tarfile+pickle", "pandas.read_pickle[x.tar]"])
+    for file, descr, what in (
+            ("npy_object_dtype_less_than_O.npy", "'<O'", "a byte order before O"),
+            ("npy_object_dtype_word.npy", "'object'", "the type's name"),
+            ("npy_object_dtype_O8.npy", "'O8'", "a size after O"),
+            ("npy_object_dtype_escaped.npy", "'\\x4f'", "an escape inside the Python literal"),
+            ("npy_object_dtype_concatenated.npy", "'|' 'O'", "two literals Python concatenates"),
+            ("npy_object_field_nested.npy", "[('a', [('b', 'O')])]", "a nested structured field")):
+        header = f"{{'descr': {descr}, 'fortran_order': False, 'shape': (1,), }}".encode("latin1")
+        header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+        data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + MALICIOUS_PKL
+        add(file, f"an .npy whose object dtype is spelt {descr} ({what}): numpy.load(allow_pickle=True) "
+            "unpickles the rest of the file", MALFORMED, data, ["os.system"], ["numpy.load"])
+    add("zip_member_without_proto.zip",
+        "a zip's one member, named as pandas names it (no .pkl), a protocol 0 pickle (no PROTO): pandas "
+        "reads a zip's single member whatever its name",
+        MALFORMED, zip_archive([Entry("weights", payload, align=False)]), ["posix.system"],
+        ["pandas.read_pickle[x.zip]", "zipfile+pickle"])
+    add("zip_member_name_with_nul.zip",
+        "a member named 'model.pkl\\0.txt': CPython's zipfile cuts a name at its first NUL, so a "
+        "program asking for model.pkl unpickles it",
+        MALFORMED, zip_archive([Entry("model.pkl\0.txt", payload, align=False)]), ["posix.system"],
+        ["pandas.read_pickle[x.zip]", "zipfile+pickle"])
+
+
 def build() -> Corpus:
     c = Corpus()
     code_execution(c)
@@ -1963,6 +2043,7 @@ def build() -> Corpus:
     gadget_family(c)
     dcp_family(c)
     torch_tensor_family(c)
+    reader_model_family(c)
     return c
 
 
