@@ -36,7 +36,8 @@ bpe.train_from_iterator(["hello world, a tiny corpus for a tiny tokenizer"] * 20
                         tokenizers.trainers.BpeTrainer(vocab_size=96, special_tokens=["<unk>"]))
 fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>")
 fast.save_pretrained(root / "hf")
-torch.save(transformers.TrainingArguments(output_dir=str(root / "run"), report_to=[]), root / "hf" / "training_args.bin")
+arguments = transformers.TrainingArguments(output_dir=str(root / "run"), report_to=[])
+torch.save(arguments, root / "hf" / "training_args.bin")
 
 # sentencepiece, trained here.
 import sentencepiece as spm
