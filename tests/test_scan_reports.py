@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TORCH_FIXTURES
+from conftest import TESTS, TORCH_FIXTURES
+from tensorplay import _core
 
 sarif_pydantic = pytest.importorskip("sarif_pydantic")
 
@@ -142,3 +143,18 @@ def test_json_is_an_alias_and_the_output_file_replaces_the_old_one(folder, tmp_p
     missing = tmp_path / "no" / "such" / "folder" / "r.json"
     result = _scan("--json", "-o", str(missing), str(folder / "clean.pt"))
     assert result.returncode == 2 and "cannot write" in result.stderr
+
+
+def test_the_readers_the_scan_models_are_listed_in_the_readme_and_the_json_summary(tmp_path):
+    """One list (src/scan/readers.rs): the README's table and every JSON summary are it."""
+    readme = (TESTS.parent / "README.md").read_text()
+    models = _core.reader_models()
+    assert {name for name, *_ in models} >= {"pickle", "torch.load", "zipfile", "tarfile", "compression", "7z",
+                                             "numpy", "joblib", "pandas", "dcp", "sharded", "tensordict"}
+    for name, reader, version, reads in models:
+        assert f"| `{name}` | {reader} | {version} | {reads} |" in readme, name
+    (tmp_path / "x.pkl").write_bytes(b"\x80\x02N.")
+    result = subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--json", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    listed = json.loads(result.stdout)["summary"]["readers"]
+    assert [(r["name"], r["reader"], r["version"], r["reads"]) for r in listed] == [tuple(m) for m in models]
