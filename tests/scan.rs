@@ -1243,3 +1243,80 @@ fn a_tar_whose_first_member_name_is_a_pickle_is_read_as_both() {
         "the file itself, not a member"
     );
 }
+
+#[test]
+fn spans_are_scanned_as_files_of_their_own_under_their_labels() {
+    use tensorplay::archive::streams::Compression;
+    use tensorplay::scan::{scan_spans, Span};
+
+    let benign = b"\x80\x02]q\x00.";
+    let mut data = b"# a model card\n".to_vec();
+    let at = data.len() as u64;
+    data.extend_from_slice(OS_SYSTEM);
+    data.extend_from_slice(benign);
+    let span = |offset: u64, length: u64, label: &str| Span {
+        offset,
+        length,
+        transforms: Vec::new(),
+        label: label.to_owned(),
+    };
+    let spans = [
+        span(at, OS_SYSTEM.len() as u64, "bytes item 'x'"),
+        span(
+            at + OS_SYSTEM.len() as u64,
+            benign.len() as u64,
+            "bytes item 'y'",
+        ),
+        span(data.len() as u64 - 2, 10, "bytes item 'z'"),
+    ];
+    for threads in [1, 4] {
+        let r = scan_spans(&data, &spans, &ScanOptions::default(), threads);
+        assert_eq!(r.format.name(), "items");
+        assert_eq!(names(&r), ["os.system"]);
+        assert_eq!(r.findings[0].location, "bytes item 'x'");
+        assert_eq!(r.findings[0].offset, 2, "offsets are the span's own");
+        let problems: Vec<_> = r
+            .problems
+            .iter()
+            .map(|p| (p.kind, p.location.as_str()))
+            .collect();
+        assert_eq!(problems, [("pointer_out_of_range", "bytes item 'z'")]);
+        assert_eq!(r.verdict(), Verdict::Unsafe);
+    }
+    // Behind a transform the span's bytes are what undoing it gives; a transform
+    // that does not undo is a problem of the span.
+    // A zlib stream of one stored DEFLATE block.
+    let zlib = {
+        let mut stored = vec![0x78, 0x01];
+        stored.push(0x01);
+        let len = OS_SYSTEM.len() as u16;
+        stored.extend_from_slice(&len.to_le_bytes());
+        stored.extend_from_slice(&(!len).to_le_bytes());
+        stored.extend_from_slice(OS_SYSTEM);
+        let adler = {
+            let (mut a, mut b) = (1u32, 0u32);
+            for byte in OS_SYSTEM {
+                a = (a + u32::from(*byte)) % 65521;
+                b = (b + a) % 65521;
+            }
+            (b << 16) | a
+        };
+        stored.extend_from_slice(&adler.to_be_bytes());
+        stored
+    };
+    let spans = [
+        Span {
+            transforms: vec![Compression::Zlib],
+            ..span(0, zlib.len() as u64, "a")
+        },
+        Span {
+            transforms: vec![Compression::Zstd],
+            ..span(0, zlib.len() as u64, "b")
+        },
+    ];
+    let r = scan_spans(&zlib, &spans, &ScanOptions::default(), 1);
+    assert_eq!(names(&r), ["os.system"]);
+    assert_eq!(r.findings[0].location, "a");
+    assert_eq!(r.problems.len(), 1);
+    assert_eq!(r.problems[0].location, "b");
+}
