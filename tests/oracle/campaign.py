@@ -1,6 +1,6 @@
 """The campaign runner: ``python -m oracle run --cpu-seconds N [--seed S]
 [--generators a,b] [--mutate P] [--minimize]`` (from tests/), nice'd, logged to
-``fuzz/logs/oracle-<stamp>.log``; ``python -m oracle replay FINDING_FOLDER``
+``fuzz/logs/oracle-<stamp>-seed<seed>.log``; ``python -m oracle replay FINDING_FOLDER``
 runs a saved finding again and prints what each job did."""
 from __future__ import annotations
 
@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     os.nice(19)
     os.makedirs(LOGS, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    log_path = args.log or os.path.join(LOGS, f"oracle-{stamp}.log")
+    # The seed in the name: campaigns started in the same second on other seeds
+    # must not write one file.
+    log_path = args.log or os.path.join(LOGS, f"oracle-{stamp}-seed{args.seed}.log")
     log = open(log_path, "w", buffering=1)
 
     def say(line: str) -> None:
