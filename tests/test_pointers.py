@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import pathlib
 import pickle
 import shutil
@@ -244,3 +245,20 @@ def test_a_tensordict_key_that_leaves_its_folder_is_unsafe(tmp_path):
     unsafe = [r for r in reports if r.verdict == "unsafe"]
     assert [f.name for r in unsafe for f in r.findings] == ["<a file outside the folder: ../../elsewhere>"]
     assert unsafe[0].reached_from.reader == "TensorDict.load_memmap: a sub-level's folder"
+
+
+def test_pointers_a_loader_cannot_follow_never_break_the_scan(tmp_path):
+    """A scan never raises: shard names that are no text or hold a NUL byte, a JSON
+    document nested past the recursion limit, file names that are not UTF-8."""
+    import json
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "model.index.json").write_text(json.dumps({"weight_map": {"a": ["x"], "b": "x\u0000.bin", "c": 5}}))
+    (folder / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / os.fsdecode(b"w\xff.memmap")).write_bytes(b"\0" * 8)
+    (folder / os.fsdecode(b"\xfe.metadata")).write_bytes(b"\0")
+    reports = scanner.scan_paths([folder])
+    assert {os.path.basename(r.path) for r in reports} >= {"model.index.json", "meta.json"}
+    index = next(r for r in reports if r.path.endswith("model.index.json"))
+    assert index.verdict == "unreadable"

@@ -55,8 +55,11 @@ def kind_of(path: str) -> str | None:
     (``*.index.json``), ``"tensordict"`` (``meta.json``), or None. (What a pointer
     reaches is then read whatever its own name.)"""
     name = os.path.basename(path)
-    if _core.allowed_in_file(name):
-        return "dcp"
+    try:
+        if _core.allowed_in_file(name):
+            return "dcp"
+    except UnicodeEncodeError:
+        return None  # bytes that are not UTF-8: none of these names
     if name.endswith(INDEX_SUFFIX):
         return "shard_index"
     if name == "meta.json":
@@ -77,6 +80,30 @@ def _inside(folder: str, name: str) -> str | None:
     return joined if joined == base or joined.startswith(base.rstrip(os.sep) + os.sep) else None
 
 
+def _unopenable(name: str) -> str | None:
+    """Why no loader opens a file of this name (``open`` refuses a NUL byte), else None."""
+    return f"names {name!r}, which no loader can open (a NUL byte)" if "\0" in name else None
+
+
+def _json(path: str) -> object | None:
+    """The JSON document at ``path`` as a loader reads it, or None when it cannot be
+    read as one (its own scan says why): bounded by ``max_pickle_bytes``, as tensorplay's
+    readers bound a ``meta.json``, and by Python's recursion limit."""
+    import json
+
+    from . import _limits
+
+    most = _limits.default_limits()["max_pickle_bytes"]
+    try:
+        with open(path, "rb") as f:
+            data = f.read(most + 1)
+        if len(data) > most:
+            return None
+        return json.loads(data)
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
 def _dcp(path: str) -> list[Reading]:
     from . import dcp
 
@@ -95,15 +122,19 @@ def _dcp(path: str) -> list[Reading]:
     for index, info in items.items():
         fqn = getattr(index, "fqn", index)
         # An item the metadata does not describe is read as bytes: the stricter reading.
-        is_tensor = type(kinds.get(fqn)).__name__ == "TensorStorageMetadata"
+        described = kinds.get(fqn) if isinstance(fqn, str) else None
+        is_tensor = type(described).__name__ == "TensorStorageMetadata"
         pointer = Pointer(path, str(fqn), DCP_TENSOR if is_tensor else DCP_BYTES)
         relative = getattr(info, "relative_path", None)
         offset, length = getattr(info, "offset", None), getattr(info, "length", None)
-        if not isinstance(relative, (str, os.PathLike)) or not _is_size(offset) or not _is_size(length):
+        if isinstance(relative, os.PathLike):
+            relative = os.fspath(relative)
+        why = None
+        if not isinstance(relative, str) or not _is_size(offset) or not _is_size(length):
             why = f"names no file span: relative_path={relative!r} offset={offset!r} length={length!r}"
+        if why or (why := _unopenable(relative)):
             readings.append(Reading(path, pointer, None, None, ("dcp_metadata", why)))
             continue
-        relative = os.fspath(relative)
         target = _inside(folder, relative)
         if target is None:
             readings.append(Reading(os.path.join(folder, relative), pointer, None, relative, None))
@@ -125,22 +156,19 @@ def _is_size(value: object) -> bool:
 
 
 def _shards(path: str) -> list[Reading]:
-    import json
-
     folder = os.path.dirname(path) or "."
-    try:
-        with open(path, "rb") as f:
-            document = json.load(f)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return []  # not an index after all: JSON with the word, or unreadable (its own scan says)
+    # An index that is no JSON object with a weight_map is reported by its own scan.
+    document = _json(path)
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not isinstance(weight_map, dict):
         return []
     readings = []
-    for shard in dict.fromkeys(weight_map.values()):
-        pointer = Pointer(path, shard if isinstance(shard, str) else repr(shard), SHARD)
-        if not isinstance(shard, str) or not shard:
-            readings.append(Reading(path, pointer, None, None, ("shard_index", f"a shard named {shard!r}")))
+    named = {(shard if isinstance(shard, str) else repr(shard)): shard for shard in weight_map.values()}
+    for name, shard in named.items():
+        pointer = Pointer(path, name, SHARD)
+        why = _unopenable(shard) if isinstance(shard, str) and shard else f"a shard named {shard!r}"
+        if why:
+            readings.append(Reading(path, pointer, None, None, ("shard_index", why)))
             continue
         target = _inside(folder, shard)
         if target is None:
@@ -151,14 +179,8 @@ def _shards(path: str) -> list[Reading]:
 
 
 def _tensordict_levels(path: str) -> list[Reading]:
-    import json
-
     folder = os.path.dirname(path) or "."
-    try:
-        with open(path, "rb") as f:
-            meta = json.load(f)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return []
+    meta = _json(path)
     if not isinstance(meta, dict):
         return []
     readings = []

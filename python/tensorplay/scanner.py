@@ -448,7 +448,7 @@ def _targets(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVE
                 if selection is not EVERYTHING and not selection.wants(os.path.relpath(full, p)):
                     pass_over(full, "left out by the include and exclude patterns")
                     continue
-                label = GIT_DATA if in_git else TENSORDICT_LEAF if _core.is_tensordict_leaf(name, names) else None
+                label = GIT_DATA if in_git else TENSORDICT_LEAF if _is_leaf(name, names) else None
                 try:
                     mode = os.stat(full).st_mode
                 except OSError as e:
@@ -464,6 +464,15 @@ def _targets(paths: Iterable[str | os.PathLike[str]], selection: Selection = EVE
         while failures:
             e = failures.pop()
             yield e.filename or p, _io_problem(e), None
+
+
+def _is_leaf(name: str, names: set[str]) -> bool:
+    """A TensorDict leaf, by the core's rule; a name that is no text (bytes that
+    are not UTF-8, which tensordict never writes) is none."""
+    try:
+        return _core.is_tensordict_leaf(name, names)
+    except UnicodeEncodeError:
+        return False
 
 
 def _scan_target(path: str, problem: Problem | None, label: str | None, allow: list[str], pickles_only: bool,
