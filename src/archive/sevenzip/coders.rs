@@ -1,12 +1,13 @@
-//! The coders of a 7z folder: which methods are decoded, and the decoding of a
-//! folder into its unpack size.
+//! The coders of a 7z folder: which chains of them are decoded (a decompressor,
+//! then filters), and the decoding of a folder into its unpack size.
 
 use std::io::{self, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::archive::sevenzip::filters::Filter;
 use crate::archive::sevenzip::header::{Coder, Folder, Pack};
 use crate::archive::sevenzip::Budget;
-use crate::archive::streams::{inflate_into, Capped, StreamError};
+use crate::archive::streams::{inflate_into, unzstd_into, Capped, StreamError};
 use crate::error::{Error, Location};
 
 /// A method's name, for messages.
@@ -42,54 +43,168 @@ fn describe(coder: &Coder) -> String {
     format!("{} (id {hex})", method_name(&coder.id))
 }
 
-/// The methods decoded here.
-#[derive(Clone, Copy)]
-pub(super) enum Method {
+/// The decompressors decoded here: the first coder of a folder's chain, the one
+/// its packed stream feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoder {
     Copy,
     Lzma,
     Lzma2,
     Bzip2,
     Deflate,
+    Zstd,
 }
 
-/// The method of a folder this reader can decode, or why it cannot.
-pub(super) fn supported(folder: &Folder) -> Result<Method, String> {
-    let coder = match folder.coders.as_slice() {
-        [coder] if coder.ins == 1 && coder.outs == 1 => coder,
-        coders => {
-            let chain: Vec<String> = coders.iter().map(describe).collect();
+fn decoder(coder: &Coder) -> Option<Decoder> {
+    Some(match coder.id.as_slice() {
+        [0x00] => Decoder::Copy,
+        [0x03, 0x01, 0x01] => Decoder::Lzma,
+        [0x21] => Decoder::Lzma2,
+        [0x04, 0x02, 0x02] => Decoder::Bzip2,
+        [0x04, 0x01, 0x08] => Decoder::Deflate,
+        [0x04, 0xF7, 0x11, 0x01] => Decoder::Zstd,
+        _ => return None,
+    })
+}
+
+/// The filter a coder applies, `Ok(None)` for a method that is none, or why
+/// its properties are not read: a branch filter has none (liblzma's start
+/// offset is not modelled), Delta one byte, its distance less one.
+fn filter(coder: &Coder) -> Result<Option<Filter>, String> {
+    let filter = match coder.id.as_slice() {
+        [0x04] | [0x03, 0x03, 0x01, 0x03] => Filter::X86,
+        [0x05] | [0x03, 0x03, 0x02, 0x05] => Filter::PowerPc,
+        [0x06] | [0x03, 0x03, 0x04, 0x01] => Filter::Ia64,
+        [0x07] | [0x03, 0x03, 0x05, 0x01] => Filter::Arm,
+        [0x08] | [0x03, 0x03, 0x07, 0x01] => Filter::ArmThumb,
+        [0x09] | [0x03, 0x03, 0x08, 0x05] => Filter::Sparc,
+        [0x03] => {
+            return match coder.props.as_slice() {
+                [d] => Ok(Some(Filter::Delta {
+                    distance: usize::from(*d) + 1,
+                })),
+                other => Err(format!(
+                    "the 7z method {} with {} bytes of properties (1 expected)",
+                    describe(coder),
+                    other.len()
+                )),
+            }
+        }
+        _ => return Ok(None),
+    };
+    if !coder.props.is_empty() {
+        return Err(format!(
+            "the 7z method {} with {} bytes of properties (a start offset; none expected)",
+            describe(coder),
+            coder.props.len()
+        ));
+    }
+    Ok(Some(filter))
+}
+
+/// The most coders a chain may have: py7zr writes and reads at most four, and
+/// 7-Zip's C decoder (7zDec.c) no more.
+const MAX_CHAIN: usize = 4;
+
+/// How a folder this reader decodes is coded: a decompressor, then the filters
+/// its output goes through, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Chain {
+    decoder: Decoder,
+    filters: Vec<Filter>,
+}
+
+/// The chain of a folder this reader can decode, or why it cannot: coder 0
+/// reads the packed stream, coder `i` reads the output of coder `i - 1` (bind
+/// pair input `i`, output `i - 1`), and the last coder's output is the folder's,
+/// as py7zr writes every folder (and as 7-Zip's C decoder requires); each coder
+/// has one input and one output, the first is a decompressor and the others are
+/// filters. Any other layout is refused, naming the coders.
+pub(super) fn supported(folder: &Folder) -> Result<Chain, String> {
+    let coders = folder.coders.as_slice();
+    let n = coders.len();
+    let listing = || {
+        let names: Vec<String> = coders.iter().map(describe).collect();
+        format!("a folder of {n} coders ({})", names.join(", "))
+    };
+    if n > MAX_CHAIN {
+        return Err(format!("{}: at most {MAX_CHAIN} are read", listing()));
+    }
+    let mut filters = Vec::with_capacity(n.saturating_sub(1));
+    let mut first = None;
+    for (i, coder) in coders.iter().enumerate() {
+        let filter = filter(coder)?;
+        let known = decoder(coder).is_some() || filter.is_some();
+        if !known {
+            let place = if n > 1 {
+                format!(" in {}", listing())
+            } else {
+                String::new()
+            };
+            return Err(format!("the 7z method {}{place}", describe(coder)));
+        }
+        if coder.ins != 1 || coder.outs != 1 {
             return Err(format!(
-                "a folder of {} coders ({}): only one coder of Copy, LZMA, LZMA2, BZip2 or \
-                 Deflate is supported",
-                coders.len(),
-                chain.join(", ")
+                "{}: coder {i} has {} inputs and {} outputs (one of each expected)",
+                listing(),
+                coder.ins,
+                coder.outs
             ));
         }
+        match (i, decoder(coder), filter) {
+            (0, Some(d), _) => first = Some(d),
+            (1.., None, Some(f)) => filters.push(f),
+            _ => {
+                return Err(format!(
+                    "{}: only a decompressor (Copy, LZMA, LZMA2, BZip2, Deflate, Zstandard) \
+                     followed by filters (BCJ x86, ARM, ARM Thumb, PowerPC, SPARC, IA64, \
+                     Delta) is read",
+                    listing()
+                ))
+            }
+        }
+    }
+    let Some(decoder) = first else {
+        return Err("a folder of no coders".to_owned());
     };
-    let method = match coder.id.as_slice() {
-        [0x00] => Method::Copy,
-        [0x03, 0x01, 0x01] => Method::Lzma,
-        [0x21] => Method::Lzma2,
-        [0x04, 0x02, 0x02] => Method::Bzip2,
-        [0x04, 0x01, 0x08] => Method::Deflate,
-        _ => return Err(format!("the 7z method {}", describe(coder))),
-    };
-    Ok(method)
+    let chained = folder.packed_inputs == [0]
+        && folder.binds.len() == n - 1
+        && (1..n as u64).all(|i| (folder.binds.iter()).any(|b| b.input == i && b.output == i - 1));
+    if !chained {
+        let binds: Vec<String> = (folder.binds.iter())
+            .map(|b| format!("input {} from output {}", b.input, b.output))
+            .collect();
+        return Err(format!(
+            "{} bound otherwise than in a chain (bind pairs: {}; packed streams into inputs \
+             {:?}): only the packed stream into coder 0 and each coder's output into the next \
+             coder is read",
+            listing(),
+            if binds.is_empty() {
+                "none".to_owned()
+            } else {
+                binds.join(", ")
+            },
+            folder.packed_inputs
+        ));
+    }
+    Ok(Chain { decoder, filters })
 }
 
 pub(super) fn folder_error(why: String, index: usize) -> Error {
     Error::unsupported(format!("7z folder {index}: {why}"), Location::default())
 }
 
-/// Decode one folder (of one supported coder) into a new buffer of exactly its
-/// unpack size, charged against the budget first, and check its CRCs.
+/// Decode one folder (of a supported chain) into a new buffer of exactly its
+/// unpack size, charged against the budget first, and check its CRCs. The
+/// decompressor writes into the buffer, which never grows past that size, and
+/// the filters rewrite it in place.
 pub(super) fn decode_folder(
     data: &[u8],
     packs: &[Pack],
     folder: &Folder,
     budget: &mut Budget,
 ) -> Result<Vec<u8>, Error> {
-    let method = supported(folder).map_err(|why| Error::unsupported(why, Location::default()))?;
+    let chain = supported(folder).map_err(|why| Error::unsupported(why, Location::default()))?;
     let pack = packs
         .get(folder.packs.clone())
         .and_then(|p| match p {
@@ -113,11 +228,18 @@ pub(super) fn decode_folder(
         }
     }
     let size = folder.unpack_size;
+    let fail = |reason: String| Error::archive(reason, at.clone());
+    // A filter keeps the length: every coder of the chain outputs the folder's size.
+    if let Some((i, other)) = (folder.unpack_sizes.iter().enumerate()).find(|(_, s)| **s != size) {
+        return Err(fail(format!(
+            "coder {i} of the folder outputs {other} bytes, the folder {size}: the filters of \
+             a chain keep the length"
+        )));
+    }
     budget.take(size, || at.clone())?;
     let mut out = Capped::new(size);
-    let fail = |reason: String| Error::archive(reason, at.clone());
-    let decoded = catch_unwind(AssertUnwindSafe(|| match method {
-        Method::Copy => {
+    let decoded = catch_unwind(AssertUnwindSafe(|| match chain.decoder {
+        Decoder::Copy => {
             if packed.len() as u64 != size {
                 return Err(format!(
                     "a stored (Copy) stream of {} bytes cannot hold {size} bytes",
@@ -126,14 +248,11 @@ pub(super) fn decode_folder(
             }
             out.write_all(packed).map_err(|e| e.to_string())
         }
-        Method::Lzma => unlzma(packed, &folder.coders, size, &mut out),
-        Method::Lzma2 => unlzma2(packed, &folder.coders, size, &mut out),
-        Method::Bzip2 => bunzip(packed, &mut out),
-        Method::Deflate => {
-            let used = inflate_into(packed, &mut out).map_err(|e| match e {
-                StreamError::TooLarge(_) => too_large(size),
-                StreamError::Corrupt(why) => why,
-            })?;
+        Decoder::Lzma => unlzma(packed, &folder.coders, size, &mut out),
+        Decoder::Lzma2 => unlzma2(packed, &folder.coders, size, &mut out),
+        Decoder::Bzip2 => bunzip(packed, &mut out),
+        Decoder::Deflate => {
+            let used = inflate_into(packed, &mut out).map_err(|e| stream_error(e, size))?;
             if used != packed.len() {
                 return Err(format!(
                     "{} bytes follow the deflate stream",
@@ -142,18 +261,22 @@ pub(super) fn decode_folder(
             }
             Ok(())
         }
+        Decoder::Zstd => unzstd(packed, &folder.coders, size, &mut out),
     }));
     match decoded {
         Ok(Ok(())) => {}
         Ok(Err(reason)) => return Err(fail(reason)),
         Err(_) => return Err(fail("the decoder failed on a corrupt stream".into())),
     }
-    let output = out.into_inner();
+    let mut output = out.into_inner();
     if output.len() as u64 != size {
         return Err(fail(format!(
             "the folder decodes to {} bytes, but its unpack size is {size}",
             output.len()
         )));
+    }
+    for filter in &chain.filters {
+        filter.decode(&mut output);
     }
     if let Some(expected) = folder.crc {
         let actual = crc32fast::hash(&output);
@@ -164,6 +287,13 @@ pub(super) fn decode_folder(
         }
     }
     Ok(output)
+}
+
+fn stream_error(e: StreamError, size: u64) -> String {
+    match e {
+        StreamError::TooLarge(_) => too_large(size),
+        StreamError::Corrupt(why) => why,
+    }
 }
 
 fn too_large(size: u64) -> String {
@@ -302,6 +432,20 @@ fn bunzip(packed: &[u8], out: &mut Capped) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Zstandard (the 7-Zip fork's method, which py7zr writes): three or five
+/// property bytes (the zstd version and level that wrote it, which the frames
+/// do not need), then frames, decoded as a `.zst` file is.
+fn unzstd(packed: &[u8], coders: &[Coder], size: u64, out: &mut Capped) -> Result<(), String> {
+    let props = props(coders);
+    if !matches!(props.len(), 3 | 5) {
+        return Err(format!(
+            "Zstandard properties of {} bytes (3 or 5 expected)",
+            props.len()
+        ));
+    }
+    unzstd_into(packed, out).map_err(|e| stream_error(e, size))
 }
 
 #[cfg(test)]

@@ -46,12 +46,26 @@ pub(super) struct Coder {
 /// outputs, and the substreams (files) its main output holds.
 pub(super) struct Folder {
     pub(super) coders: Vec<Coder>,
+    /// Which coder output feeds which coder input: streams are numbered across
+    /// the coders, in their order.
+    pub(super) binds: Vec<Bind>,
+    /// The coder inputs the packed streams feed, in the order of `packs`.
+    pub(super) packed_inputs: Vec<u64>,
     /// The packed streams it reads, as indices into the archive's pack streams.
     pub(super) packs: std::ops::Range<usize>,
+    /// The size of every coder output, in order.
+    pub(super) unpack_sizes: Vec<u64>,
     /// The size of its main output (the one no bind pair consumes).
     pub(super) unpack_size: u64,
     pub(super) crc: Option<u32>,
     pub(super) substreams: Vec<Substream>,
+}
+
+/// A bind pair: coder output `output` feeds coder input `input`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Bind {
+    pub(super) input: u64,
+    pub(super) output: u64,
 }
 
 pub(super) struct Substream {
@@ -369,12 +383,16 @@ fn read_unpack_info(r: &mut Reader<'_>, budget: &mut Budget) -> Result<Vec<Folde
     }
     r.property(K_CODERS_UNPACK_SIZE, "the folders' unpack sizes")?;
     for (folder, (total_outs, main)) in folders.iter_mut().zip(outs) {
+        // At most MAX_FOLDER_STREAMS.
+        let mut sizes = budget.vec(total_outs as usize, r)?;
         for out in 0..total_outs {
             let size = r.number("an unpack size")?;
             if out == main {
                 folder.unpack_size = size;
             }
+            sizes.push(size);
         }
+        folder.unpack_sizes = sizes;
     }
     let mut id = r.byte("the folders' end")?;
     if id == K_CRC {
@@ -460,17 +478,16 @@ fn read_folder(
     let Some(bind_pairs) = total_outs.checked_sub(1) else {
         return Err(Error::archive("a folder whose coders have no output", at));
     };
-    let (mut bound_ins, mut bound_outs) = (Vec::new(), Vec::new());
+    let mut binds: Vec<Bind> = budget.vec(bind_pairs as usize, r)?;
     for _ in 0..bind_pairs {
         let input = r.index("a bind pair's input", total_ins)?;
         let output = r.index("a bind pair's output", total_outs)?;
-        if bound_ins.contains(&input) || bound_outs.contains(&output) {
+        if binds.iter().any(|b| b.input == input || b.output == output) {
             return Err(r.error("a coder stream bound twice"));
         }
-        bound_ins.push(input);
-        bound_outs.push(output);
+        binds.push(Bind { input, output });
     }
-    let Some(main) = (0..total_outs).find(|o| !bound_outs.contains(o)) else {
+    let Some(main) = (0..total_outs).find(|o| binds.iter().all(|b| b.output != *o)) else {
         return Err(Error::archive("every output of the folder is bound", at));
     };
     let Some(packed) = total_ins.checked_sub(bind_pairs).filter(|p| *p >= 1) else {
@@ -481,16 +498,25 @@ fn read_folder(
             at,
         ));
     };
+    // At most MAX_FOLDER_STREAMS.
+    let mut packed_inputs = budget.vec(packed as usize, r)?;
     if packed > 1 {
         for _ in 0..packed {
-            r.index("a packed stream's input", total_ins)?;
+            packed_inputs.push(r.index("a packed stream's input", total_ins)?);
         }
+    } else {
+        // The one input no bind pair feeds (there is one: bind_pairs < total_ins).
+        let unbound = (0..total_ins).find(|i| binds.iter().all(|b| b.input != *i));
+        packed_inputs.extend(unbound);
     }
     let first = *next_pack;
     *next_pack = first.saturating_add(packed as usize);
     let folder = Folder {
         coders,
+        binds,
+        packed_inputs,
         packs: first..*next_pack,
+        unpack_sizes: Vec::new(),
         unpack_size: 0,
         crc: None,
         substreams: Vec::new(),

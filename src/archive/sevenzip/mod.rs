@@ -12,13 +12,24 @@
 //! charged against one budget, `cap`: a hostile header ends in an error, never in
 //! an abort.
 //!
-//! Folders of one coder are decoded: Copy, LZMA, LZMA2, BZip2 and Deflate. Anything
-//! else (filter chains such as BCJ or Delta, multi-input coders, AES encryption,
-//! PPMd, unknown methods) is refused as unsupported, naming the methods, and the
-//! declared CRCs (pack streams, folders, substreams) are checked: a file whose
-//! listed data differs from what the decoder produces is malformed.
+//! A folder is decoded when its coders are a chain of at most four, as py7zr
+//! writes every folder (its default on x86 is LZMA2, then BCJ x86): a
+//! decompressor (Copy, LZMA, LZMA2, BZip2, Deflate or Zstandard) reading the
+//! folder's one packed stream, then filters (BCJ for x86, ARM, ARM Thumb,
+//! PowerPC, SPARC or IA-64, and Delta), each reading the output of the coder
+//! before it, as the folder's bind pairs must say (`coders`; the filters in
+//! `filters`). Anything else (another layout of the bind pairs, multi-stream
+//! coders such as BCJ2, AES encryption, PPMd, Brotli, unknown methods) is refused
+//! as unsupported, naming the coders, and the declared CRCs (pack streams,
+//! folders, substreams) are checked: a file whose listed data differs from what
+//! the chain produces is malformed.
+//!
+//! The parts: `reader` (the cursor over header bytes), `header` (the headers and
+//! their tables), `coders` (which chains are read, and decoding a folder),
+//! `filters` (the filters after a decompressor).
 
 mod coders;
+mod filters;
 mod header;
 mod reader;
 
