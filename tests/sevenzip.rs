@@ -1,7 +1,9 @@
 //! The 7z reader: archives written by py7zr (tests/fixtures/sevenzip/make.py)
-//! decode to their files, what is not supported is refused naming the method, and
-//! hostile headers (truncated, huge counts, sizes past the file or the cap, wrong
-//! CRCs, random damage) end in an error, never a panic or a large allocation.
+//! decode to their files, with every coder chain py7zr writes (a decompressor,
+//! then branch filters or Delta), what is not supported is refused naming the
+//! method or the layout, and hostile headers (truncated, huge counts, sizes past
+//! the file or the cap, wrong CRCs, random damage) end in an error, never a panic
+//! or a large allocation.
 
 use proptest::prelude::*;
 use tensorplay::archive::sevenzip::{self, Member};
@@ -15,6 +17,43 @@ const SMALL: &[u8] = b"0123456789";
 
 fn text() -> Vec<u8> {
     b"hello 7z\n".repeat(40)
+}
+
+/// make.py's `code`: 2048 bytes in which every branch filter finds instructions
+/// (of each 32 bytes, an IA-64 branch bundle, then an x86 CALL, an ARM BL, an ARM
+/// Thumb BL, a PowerPC bl or a SPARC call in turn).
+fn code() -> Vec<u8> {
+    const ALPHABET: [u8; 16] = [
+        0x00, 0xFF, 0xE8, 0xE9, 0xEB, 0xF0, 0xF8, 0xF7, 0x40, 0x7F, 0x48, 0x4B, 0x01, 0x05, 0x10,
+        0xC0,
+    ];
+    let mut x: u32 = 0x7A5EED;
+    let mut out: Vec<u8> = (0..2048)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if x & 0x100 != 0 {
+                ALPHABET[(x >> 28) as usize]
+            } else {
+                (x >> 20) as u8
+            }
+        })
+        .collect();
+    for (k, chunk) in out.chunks_exact_mut(32).enumerate() {
+        chunk[0] = (chunk[0] & 0xE0) | 0x10;
+        chunk[12] &= 0xF8;
+        chunk[15] = 0x50 | (chunk[15] & 0x0F);
+        let ins = &mut chunk[16..21];
+        match k % 5 {
+            0 => (ins[0], ins[4]) = (0xE8, 0x00),
+            1 => ins[3] = 0xEB,
+            2 => (ins[1], ins[3]) = (0xF0 | (ins[1] & 7), 0xF8 | (ins[3] & 7)),
+            3 => (ins[0], ins[3]) = (0x48 | (ins[0] & 3), (ins[3] & 0xFC) | 1),
+            _ => (ins[0], ins[1]) = (0x40, ins[1] & 0x3F),
+        }
+    }
+    out
 }
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -35,6 +74,18 @@ const ALL_FIXTURES: &[&str] = &[
     "aes_header.7z",
     "bcj.7z",
     "ppmd.7z",
+    "default.7z",
+    "zstd.7z",
+    "x86_zstd.7z",
+    "x86_copy.7z",
+    "arm_copy.7z",
+    "armt_copy.7z",
+    "ppc_copy.7z",
+    "sparc_copy.7z",
+    "ia64_lzma2.7z",
+    "delta_lzma.7z",
+    "x86_delta_lzma2.7z",
+    "ppmd_x86.7z",
 ];
 
 const CAP: u64 = 1 << 20;
@@ -157,12 +208,59 @@ fn the_callback_sees_every_member_and_can_stop_the_walk() {
 }
 
 #[test]
+fn every_filter_chain_py7zr_writes_decodes() {
+    let (code, text) = (code(), text());
+    let cases: &[(&str, Files)] = &[
+        ("bcj.7z", pairs(&[("data.pkl", PICKLE)])),
+        (
+            "default.7z",
+            pairs(&[("code.bin", &code), ("data.pkl", PICKLE)]),
+        ),
+        (
+            "zstd.7z",
+            pairs(&[("data.pkl", PICKLE), ("hello.txt", &text)]),
+        ),
+        ("x86_zstd.7z", pairs(&[("code.bin", &code)])),
+        (
+            "x86_copy.7z",
+            pairs(&[("code.bin", &code), ("data.pkl", PICKLE)]),
+        ),
+        ("arm_copy.7z", pairs(&[("code.bin", &code)])),
+        ("armt_copy.7z", pairs(&[("code.bin", &code)])),
+        ("ppc_copy.7z", pairs(&[("code.bin", &code)])),
+        ("sparc_copy.7z", pairs(&[("code.bin", &code)])),
+        ("ia64_lzma2.7z", pairs(&[("code.bin", &code)])),
+        ("delta_lzma.7z", pairs(&[("code.bin", &code)])),
+        (
+            "x86_delta_lzma2.7z",
+            pairs(&[("code.bin", &code), ("hello.txt", &text)]),
+        ),
+    ];
+    for (name, expected) in cases {
+        assert_eq!(&read(&fixture(name)).unwrap(), expected, "{name}");
+    }
+    // Stored under a filter, the member's bytes are not the file's: each filter
+    // converted instructions of `code` (the packed stream starts at byte 32).
+    for name in [
+        "x86_copy.7z",
+        "arm_copy.7z",
+        "armt_copy.7z",
+        "ppc_copy.7z",
+        "sparc_copy.7z",
+    ] {
+        let stored = &fixture(name)[32..32 + code.len()];
+        let changed = stored.iter().zip(&code).filter(|(a, b)| a != b).count();
+        assert!(changed >= 20, "{name}: {changed} bytes converted");
+    }
+}
+
+#[test]
 fn unsupported_methods_are_refused_by_name() {
     for (name, method) in [
         ("aes.7z", "7zAES"),
         ("aes_header.7z", "7zAES"),
-        ("bcj.7z", "BCJ (x86)"),
         ("ppmd.7z", "PPMd"),
+        ("ppmd_x86.7z", "PPMd"),
     ] {
         let (code, message) = kind_code(read(&fixture(name)));
         assert_eq!(code, "unsupported", "{name}: {message}");
@@ -539,6 +637,175 @@ fn a_declared_size_past_the_cap_is_a_limit_before_decoding() {
     assert_eq!(err.kind().code(), "malformed_archive", "{err}");
 }
 
+/// A plain header of one folder whose coders are `coders` (each as the folder
+/// record writes it: flags, id, stream counts, properties), then `links` (its
+/// bind pairs, input then output, and packed-stream indices if it lists any),
+/// reading the packed streams `packs` and listing `sizes` for the coders'
+/// outputs; one file, `a`, of the folder's main output.
+fn folder_archive(packs: &[&[u8]], coders: &[&[u8]], links: &[u64], sizes: &[u64]) -> Vec<u8> {
+    let mut header = vec![0x01, 0x04, 0x06];
+    header.extend(num(0));
+    header.extend(num(packs.len() as u64));
+    header.push(0x09);
+    for p in packs {
+        header.extend(num(p.len() as u64));
+    }
+    header.extend([0x00, 0x07, 0x0B, 0x01, 0x00]);
+    header.extend(num(coders.len() as u64));
+    for c in coders {
+        header.extend_from_slice(c);
+    }
+    for l in links {
+        header.extend(num(*l));
+    }
+    header.push(0x0C);
+    for s in sizes {
+        header.extend(num(*s));
+    }
+    header.extend([0x00, 0x00, 0x05, 0x01]);
+    header.extend(property(0x11, &cat(&[&[0], &utf16z("a")])));
+    header.extend([0x00, 0x00]);
+    archive(&packs.concat(), &header)
+}
+
+// Coder records: flags (id length, 0x10 stream counts follow, 0x20 properties
+// follow), id, then what the flags announce.
+const COPY: &[u8] = &[0x01, 0x00];
+const X86: &[u8] = &[0x04, 0x03, 0x03, 0x01, 0x03];
+const DELTA_1: &[u8] = &[0x21, 0x03, 0x01, 0x00];
+
+#[test]
+fn chains_decode_in_the_order_their_bind_pairs_give() {
+    // Copy, then x86: bind pair input 1 from output 0, the packed stream into input 0.
+    let data = folder_archive(
+        &[b"\xE8\x00\x01\x00\x00\x90"],
+        &[COPY, X86],
+        &[1, 0],
+        &[6, 6],
+    );
+    assert_eq!(
+        read(&data).unwrap(),
+        pairs(&[("a", b"\xE8\xFB\x00\x00\x00\x90")])
+    );
+    // Copy, then Delta (distance 1), then x86: each coder reads the one before;
+    // the bind pairs may come in any order.
+    let data = folder_archive(
+        &[b"\xE8\x00\x00\x01\x00\x00"],
+        &[COPY, DELTA_1, X86],
+        &[2, 1, 1, 0],
+        &[6, 6, 6],
+    );
+    // Delta gives E8 E8 E8 E9 E9 E9; x86 converts nothing in six bytes whose
+    // fourth following byte is no sign byte.
+    assert_eq!(
+        read(&data).unwrap(),
+        pairs(&[("a", b"\xE8\xE8\xE8\xE9\xE9\xE9")])
+    );
+}
+
+#[test]
+fn chains_laid_out_otherwise_are_refused_by_name() {
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "7-Zip's reverse order: x86's output into Copy",
+            folder_archive(&[b"abcdef"], &[COPY, X86], &[0, 1], &[6, 6]),
+            "bound otherwise than in a chain",
+        ),
+        (
+            "a coder's output into its own input",
+            folder_archive(&[b"abcdef"], &[COPY, X86], &[1, 1], &[6, 6]),
+            "bound otherwise than in a chain",
+        ),
+        (
+            "a filter first",
+            folder_archive(&[b"abcdef"], &[X86, COPY], &[1, 0], &[6, 6]),
+            "only a decompressor",
+        ),
+        (
+            "two decompressors",
+            folder_archive(&[b"abcdef"], &[COPY, COPY], &[1, 0], &[6, 6]),
+            "only a decompressor",
+        ),
+        (
+            "five coders",
+            folder_archive(
+                &[b"abcdef"],
+                &[COPY, DELTA_1, DELTA_1, DELTA_1, DELTA_1],
+                &[1, 0, 2, 1, 3, 2, 4, 3],
+                &[6, 6, 6, 6, 6],
+            ),
+            "at most 4",
+        ),
+        (
+            "a coder of two inputs",
+            folder_archive(
+                &[b"abc", b"def"],
+                &[&[0x11, 0x00, 0x02, 0x01], X86],
+                &[2, 0, 0, 1],
+                &[6, 6],
+            ),
+            "coder 0 has 2 inputs and 1 outputs",
+        ),
+        (
+            "a method no filter of py7zr's",
+            folder_archive(&[b"abcdef"], &[COPY, &[0x01, 0x0A]], &[1, 0], &[6, 6]),
+            "the 7z method BCJ (ARM64) (id 0A) in a folder of 2 coders (Copy (id 00)",
+        ),
+        (
+            "BCJ2, four inputs",
+            folder_archive(
+                &[b"a", b"b", b"c", b"d"],
+                &[&[0x14, 0x03, 0x03, 0x01, 0x1B, 0x04, 0x01]],
+                &[0, 1, 2, 3],
+                &[4],
+            ),
+            "the 7z method BCJ2 (id 0303011B)",
+        ),
+        (
+            "x86 with a start offset",
+            folder_archive(
+                &[b"abcdef"],
+                &[
+                    COPY,
+                    &[0x24, 0x03, 0x03, 0x01, 0x03, 0x04, 0x10, 0x00, 0x00, 0x00],
+                ],
+                &[1, 0],
+                &[6, 6],
+            ),
+            "BCJ (x86) (id 03030103) with 4 bytes of properties",
+        ),
+        (
+            "Delta without its distance",
+            folder_archive(&[b"abcdef"], &[COPY, &[0x01, 0x03]], &[1, 0], &[6, 6]),
+            "Delta (id 03) with 0 bytes of properties (1 expected)",
+        ),
+        (
+            "Zstandard without its properties",
+            folder_archive(&[b"abcdef"], &[&[0x04, 0x04, 0xF7, 0x11, 0x01]], &[], &[6]),
+            "Zstandard properties of 0 bytes",
+        ),
+    ];
+    for (what, data, says) in cases {
+        let (code, message) = kind_code(read(&data));
+        let expected = if says.starts_with("Zstandard") {
+            "malformed_archive"
+        } else {
+            "unsupported"
+        };
+        assert_eq!(code, expected, "{what}: {message}");
+        assert!(message.contains(says), "{what}: {message}");
+    }
+}
+
+#[test]
+fn a_filter_keeps_the_length() {
+    // Copy's output listed as 4 bytes, Delta's as 5.
+    let data = folder_archive(&[b"abcd"], &[COPY, DELTA_1], &[1, 0], &[4, 5]);
+    let (code, message) = kind_code(read(&data));
+    assert_eq!(code, "malformed_archive", "{message}");
+    assert!(message.contains("keep the length"), "{message}");
+}
+
 /// One LZMA2 folder of the packed bytes `chunks` declaring `size` bytes, holding one file.
 fn lzma2_archive(chunks: &[u8], size: u64) -> Vec<u8> {
     with_header(
@@ -713,7 +980,12 @@ fn header_span(data: &[u8]) -> std::ops::Range<usize> {
 
 #[test]
 fn every_single_byte_change_of_a_plain_header_is_handled() {
-    for name in ["copy.7z", "solid_plain_header.7z", "only_empty.7z"] {
+    for name in [
+        "copy.7z",
+        "solid_plain_header.7z",
+        "only_empty.7z",
+        "x86_copy.7z",
+    ] {
         let good = fixture(name);
         for at in header_span(&good) {
             for value in [

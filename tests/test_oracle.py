@@ -34,10 +34,7 @@ CI_CASES = int(os.environ.get("ORACLE_CI_CASES", "30"))
 CI_SEED = 20261206
 
 # (class, generator, variant pattern): why the scanner disagrees with the readers today.
-KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
-    ("false-positive", "compress", "benign 7z"):
-        "the scanner does not read LZMA2, py7zr's default 7z coder: a benign archive is unreadable",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {}
 
 
 def known(cls: str, case: Case) -> str | None:

@@ -127,18 +127,7 @@ impl Compression {
                 lzma_rs::lzma_decompress_with_options(&mut reader, &mut out, &options)
                     .map_err(lzma_error)?;
             }
-            Compression::Zstd => {
-                let mut input = data;
-                while !input.is_empty() {
-                    if is_zstd_skippable(input) {
-                        input = skip_zstd_frame(input)?;
-                        continue;
-                    }
-                    let mut decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
-                        .map_err(|e| corrupt(&format!("corrupt zstd frame ({e})")))?;
-                    copy(&mut decoder, &mut out)?;
-                }
-            }
+            Compression::Zstd => unzstd_into(data, &mut out)?,
         }
         Ok(out.into_inner())
     }
@@ -275,6 +264,23 @@ pub(crate) fn inflate_into(data: &[u8], out: &mut Capped) -> Result<usize, Strea
             }
         }
     }
+}
+
+/// zstd frames one after another, skippable frames passed over, from all of
+/// `data` into `out`: a `.zst` file as zstandard reads it, and the Zstandard
+/// stream of a 7z folder.
+pub(crate) fn unzstd_into(data: &[u8], out: &mut Capped) -> Result<(), StreamError> {
+    let mut input = data;
+    while !input.is_empty() {
+        if is_zstd_skippable(input) {
+            input = skip_zstd_frame(input)?;
+            continue;
+        }
+        let mut decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
+            .map_err(|e| corrupt(&format!("corrupt zstd frame ({e})")))?;
+        copy(&mut decoder, out)?;
+    }
+    Ok(())
 }
 
 fn copy(reader: &mut dyn Read, out: &mut Capped) -> Result<(), StreamError> {

@@ -1,6 +1,7 @@
 //! 7z archives in a scan: every file is scanned by content, within the inflate
-//! budget. A folder coded in a way the reader refuses (encryption, BCJ, PPMd)
-//! makes the archive unreadable, never clean.
+//! budget. A folder coded in a way the reader refuses (encryption, PPMd, BCJ2, a
+//! chain laid out otherwise than py7zr writes it) makes the archive unreadable,
+//! never clean.
 
 use crate::archive::sevenzip;
 use crate::scan::{nested, Scan, Work};
