@@ -142,6 +142,7 @@ def test_a_pointer_out_of_the_folder_is_unsafe_and_never_read(saved_dcp, tmp_pat
     report = next(r for r in scanner.scan_paths([folder]) if r.reached_from is not None and r.verdict == "unsafe")
     assert report.findings[0].name == "<a file outside the folder: /dev/zero>"
     assert report.findings[0].dangerous and report.findings[0].location == "extra.a"
+    assert [(p.kind, p.location) for p in report.problems] == [("pointer_outside_folder", "extra.a")]
 
 
 def test_a_span_past_the_end_of_its_file_is_unreadable(saved_dcp, tmp_path):

@@ -85,8 +85,11 @@ class Problem(str):
     a scan meets: ``parser_disagreement`` (two readers of the bytes would read
     different things), ``unknown_format`` (binary data where a model was
     expected), ``not_a_regular_file`` (a pipe or device inside a folder),
-    ``too_large`` (over the scan's ``max_file_size``) or ``shard_index`` (a
-    sharded checkpoint's index names what cannot be loaded)."""
+    ``too_large`` (over the scan's ``max_file_size``), ``shard_index`` (a
+    sharded checkpoint's index names what cannot be loaded), ``dcp_metadata``
+    (a DCP metadata file whose items cannot be listed), ``pointer_out_of_range``
+    (an item's span past its file's end) or ``pointer_outside_folder`` (a
+    pointer out of the folder scanned, also a dangerous finding)."""
 
     kind: str
     location: str
@@ -540,10 +543,13 @@ def _scan_reading(reading: _pointers.Reading, allow: list[str], pickles_only: bo
     pointer = reading.pointer
     where = pointer.item or ""
     if reading.outside is not None:
-        # Never read: it is not part of what was handed to the scan.
+        # Never read: it is not part of what was handed to the scan. A finding, so
+        # that every policy fails it; a problem of its own kind, that says why.
         outside = GlobalFinding(f"<a file outside the folder: {reading.outside}>", True, where, 0)
-        return ScanReport(reading.target, "pointer", "unsafe", findings=(outside,), pickles_only=pickles_only,
-                          reached_from=pointer)
+        why = Problem("pointer_outside_folder", where, f"{pointer.source} points a loader at {reading.outside!r}, "
+                      "outside its folder: no writer makes such a pointer, and what it reaches was not scanned")
+        return ScanReport(reading.target, "pointer", "unsafe", findings=(outside,), problems=(why,),
+                          pickles_only=pickles_only, reached_from=pointer)
     if reading.problem is not None:
         kind, reason = reading.problem
         return ScanReport(reading.target, "pointer", "unreadable", problems=(Problem(kind, where, reason),),
