@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from . import check, findings, generators, minimize, mutate
 from .cases import Case
@@ -76,12 +77,19 @@ class Stats:
             self.signatures.setdefault(v.cls, set()).add(v.signature(case))
 
 
-def _draw(rng: random.Random, gens: dict, corpus: list[bytes], mutate_p: float) -> Case:
-    module = gens[rng.choice(sorted(gens))]
-    case = module.generate(rng)
-    if rng.random() < mutate_p:
-        case = mutate.mutate(case, rng, corpus)
-    return case
+def _draw(rng: random.Random, gens: dict, corpus: list[bytes], mutate_p: float,
+          say: Callable[[str], None]) -> Case:
+    """A case from a generator chosen at random. A generator that raises is a bug of
+    the harness's, logged, and another draw is made: it must not end a campaign."""
+    while True:
+        name = rng.choice(sorted(gens))
+        try:
+            case = gens[name].generate(rng)
+            if rng.random() < mutate_p:
+                case = mutate.mutate(case, rng, corpus)
+            return case
+        except Exception as e:  # noqa: BLE001 - any bug of a generator, reported and survived
+            say(f"generator {name} raised {type(e).__name__}: {e}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         n = 0
         next_report = 60.0
         while cpu_seconds(sandbox) < args.cpu_seconds and (args.cases is None or n < args.cases):
-            case = _draw(rng, gens, corpus, args.mutate)
+            case = _draw(rng, gens, corpus, args.mutate, say)
             verdict = check.check(sandbox, case, workdir)
             n += 1
             stats.add(verdict)

@@ -50,7 +50,8 @@ def rebuild(fixture: str, rng: random.Random | None, edit: str, payload: bytes) 
     elif edit == "extra member":
         entries.insert(index + 1, zipfmt.Entry(f"{prefix}/extra.pkl".encode(), payload))
     elif edit == "replace a storage":
-        storage = next(i for i, (n, _) in enumerate(records) if "/data/" in n and "serialization" not in n)
+        # A checkpoint of no tensor has no storage: its data.pkl then.
+        storage = next((i for i, (n, _) in enumerate(records) if "/data/" in n and "serialization" not in n), index)
         entries[storage].data = payload
     elif edit in ("case: hostile DATA.PKL first", "case: hostile DATA.PKL last"):
         other = zipfmt.Entry(f"{prefix}/DATA.PKL".encode(), payload)
