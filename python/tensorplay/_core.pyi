@@ -43,6 +43,8 @@ __all__ = [
     "error",
     "build_error",
     "_npy_header_model",
+    "reader_models",
+    "scan_spans",
     "__version__",
 ]
 
