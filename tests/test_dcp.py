@@ -360,6 +360,24 @@ def test_an_item_outside_the_folder_is_never_opened(tmp_path, relative):
         dcp.load({"step": 0}, storage_reader=tensorplay.dcp.FileSystemReader(str(folder)))
 
 
+@pytest.mark.parametrize("relative", ["__0O0.distcp", "sub"])
+def test_an_item_in_no_file_of_the_folder_is_a_malformed_checkpoint(tmp_path, relative):
+    """Metadata naming a file the folder lacks (or a folder): torch's reader
+    raises FileNotFoundError; tensorplay names the item's file instead."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    folder = tmp_path / "ckpt"
+    _save_single(folder)
+    (folder / "sub").mkdir()
+    metadata = _trusted_metadata(folder)
+    for index, info in list(metadata.storage_data.items()):
+        metadata.storage_data[index] = _StorageInfo(relative_path=relative, offset=info.offset, length=info.length)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=f"{relative}: the metadata names this file"):
+        tensorplay.load(folder)
+
+
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_mmap_gives_views_of_tensors_saved_as_one_chunk(single, backend):
     folder, state = single
