@@ -3,6 +3,7 @@ torch is right, read what torch cannot, and never disagree with load."""
 from __future__ import annotations
 
 import io
+import struct
 import json
 import os
 import pathlib
@@ -83,7 +84,7 @@ def test_a_storage_whose_local_header_disagrees_is_unreadable(tmp_path, as_path)
     path.write_bytes(bytes(data))
     report = scanner.scan(path if as_path else bytes(data))
     assert report.verdict == "unreadable", report
-    assert any("disagree" in p for p in report.problems), report.problems
+    assert any(p.kind == "parser_disagreement" and "disagree" in p for p in report.problems), report.problems
     with pytest.raises(tensorplay.CheckpointError, match="disagree"):
         tensorplay.load(path, backend="numpy")
     # A storage's header is no pickle's: the pickles-only scan never reads it.
@@ -97,7 +98,27 @@ def test_a_pickle_whose_local_header_disagrees_is_reported_by_a_pickles_only_sca
     data[pkl.header_offset + 30 + len(pkl.filename) - 1] ^= 0x01
     report = scanner.scan(bytes(data), pickles_only=True)
     assert report.verdict == "unreadable"
-    assert any("disagree" in p and "data.pkl" in p for p in report.problems), report.problems
+    assert any(p.kind == "parser_disagreement" and "data.pkl" in p for p in report.problems), report.problems
+
+
+@pytest.mark.parametrize("pickles_only", [False, True], ids=["full", "pickles-only"])
+def test_an_npz_member_whose_local_header_sizes_disagree_is_a_parser_disagreement(tmp_path, pickles_only):
+    """numpy.load takes the sizes from the directory; a streaming reader from the
+    local header: both scans call it what it is, the same problem kind."""
+    import numpy as np
+
+    path = tmp_path / "arrays.npz"
+    np.savez(path, x=np.arange(6))
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        member = z.infolist()[0]
+    # The local header's sizes (numpy writes ZIP64 markers there), one byte more.
+    struct.pack_into("<II", data, member.header_offset + 18, member.compress_size + 1, member.file_size + 1)
+    path.write_bytes(bytes(data))
+    assert np.load(path)["x"].tolist() == list(range(6))  # the reader is undisturbed
+    report = scanner.scan(path, pickles_only=pickles_only)
+    assert report.verdict == "unreadable", report
+    assert [p.kind for p in report.problems] == ["parser_disagreement"], report.problems
 
 
 def test_user_entries_count_as_allowed():

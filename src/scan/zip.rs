@@ -132,6 +132,13 @@ impl Scan<'_> {
         for d in &index.disagreements {
             self.problem(location, problem_kind::PARSER_DISAGREEMENT, d.error());
         }
+        // Located entries: a pickles-only scan reports these as it locates each.
+        for e in &index.entries {
+            if let Some(what) = e.disagreement {
+                let reason = zip::disagreement_error(e, what);
+                self.problem(location, problem_kind::PARSER_DISAGREEMENT, reason);
+            }
+        }
         let valid = if unlocated {
             // A repeated name leaves readers to pick one of its entries: only the
             // pickles' choice matters to a gate that reads no tensor.

@@ -547,18 +547,19 @@ pub fn validate(index: &Index) -> Result<(), Error> {
     if let Some(d) = index.disagreements.first() {
         return Err(d.error());
     }
+    let mut disagreeing = index.entries.iter();
+    if let Some((e, what)) = disagreeing.find_map(|e| e.disagreement.map(|what| (e, what))) {
+        return Err(disagreement_error(e, what));
+    }
     validate_entries(index)
 }
 
-/// [`validate`] but for the readings of other readers, which a scanner reports
-/// one by one.
+/// [`validate`] but for the disagreements of readers (other readings, local
+/// headers that contradict the directory), which a scanner reports one by one.
 pub fn validate_entries(index: &Index) -> Result<(), Error> {
     for e in &index.entries {
         if let Some(why) = unsupported_flags(e.flags) {
             return Err(Error::archive(why, entry_location(e)));
-        }
-        if let Some(what) = e.disagreement {
-            return Err(disagreement_error(e, what));
         }
     }
     check_layout(&index.entries, index.directory_offset)
