@@ -85,12 +85,25 @@ impl Compression {
 
     /// Decode all of `data` into at most `cap` bytes.
     pub fn decode(self, data: &[u8], cap: u64) -> Result<Vec<u8>, StreamError> {
+        let (out, end) = self.decode_prefix(data, cap);
+        end.map(|()| out)
+    }
+
+    /// What decodes before the stream breaks, if it does, and why it broke: a
+    /// streaming reader (tarfile, pandas' and joblib's file objects) has handed
+    /// those bytes out by then, and a pickle among them has run.
+    pub fn decode_prefix(self, data: &[u8], cap: u64) -> (Vec<u8>, Result<(), StreamError>) {
         let mut out = Capped::new(cap);
+        let end = self.decode_into(data, &mut out);
+        (out.into_inner(), end)
+    }
+
+    fn decode_into(self, data: &[u8], out: &mut Capped) -> Result<(), StreamError> {
         match self {
-            Compression::Gzip => gunzip(data, &mut out)?,
+            Compression::Gzip => gunzip(data, out)?,
             Compression::Zlib => {
                 let body = data.get(2..).unwrap_or_default();
-                let used = inflate_into(body, &mut out)?;
+                let used = inflate_into(body, out)?;
                 // The Adler-32 trailer: zlib.decompress checks it, after the data
                 // it returned to a stream reader; its absence is no hiding place.
                 let rest = body.get(used..).unwrap_or_default();
@@ -100,14 +113,14 @@ impl Compression {
             }
             Compression::Bzip2 => {
                 let mut decoder = bzip2::read::MultiBzDecoder::new(data);
-                copy(&mut decoder, &mut out)?;
+                copy(&mut decoder, out)?;
             }
             Compression::Xz => {
                 let mut input = data;
                 // Python's lzma reads concatenated streams, padded with zeros.
                 while !input.is_empty() {
                     let mut reader = io::BufReader::new(&mut input);
-                    lzma_rs::xz_decompress(&mut reader, &mut out).map_err(lzma_error)?;
+                    lzma_rs::xz_decompress(&mut reader, out).map_err(lzma_error)?;
                     let leftover = reader.buffer().len();
                     let consumed = data.len() - input.len() - leftover;
                     input = data.get(consumed..).unwrap_or_default();
@@ -121,15 +134,15 @@ impl Compression {
             Compression::LzmaAlone => {
                 let mut reader = io::BufReader::new(data);
                 let options = lzma_rs::decompress::Options {
-                    memlimit: Some(usize::try_from(cap).unwrap_or(usize::MAX).max(1 << 12)),
+                    memlimit: Some(usize::try_from(out.cap).unwrap_or(usize::MAX).max(1 << 12)),
                     ..Default::default()
                 };
-                lzma_rs::lzma_decompress_with_options(&mut reader, &mut out, &options)
+                lzma_rs::lzma_decompress_with_options(&mut reader, out, &options)
                     .map_err(lzma_error)?;
             }
-            Compression::Zstd => unzstd_into(data, &mut out)?,
+            Compression::Zstd => unzstd_into(data, out)?,
         }
-        Ok(out.into_inner())
+        Ok(())
     }
 }
 

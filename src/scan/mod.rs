@@ -232,18 +232,15 @@ impl<'o> Scan<'o> {
     /// such bytes reads them as a pickle: they are scanned as one too.
     fn compressed(&mut self, c: Compression, data: &[u8], location: &str, depth: u32, top: bool) {
         let room = self.budget.room(Work::Inflate);
-        let decoded = c.decode(data, room);
+        let (inner, end) = c.decode_prefix(data, room);
         // A two- or five-byte header that other bytes share: a stream that does
         // not decode is no stream of that kind (Python's decompressors fail at
         // once), and the bytes are whatever else they are.
         let weak = matches!(c, Compression::Zlib | Compression::LzmaAlone);
         let weak_magic = weak && data.first().copied().is_some_and(opcodes::is_opcode);
-        match decoded {
-            Ok(inner) => {
-                if self.charge(inner.len() as u64, Work::Inflate, location) {
-                    let here = nested(location, c.name());
-                    self.wrapped(c.name(), |scan| scan.bytes(&inner, &here, depth + 1, false));
-                }
+        match end {
+            Ok(()) => {
+                self.decompressed(c, &inner, location, depth);
                 if weak_magic {
                     self.unless_nothing_found(|scan| scan.pickle(data, location, depth, false));
                 }
@@ -257,11 +254,26 @@ impl<'o> Scan<'o> {
             Err(StreamError::TooLarge(_)) => {
                 self.charge(room.saturating_add(1), Work::Inflate, location);
             }
-            Err(e) => self.problem(
-                location,
-                code::MALFORMED_ARCHIVE,
-                format!("{} stream: {e}", c.name()),
-            ),
+            Err(e) => {
+                // What decoded before the break has been handed out by then;
+                // the break itself keeps the file from being clean.
+                if !inner.is_empty() {
+                    self.unless_nothing_found(|scan| scan.decompressed(c, &inner, location, depth));
+                }
+                self.problem(
+                    location,
+                    code::MALFORMED_ARCHIVE,
+                    format!("{} stream: {e}", c.name()),
+                );
+            }
+        }
+    }
+
+    /// What a compressed file decompresses to, scanned as a file of its own.
+    fn decompressed(&mut self, c: Compression, inner: &[u8], location: &str, depth: u32) {
+        if self.charge(inner.len() as u64, Work::Inflate, location) {
+            let here = nested(location, c.name());
+            self.wrapped(c.name(), |scan| scan.bytes(inner, &here, depth + 1, false));
         }
     }
 

@@ -60,7 +60,7 @@ pub const MODELS: &[ReaderModel] = &[
         reader: "gzip, bz2, lzma (xz and LZMA-alone) and zlib as CPython's modules open them \
                  (multi-member streams included); zstd as the zstandard package opens it",
         version: "CPython 3.11.7; zstandard 0.25.0",
-        reads: "what a compressed file decompresses to",
+        reads: "what a compressed file decompresses to, and what decodes before a break",
     },
     ReaderModel {
         name: "7z",

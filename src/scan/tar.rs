@@ -144,12 +144,7 @@ impl Scan<'_> {
                 let room = self.budget.room(Work::Inflate);
                 match c.decode(data, room) {
                     Ok(inner) => self.unless_nothing_found(|scan| {
-                        if scan.charge(inner.len() as u64, Work::Inflate, location) {
-                            let here = nested(location, c.name());
-                            scan.wrapped(c.name(), |scan| {
-                                scan.bytes(&inner, &here, depth + 1, false);
-                            });
-                        }
+                        scan.decompressed(c, &inner, location, depth);
                     }),
                     Err(StreamError::TooLarge(_)) => {
                         self.charge(room.saturating_add(1), Work::Inflate, location);
