@@ -955,9 +955,18 @@ fn compressed_pickles_are_scanned_inside() {
     // Two members, the payload in the second: gzip readers read both.
     let two = [wrap_gzip(b"\x80\x02N."), wrap_gzip(OS_SYSTEM)].concat();
     assert_eq!(names(&scan(&two)), ["os.system"]);
-    // A member cut short never scans clean.
-    let cut = wrap_gzip(OS_SYSTEM);
-    assert_eq!(scan(&cut[..cut.len() - 20]).verdict(), Verdict::Unreadable);
+    // A member cut short never scans clean; what decoded before the cut (a
+    // streaming reader has run it by then) is reported beside the break.
+    let cut = [wrap_gzip(OS_SYSTEM), wrap_gzip(b"\x80\x02N.")].concat();
+    let r = scan(&cut[..cut.len() - 20]);
+    assert_eq!(r.verdict(), Verdict::Unsafe);
+    assert_eq!(names(&r), ["os.system"]);
+    assert!(
+        r.problems.iter().any(|p| p.reason.contains("gzip stream")),
+        "{r:?}"
+    );
+    let cut = wrap_gzip(b"\x80\x02}q\x00.");
+    assert_eq!(scan(&cut[..cut.len() - 10]).verdict(), Verdict::Unreadable);
 }
 
 /// `body` in a FRAME of `len` bytes (protocol 4).

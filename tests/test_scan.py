@@ -3,11 +3,11 @@ torch is right, read what torch cannot, and never disagree with load."""
 from __future__ import annotations
 
 import io
-import struct
 import json
 import os
 import pathlib
 import pickle
+import struct
 import subprocess
 import sys
 import zipfile
