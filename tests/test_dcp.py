@@ -374,7 +374,7 @@ def test_an_item_in_no_file_of_the_folder_is_a_malformed_checkpoint(tmp_path, re
         metadata.storage_data[index] = _StorageInfo(relative_path=relative, offset=info.offset, length=info.length)
     with open(folder / ".metadata", "wb") as f:
         pickle.dump(metadata, f)
-    with pytest.raises(tensorplay.MalformedCheckpointError, match=f"{relative}: the metadata names this file"):
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=f"metadata names '{relative}', which its folder"):
         tensorplay.load(folder)
 
 

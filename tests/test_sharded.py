@@ -79,6 +79,17 @@ def test_a_key_in_two_shards_is_an_error(sharded, tmp_path):
         tensorplay.load(folder)
 
 
+@pytest.mark.parametrize("shard", ["pytorch_model-00001-Of-00002.bin", "sub"])
+def test_a_shard_the_folder_lacks_is_a_malformed_checkpoint(sharded, tmp_path, shard):
+    """transformers raises FileNotFoundError (or IsADirectoryError); tensorplay
+    names the index and the shard."""
+    folder = _copy(sharded, tmp_path)
+    (folder / "sub").mkdir()
+    _edit_index(folder, lambda m: m.__setitem__(next(iter(m)), shard))
+    with pytest.raises(tensorplay.MalformedCheckpointError, match=f"index.json names '{shard}', which its folder"):
+        tensorplay.load(folder)
+
+
 def test_an_index_may_not_name_files_outside_its_folder(sharded, tmp_path):
     folder = _copy(sharded, tmp_path)
     _edit_index(folder, lambda m: m.__setitem__(next(iter(m)), "../outside.bin"))

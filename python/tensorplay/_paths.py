@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from ._core import MalformedCheckpointError
+
 # What a sharded checkpoint's index is named (``pytorch_model.bin.index.json``,
 # ``model.safetensors.index.json``): how loaders, and so readers of its pointers, find it.
 INDEX_SUFFIX = ".index.json"
@@ -17,3 +19,12 @@ def beside(folder: str, name: str) -> str | None:
     if not name or name in (".", "..") or os.path.isabs(name) or "/" in name or os.sep in name or "\\" in name:
         return None
     return os.path.join(folder, name)
+
+
+def held(path: str, pointer: str, name: str) -> str:
+    """``path``, the file ``pointer`` (an index, a metadata file) names ``name``,
+    when the folder holds it as a file: torch's readers fail on a missing one with
+    FileNotFoundError, this names the pointer and the name instead."""
+    if not os.path.isfile(path):
+        raise MalformedCheckpointError(f"{pointer} names {name!r}, which its folder does not hold as a file")
+    return path

@@ -67,7 +67,7 @@ class Index:
         path = None if shard.endswith(INDEX_SUFFIX) else _paths.beside(self.folder, shard)
         if path is None:
             raise MalformedCheckpointError(f"{self.path}: the shard {shard!r} is not a file name in the index's folder")
-        return path
+        return _paths.held(path, self.path, shard)
 
     def problems(self) -> list[str]:
         """What a scan reports about the index itself: shards it names that are missing."""

@@ -216,10 +216,7 @@ class _Files:
         path = _paths.beside(self.folder, relative)
         if path is None:
             raise MalformedCheckpointError(f"{relative!r}: a DCP item must name a file in its folder")
-        if not os.path.isfile(path):
-            # torch's reader fails on it with FileNotFoundError; the error names the item's file.
-            raise MalformedCheckpointError(f"{relative}: the metadata names this file, which the folder does not hold")
-        return path
+        return _paths.held(path, os.path.join(self.folder, METADATA_FILE), relative)
 
     def _map(self, relative: str) -> mmap.mmap:
         mapped = self.maps.get(relative)
