@@ -3,10 +3,12 @@
 mod common;
 
 use common::zipw::{self, Entry, Options};
-use tensorplay::archive::zip::{read_directory_only, read_entries_by_reading};
+use tensorplay::archive::zip::{
+    read_directory_only, read_entries, read_entries_by_reading, Pieces, TAIL_READ,
+};
 use tensorplay::scan::{
-    scan_bytes, scan_file, scan_pickles_by_reading, unsafe_globals, unsafe_globals_by_reading,
-    Report, ScanOptions, Verdict,
+    scan_bytes, scan_file, scan_pickles_by_reading, scan_pickles_in_waves, unsafe_globals,
+    unsafe_globals_by_reading, Report, ScanOptions, Verdict, Wave,
 };
 
 fn scan(data: &[u8]) -> Report {
@@ -551,7 +553,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     let then_last = if last < tail { vec![last] } else { vec![] };
     assert!(unsafe_globals_by_reading(len, &read_at, &ScanOptions::default()).is_some());
     assert_eq!(reads.take(), [&[tail, 0][..], &then_last].concat());
-    assert!(scan_pickles_by_reading(len, &read_at, &pickles_only).is_some());
+    assert!(scan_pickles_by_reading(len, &read_at, TAIL_READ, &pickles_only).is_some());
     assert_eq!(reads.take(), [&[tail, 0][..], &then_last].concat());
 
     // A directory bigger than the first read's page costs one more read: of it.
@@ -568,7 +570,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     reads.take();
     assert!(len - directory_offset > 4 << 10);
     let last = last_header(&big, &reads);
-    assert!(scan_pickles_by_reading(len, &read_big, &pickles_only).is_some());
+    assert!(scan_pickles_by_reading(len, &read_big, TAIL_READ, &pickles_only).is_some());
     assert_eq!(
         reads.take(),
         [len - (4 << 10), directory_offset, last, 0, 0]
@@ -588,7 +590,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
         unsafe_globals_by_reading(len, &read_prefixed, &ScanOptions::default()),
         None
     );
-    assert!(scan_pickles_by_reading(len, &read_prefixed, &pickles_only).is_none());
+    assert!(scan_pickles_by_reading(len, &read_prefixed, TAIL_READ, &pickles_only).is_none());
 }
 
 /// A zip whose central directory lists its one stored entry `n` times.
@@ -763,7 +765,8 @@ fn a_pickles_only_scan_from_reads_gives_the_report_of_the_whole_file() {
                 data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
             };
             zips += usize::from(data.starts_with(b"PK\x03\x04"));
-            let Some(pieces) = scan_pickles_by_reading(data.len() as u64, &read_at, &options)
+            let Some(pieces) =
+                scan_pickles_by_reading(data.len() as u64, &read_at, TAIL_READ, &options)
             else {
                 // Left to the whole-file scan: broken archives, archives other
                 // readers read apart, and directories with more local headers
@@ -810,7 +813,7 @@ fn a_pickles_only_scan_reads_a_bounded_number_of_entries_one_by_one() {
             let start = usize::try_from(offset).ok()?;
             data.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
         };
-        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, &options);
+        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, TAIL_READ, &options);
         assert_eq!(by_reading.is_some(), answered, "{n} entries");
         // The directory, then (only when answering) a header and a payload each.
         assert!(
@@ -871,7 +874,7 @@ fn a_pickles_only_scan_from_reads_skips_only_storages_that_change_nothing() {
             let start = usize::try_from(offset).ok()?;
             data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
         };
-        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, &options)
+        let by_reading = scan_pickles_by_reading(data.len() as u64, &read_at, TAIL_READ, &options)
             .expect("answered from reads");
         assert_eq!(summary(&by_reading), summary(&scan_bytes(&data, &options)));
         verdicts.push(by_reading.verdict());
@@ -1332,4 +1335,49 @@ fn spans_are_scanned_as_files_of_their_own_under_their_labels() {
     assert_eq!(r.findings[0].location, "a");
     assert_eq!(r.problems.len(), 1);
     assert_eq!(r.problems[0].location, "b");
+}
+
+#[test]
+fn a_scan_in_waves_fetches_no_tensor_byte_in_three_waves_and_reports_as_the_local_scan() {
+    // A checkpoint torch wrote, of 50 tensors: its data.pkl is longer than the
+    // first block, which every reading of a zip reads (is it also a tar?).
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/torch/many_tensors.pt"
+    );
+    let data = std::fs::read(path).unwrap();
+    let payloads: Vec<std::ops::Range<usize>> = (read_entries(&data, u64::MAX).unwrap().entries)
+        .iter()
+        .filter(|e| e.name.windows(6).any(|w| w == b"/data/"))
+        .map(|e| e.data_offset as usize..(e.data_offset + e.compressed_size) as usize)
+        .collect();
+    assert!(payloads.len() >= 50);
+    let options = ScanOptions {
+        pickles_only: true,
+        ..ScanOptions::default()
+    };
+    let mut held = Pieces::new(data.len());
+    let (mut fetched, mut waves) = (Vec::new(), 0);
+    let report = loop {
+        match scan_pickles_in_waves(data.len() as u64, &held, &options) {
+            Wave::Fetch(ranges) => {
+                waves += 1;
+                for (offset, n) in ranges {
+                    let (o, n) = (offset as usize, n as usize);
+                    held.add(o, data[o..o + n].to_vec());
+                    fetched.push(o..o + n);
+                }
+            }
+            Wave::Settled(report) => break report,
+            Wave::WholeFile => panic!("a torch zip settles by ranges"),
+        }
+    };
+    assert!(waves <= 3, "{waves} waves: {fetched:?}");
+    for range in &fetched {
+        let payload = payloads
+            .iter()
+            .find(|p| p.start < range.end && range.start < p.end);
+        assert!(payload.is_none(), "{range:?} reaches into {payload:?}");
+    }
+    assert_eq!(summary(&report), summary(&scan_bytes(&data, &options)));
 }

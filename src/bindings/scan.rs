@@ -8,14 +8,14 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::archive::source::{read_exact_at, MapMode};
 use crate::archive::streams::Compression;
-use crate::archive::zip::read_entries_by_reading;
+use crate::archive::zip::{read_entries_by_reading, Pieces, TAIL_READ};
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
 use crate::bindings::options::LimitOverrides;
 use crate::scan::{
-    scan_file, scan_pickles_by_reading, scan_spans as scan_spans_of,
+    scan_file, scan_pickles_by_reading, scan_pickles_in_waves, scan_spans as scan_spans_of,
     unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, Finding, Report, ScanOptions,
-    Span,
+    Span, Wave,
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -171,6 +171,56 @@ pub fn scan_spans<'py>(
     report_tuple(py, &report)
 }
 
+/// One run of the pickles-only scan of a remote file of `length` bytes against
+/// the ranges fetched so far (`held`, `(offset, bytes)`), named `name` (the last
+/// part of its URL: a name allows what it allows a local file). Returns
+/// `("report", report)` (see `report_tuple`) once every byte the scan read was
+/// held, `("fetch", [(offset, length), ...])` for the next wave of ranges, or
+/// `("whole", None)` when it needs the whole file (then scanned as bytes, as
+/// the local scan maps the file).
+#[pyfunction]
+#[pyo3(signature = (length, held, name=None, user_names=Vec::new(), limits=LimitOverrides::default(), list_globals=false))]
+pub fn scan_waves<'py>(
+    py: Python<'py>,
+    length: u64,
+    held: Vec<(u64, Bound<'py, PyBytes>)>,
+    name: Option<String>,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+    list_globals: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let options = ScanOptions {
+        pickles_only: true,
+        list_allowlisted: list_globals,
+        ..options(name.as_deref().map(Path::new), user_names, limits)
+    };
+    let len = usize::try_from(length).map_err(|_| {
+        PyValueError::new_err(format!(
+            "a file of {length} bytes is too large to scan here"
+        ))
+    })?;
+    let mut pieces = Pieces::new(len);
+    for (offset, bytes) in held {
+        let bytes = bytes.as_bytes().to_vec();
+        let fits = usize::try_from(offset)
+            .ok()
+            .and_then(|o| o.checked_add(bytes.len()))
+            .is_some_and(|end| end <= len);
+        if !fits {
+            return Err(PyValueError::new_err(format!(
+                "a range of {} bytes at {offset} lies outside a file of {length} bytes",
+                bytes.len()
+            )));
+        }
+        pieces.add(offset as usize, bytes);
+    }
+    match py.detach(|| scan_pickles_in_waves(length, &pieces, &options)) {
+        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
+        Wave::Fetch(ranges) => ("fetch", ranges).into_pyobject(py),
+        Wave::WholeFile => ("whole", py.None()).into_pyobject(py),
+    }
+}
+
 /// `(format, verdict, findings, problems, pickles, allowlisted, skipped_because)`, each finding
 /// (and each allowlisted global, listed only when asked: else None) a tuple
 /// `(name, dangerous, location, offset, module, wrappers)` and each problem
@@ -250,7 +300,7 @@ fn globals_by_reading(path: &Path, options: &ScanOptions) -> Reading<Vec<String>
 /// `scan::scan_pickles_by_reading`.
 fn scan_by_reading(path: &Path, options: &ScanOptions) -> Reading<Report> {
     with_reads(path, |len, read_at| {
-        scan_pickles_by_reading(len, read_at, options)
+        scan_pickles_by_reading(len, read_at, TAIL_READ, options)
     })
 }
 

@@ -226,13 +226,50 @@ pub fn scanner_differential(data: &[u8]) {
         let start = usize::try_from(offset).ok()?;
         data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
     };
-    if let Some(by_reading) = scan::scan_pickles_by_reading(len, &read_at, &options) {
-        let summary =
-            |r: &scan::Report| (r.format, r.findings.clone(), r.problems.clone(), r.pickles);
+    let summary = |r: &scan::Report| (r.format, r.findings.clone(), r.problems.clone(), r.pickles);
+    let by_reading =
+        scan::scan_pickles_by_reading(len, &read_at, crate::archive::zip::TAIL_READ, &options);
+    if let Some(by_reading) = &by_reading {
         assert_eq!(
-            summary(&by_reading),
+            summary(by_reading),
             summary(&pickles_only),
             "a pickles-only scan from reads differs from the whole file's"
         );
     }
+    // Read in waves of ranges (a remote file), it ends, fetching only bytes of
+    // the file, with the same report, or asks for the whole file when the reads
+    // of a local file do.
+    let mut held = crate::archive::zip::Pieces::new(data.len());
+    for _ in 0..MAX_WAVES {
+        match scan::scan_pickles_in_waves(len, &held, &options) {
+            scan::Wave::Fetch(ranges) => {
+                assert!(!ranges.is_empty(), "a wave of no ranges");
+                for (offset, n) in ranges {
+                    let bytes = usize::try_from(offset)
+                        .ok()
+                        .zip(usize::try_from(n).ok())
+                        .and_then(|(o, n)| data.get(o..o.checked_add(n)?));
+                    let bytes = bytes.expect("a range outside the file");
+                    held.add(offset as usize, bytes.to_vec());
+                }
+            }
+            scan::Wave::Settled(report) => {
+                assert_eq!(
+                    summary(&report),
+                    summary(&pickles_only),
+                    "waves differ from the whole file"
+                );
+                return;
+            }
+            scan::Wave::WholeFile => {
+                assert!(by_reading.is_none(), "waves gave up where reads did not");
+                return;
+            }
+        }
+    }
+    panic!("no report after {MAX_WAVES} waves");
 }
+
+/// More waves than a file takes: each wave holds a read that follows from the
+/// last one's bytes, and the scan's reads are bounded by its limits.
+const MAX_WAVES: usize = 1024;

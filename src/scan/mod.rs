@@ -20,6 +20,7 @@ mod sevenzip;
 pub mod stream;
 mod tar;
 pub mod walker;
+mod waves;
 mod zip;
 
 use crate::archive::streams::{Compression, StreamError};
@@ -38,6 +39,7 @@ pub use kind::{is_tensordict_leaf, Kind};
 
 use kind::{named_like_a_model, NotAPickle};
 pub use report::{problem_kind, Finding, Format, Problem, Report, Verdict};
+pub use waves::{scan_pickles_in_waves, Wave};
 
 use budget::MAX_DEPTH;
 use zip::{TorchPayloads, ZipLayout, ZipReading};
@@ -640,6 +642,7 @@ const MAX_READ_ENTRY_BYTES: u64 = 64 << 20;
 pub fn scan_pickles_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    first_tail: usize,
     options: &ScanOptions,
 ) -> Option<Report> {
     if !options.pickles_only {
@@ -647,10 +650,13 @@ pub fn scan_pickles_by_reading(
     }
     let max_entries = options.limits.max_zip_entries;
     let mut payloads = TorchPayloads::default();
-    let (index, mut pieces, listed) =
-        archive_zip::read_directory_by_reading(len, read_at, max_entries, &mut |name| {
-            payloads.skip(name)
-        })?;
+    let (index, mut pieces, listed) = archive_zip::read_directory_by_reading(
+        len,
+        read_at,
+        first_tail,
+        max_entries,
+        &mut |name| payloads.skip(name),
+    )?;
     let layout = ZipLayout::of(&index);
     let wanted: Vec<&Entry> = layout.pickles(&index).collect();
     let bytes = wanted
@@ -745,7 +751,7 @@ pub fn unsafe_globals_by_reading(
         pickles_only: true,
         ..options.clone()
     };
-    let report = scan_pickles_by_reading(len, read_at, options)?;
+    let report = scan_pickles_by_reading(len, read_at, archive_zip::TAIL_READ, options)?;
     // A load needs data.pkl: without one, the whole-file answer says why.
     if report.pickles == 0 {
         return None;

@@ -210,6 +210,11 @@ impl Pieces {
         }
     }
 
+    /// Whether no bytes are held yet.
+    pub fn holds_nothing(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
     /// Drop every piece that holds none of `offsets`. Freed before the next reads,
     /// their memory can take them: a process's first scan pays a page fault for
     /// each fresh page it fills (GPT-2 small: 4 of 15 were the spent directory's).
@@ -751,7 +756,7 @@ pub fn read_record<W: Wanted + ?Sized>(
     wanted: &W,
     max_payload: u64,
 ) -> Option<(Entry, Pieces)> {
-    let mut pieces = read_end_and_directory(len, read_at)?;
+    let mut pieces = read_end_and_directory(len, read_at, TAIL_READ)?;
     let (entry, directory_offset) = find_unlocated(&pieces, max_entries, wanted).ok()?;
     if entry.compressed_size > max_payload {
         return None;
@@ -779,17 +784,20 @@ pub type Listed = Vec<(u64, u64)>;
 pub fn read_directory_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    first_tail: usize,
     max_entries: u64,
     skip: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Option<(Index, Pieces, Listed)> {
-    let pieces = read_end_and_directory(len, read_at)?;
+    let pieces = read_end_and_directory(len, read_at, first_tail)?;
     let eocd = find_eocd(&pieces).ok()?;
-    // Another end record in what was read (the directory and the file's last
-    // page): the readings of other readers are for a scan of the whole file.
-    if readings::other_end_record_signature(&pieces, eocd) {
+    let dir = read_directory(&pieces, eocd).ok()?;
+    // Another end record in the directory or after it: the readings of other
+    // readers are for a scan of the whole file. (Not in bytes before the
+    // directory, held or not as the first read's size falls: the same reads
+    // then decide the same, near or far.)
+    if readings::other_end_record_signature(&pieces, dir.offset, eocd) {
         return None;
     }
-    let dir = read_directory(&pieces, eocd).ok()?;
     let mut records = Records::at(&pieces, &dir, eocd, max_entries, 0).ok()?;
     let directory_offset = records.directory_offset;
     let mut entries = Vec::new();
@@ -866,7 +874,7 @@ pub fn read_entries_by_reading(
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     max_entries: u64,
 ) -> Option<Index> {
-    let mut pieces = read_end_and_directory(len, read_at)?;
+    let mut pieces = read_end_and_directory(len, read_at, TAIL_READ)?;
     let unlocated = read_entries_with(&pieces, max_entries, Payloads::Unlocated, false).ok()?;
     if unlocated.entries.len() > MAX_READ_HEADERS {
         return None;
@@ -886,6 +894,7 @@ const MAX_READ_HEADERS: usize = 1024;
 fn read_end_and_directory(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    first_tail: usize,
 ) -> Option<Pieces> {
     let len_usize = usize::try_from(len).ok()?;
     // The end record is the last 22 bytes of a file without an archive comment;
@@ -897,7 +906,7 @@ fn read_end_and_directory(
         let eocd = find_eocd(&pieces).ok()?;
         Some((pieces, start, eocd))
     };
-    let (pieces, tail_start, eocd) = match read_tail(TAIL_READ) {
+    let (pieces, tail_start, eocd) = match read_tail(first_tail) {
         Some(found) => found,
         // No end record in the last bytes: rarely a zip (a legacy checkpoint, a
         // raw pickle), which its first bytes tell before the whole window is read.
@@ -998,7 +1007,12 @@ pub fn unlisted_local_headers_by_reading(
 /// of a 26-entry checkpoint three more faults (59 -> 52 us when cut to a page),
 /// while GPT-2 small (154 entries, a 9 KiB directory) pays the second read about
 /// what the page it no longer fills saved (78 vs 79 us).
-const TAIL_READ: usize = 4 << 10;
+pub const TAIL_READ: usize = 4 << 10;
+
+/// The end records of a ZIP64 archive without a comment: the least a first read
+/// of the end may take and still find them, where each read is a round trip and
+/// the bytes before them are tensor payload.
+pub const END_RECORDS_LEN: usize = ZIP64_EOCD_LEN + ZIP64_LOCATOR_LEN + EOCD_LEN;
 
 /// How payload offsets are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

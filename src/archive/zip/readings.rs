@@ -142,10 +142,11 @@ fn reading<D: FileBytes + ?Sized>(
 }
 
 /// Whether an end record other than the last lies within reach of the file's
-/// end, in the bytes `data` holds: a reader holding pieces of the file leaves
-/// such an archive to one that reads it whole.
-pub(super) fn other_end_record_signature(data: &Pieces, last: usize) -> bool {
-    let lowest = data.len().saturating_sub(END_RECORD_REACH);
+/// end, from `from` on, in the bytes `data` holds: a reader holding pieces of
+/// the file leaves such an archive to one that reads it whole.
+pub(super) fn other_end_record_signature(data: &Pieces, from: u64, last: usize) -> bool {
+    let from = usize::try_from(from).unwrap_or(usize::MAX);
+    let lowest = data.len().saturating_sub(END_RECORD_REACH).max(from);
     // Searched piece by piece, in their bytes: a byte-by-byte look through the
     // pieces was most of a first get_unsafe_globals_in_checkpoint.
     (data.pieces.iter()).any(|(start, bytes)| {
