@@ -3,7 +3,8 @@
 #   1. create (or reuse) a virtual environment,
 #   2. build tensorplay from source and install it with its test dependencies
 #      (torch pinned, from PyPI),
-#   3. run cargo test (the core, without Python) and pytest.
+#   3. install nginx (Debian's nginx-light) for the remote-scan tests when root,
+#   4. run cargo test (the core, without Python) and pytest.
 # TENSORPLAY_VENV chooses the environment (default: ~/.cache/tensorplay-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,16 @@ PY="$VENV/bin/python"
 # in a used environment, the old one would hold the same files.
 "$PY" -m pip uninstall --quiet --yes tensorplay 2>/dev/null || true
 "$PY" -m pip install --quiet ".[test]"
+
+# The remote-scan tests serve files with a real nginx (Debian's nginx-light).
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    else
+        echo "tests/run.sh: the remote-scan tests need nginx: apt-get install nginx-light" >&2
+    fi
+fi
 
 cargo test --no-default-features --features fuzzing --quiet
 

@@ -324,7 +324,7 @@ def test_the_typed_record_fields_are_the_runtime_ones():
     for record, base in ((scanner.GlobalFinding, "_FindingFields"), (scanner.ScanReport, "_ReportFields")):
         defaults = record._field_defaults
         assert typed[base] == [(name, name in defaults) for name in record._fields], record
-    assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False, None, None, None)
+    assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False, None, None, None, None)
 
 
 def test_command_help_is_sized_to_columns_as_argparse_sizes_it():

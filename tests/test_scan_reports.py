@@ -54,7 +54,7 @@ def test_the_json_document_has_a_summary_and_every_field_of_each_record(folder):
     records = {r["path"].rsplit("/", 1)[-1]: r for r in doc["files"]}
     for record in records.values():
         assert set(record) == {"path", "format", "wrappers", "verdict", "skipped_because", "globals",
-                               "allowlisted_globals", "problems", "pickles", "pickles_only", "reached_from"}
+                               "allowlisted_globals", "problems", "pickles", "pickles_only", "reached_from", "remote"}
         assert record["allowlisted_globals"] is None and record["skipped_because"] is None
     evil = records["evil.pt.gz"]
     assert evil["format"] == "gzip" and evil["wrappers"] == ["gzip", "zip"]  # a torch zip, gzipped

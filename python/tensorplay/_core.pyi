@@ -45,10 +45,15 @@ __all__ = [
     "_npy_header_model",
     "reader_models",
     "scan_spans",
+    "scan_waves",
+    "FIRST_TAIL",
+    "FIRST_BLOCK",
     "__version__",
 ]
 
 __version__: Final[str]
+FIRST_TAIL: Final[int]
+FIRST_BLOCK: Final[int]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or
 # the file's bytes (a bytes object, or another contiguous buffer such as a
@@ -172,6 +177,7 @@ def scan(
     pickles_only: bool = False,
     list_globals: bool = False,
     byte_zero_only: bool = False,
+    name: str | None = None,
 ) -> _ScanTuple: ...
 @overload
 def scan(
@@ -182,6 +188,7 @@ def scan(
     pickles_only: Literal[False] = False,
     list_globals: bool = False,
     byte_zero_only: bool = False,
+    name: str | None = None,
 ) -> _ScanTuple: ...
 def scan_spans(
     source: _Path | bytes,
@@ -191,6 +198,21 @@ def scan_spans(
     pickles_only: bool = False,
     list_globals: bool = False,
 ) -> _ScanTuple: ...
+# A pickles-only scan by ranges of a file far away: the next wave of ranges to
+# fetch, the report once every byte read was held, or the whole file wanted.
+def scan_waves(
+    length: int,
+    held: Sequence[tuple[int, bytes]],
+    name: str | None = None,
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+    list_globals: bool = False,
+) -> (
+    tuple[Literal["report"], _ScanTuple]
+    | tuple[Literal["fetch"], list[tuple[int, int]]]
+    | tuple[Literal["whole"], None]
+): ...
+
 def plan_archive(
     root: str,
     pickle: bytes,

@@ -113,9 +113,16 @@ def _scan(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr.isatty() and args.format == "text" and args.output is None)
     started, clock = _now(), time.perf_counter()
     passed_over: list[tuple[str, str]] = []
+    client = None
+    if args.redirect_host or args.timeout is not None:
+        from . import _http  # not at the top: a local scan imports neither http.client nor ssl
+
+        client = _http.Client(allowed_hosts=args.redirect_host,
+                              timeout=30.0 if args.timeout is None else args.timeout)
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=policy.allow, progress=progress,
                                  pickles_only=args.pickles_only, selection=policy.selection,
-                                 list_globals=args.list_globals, passed_over=passed_over)
+                                 list_globals=args.list_globals, passed_over=passed_over, full=args.full,
+                                 client=client)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
     code = exit_code(reports, policy)
@@ -309,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Exit codes: 0 nothing failed the policy, 1 something unsafe, 2 something "
                                       "unreadable (or nothing to scan).")
     scan.add_argument("paths", nargs="+",
-                      help="files or directories (walked recursively, following links); - reads standard input")
+                      help="files or directories (walked recursively, following links); - reads standard input; "
+                           "http:// and https:// URLs are scanned where they live, by ranges")
     scan.add_argument("--format", choices=("text", "json", "sarif"), default="text", metavar="FORMAT",
                       help="text (a table), json (one document: a summary and a record per file; the schema is in "
                            "the README) or sarif (SARIF 2.1.0, for GitHub code scanning)")
@@ -343,6 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--max-file-size", type=_byte_size, default=None, metavar="SIZE",
                       help="report larger files unreadable (kind too_large) without reading them: 1024, 10K, "
                            "512M, 2G")
+    scan.add_argument("--full", action="store_true",
+                      help="for URLs: fetch each whole file (within --max-file-size) for a full scan, instead of "
+                           "the pickles-only scan by ranges")
+    scan.add_argument("--redirect-host", action="append", default=[], metavar="HOST",
+                      help="for URLs: follow redirects to this other host (repeatable; * for any); credentials "
+                           "never go with them")
+    scan.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                      help="for URLs: give up on a request after this long without an answer (default 30)")
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data",
                              formatter_class=_HelpFormatter)

@@ -25,6 +25,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NamedTuple
 
+    from ._http import Client
+    from ._remote import RemoteRead
+
     class _FindingFields(NamedTuple):
         name: str
         dangerous: bool
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
         allowlisted: tuple[GlobalFinding, ...] | None = None
         skipped_because: str | None = None
         reached_from: Pointer | None = None
+        remote: RemoteRead | None = None
 else:
     from collections import namedtuple
 
@@ -51,8 +55,8 @@ else:
                                 defaults=("", ()))
     _ReportFields = namedtuple(
         "ScanReport",
-        "path format verdict findings problems pickles pickles_only allowlisted skipped_because reached_from",
-        defaults=((), (), 0, False, None, None, None)
+        "path format verdict findings problems pickles pickles_only allowlisted skipped_because reached_from remote",
+        defaults=((), (), 0, False, None, None, None, None)
     )
 
 
@@ -119,7 +123,9 @@ class ScanReport(_ReportFields):
     accept the file. ``allowlisted`` holds the globals inside the allowlist when
     the scan was asked to list them (``list_globals``), else None. A report on
     what another file points a loader at (a DCP item, a shard) says which in
-    ``reached_from`` (a :class:`Pointer`), else None."""
+    ``reached_from`` (a :class:`Pointer`), else None. A file scanned where it
+    lives (a URL) says what was read in ``remote``: the object (its size, ETag
+    and the other validators a server gave), round trips, requests and bytes."""
 
     __slots__ = ()
 
@@ -153,6 +159,7 @@ class ScanReport(_ReportFields):
             "pickles": self.pickles,
             "pickles_only": self.pickles_only,
             "reached_from": None if self.reached_from is None else dict(self.reached_from._asdict()),
+            "remote": None if self.remote is None else self.remote.to_json(),
         }
 
 
@@ -160,8 +167,9 @@ _new_tuple = tuple.__new__
 
 
 def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False,
-         list_globals: bool = False, config: str | os.PathLike[str] | Settings | None = None) -> ScanReport:
-    """Scan one file (a path, or its bytes). ``allow`` adds ``module.name`` entries
+         list_globals: bool = False, config: str | os.PathLike[str] | Settings | None = None,
+         full: bool = False, client: Client | None = None) -> ScanReport:
+    """Scan one file (a path, its bytes, or an ``http(s)://`` URL). ``allow`` adds ``module.name`` entries
     to the built-in allowlist. ``list_globals`` also lists the globals inside the
     allowlist (``ScanReport.allowlisted``, ``ScanReport.imports``): everything the
     pickles import. ``config`` is a settings file (see :class:`Settings`), or
@@ -173,7 +181,16 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     each archive entry's local header too. ``pickles_only=True`` is the security
     gate alone: it reads the archive's directory and its pickles, and nothing
     else, so clean means no global outside the allowlist in any pickle, each read
-    to its end, whether or not a load would accept the tensors."""
+    to its end, whether or not a load would accept the tensors.
+
+    A URL is scanned where it lives, by ranges (see :mod:`tensorplay._remote`):
+    a pickles-only scan whatever ``pickles_only`` says, unless ``full`` fetches
+    the whole file (within the settings' ``max-file-size``) for a full scan.
+    ``client`` is the :class:`tensorplay._http.Client` to read it with (its
+    timeouts, retries, credentials and allowed redirects); by default a new one."""
+    if _is_url(f):
+        return _scan_urls([str(f)], allow=list(allow), config=config, full=full, list_globals=list_globals,
+                          client=client)[0]
     if isinstance(f, str):
         source = path = f
     elif isinstance(f, (bytes, bytearray, memoryview)):
@@ -534,7 +551,7 @@ def _report(path: str, scanning: Callable[..., tuple], args: tuple, pickles_only
     # What ScanReport(...) does, without its generated __new__: a first call of
     # that Python function was a fortieth of a pickles-only scan.
     return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only, listed,
-                                   skipped_because, reached_from))
+                                   skipped_because, reached_from, None))
 
 
 def _scan_reading(reading: _pointers.Reading, allow: list[str], pickles_only: bool,
@@ -599,6 +616,8 @@ def scan_paths(
     list_globals: bool = False,
     config: str | os.PathLike[str] | Settings | None = None,
     passed_over: list[tuple[str, str]] | None = None,
+    full: bool = False,
+    client: Client | None = None,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
     which files, as :func:`iter_files` walks them with ``selection`` (and
@@ -612,13 +631,25 @@ def scan_paths(
     shards, a TensorDict level's sub-levels. What they reach is read as the
     loader reads it and reported with ``reached_from`` saying which file pointed
     there (a shard the walk already read by content is not read again); a
-    pointer out of the folder is reported unsafe."""
+    pointer out of the folder is reported unsafe.
+
+    URLs among ``paths`` are scanned where they live, as :func:`scan` scans one
+    (``full`` and ``client`` as there), ``jobs`` at once (16 by default)."""
     allow = list(allow)
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
         allow = [*settings.allow, *allow]
         if selection is EVERYTHING:
             selection = settings.selection()
+    paths = [os.fspath(p) for p in paths]
+    urls = [p for p in paths if _is_url(p)]
+    if urls:
+        local = [p for p in paths if not _is_url(p)]
+        local_reports = scan_paths(local, jobs=jobs, allow=allow, progress=None, pickles_only=pickles_only,
+                                   selection=selection, list_globals=list_globals,
+                                   passed_over=passed_over) if local else []
+        return local_reports + _scan_urls(urls, allow=allow, selection=selection, full=full,
+                                          list_globals=list_globals, client=client, jobs=jobs, progress=progress)
     files = list(_targets(paths, selection, passed_over))
     readings, unfollowed = _readings(files)
     work: list[Callable[[], ScanReport]] = [
@@ -646,6 +677,47 @@ def scan_paths(
             if progress is not None:
                 progress(done, len(work))
     return [r for r in reports if r is not None]
+
+
+def _is_url(text: object) -> bool:
+    # Not _remote.is_url: a local scan imports neither it nor http.client and ssl.
+    return isinstance(text, str) and text[:8].lower().startswith(("http://", "https://"))
+
+
+def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[str] | Settings | None = None,
+               selection: Selection = EVERYTHING, full: bool = False, list_globals: bool = False,
+               client: Client | None = None, jobs: int | None = None,
+               progress: Callable[[int, int], None] | None = None) -> list[ScanReport]:
+    """Reports for ``urls``, in their order, ``jobs`` scans at once."""
+    from . import _http, _remote
+
+    if config is not None:
+        settings = config if isinstance(config, Settings) else Settings.read(config)
+        allow = [*settings.allow, *allow]
+        if selection is EVERYTHING:
+            selection = settings.selection()
+    own = client is None
+    reader = _http.Client() if client is None else client
+    scan_one = functools.partial(_remote.scan_url, client=reader, allow=allow, full=full,
+                                 max_file_size=selection.max_file_size, list_globals=list_globals)
+    try:
+        if len(urls) == 1:
+            reports = [scan_one(urls[0])]
+            if progress is not None:
+                progress(1, 1)
+            return reports
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(jobs or 16, len(urls))) as pool:
+            reports = []
+            for report in pool.map(scan_one, urls):
+                reports.append(report)
+                if progress is not None:
+                    progress(len(reports), len(urls))
+            return reports
+    finally:
+        if own:
+            reader.close()
 
 
 def denylist() -> list[dict[str, Any]]:

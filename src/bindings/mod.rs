@@ -133,5 +133,9 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(errors::py_build_error, m)?)?;
     m.add_function(wrap_pyfunction!(npy_model::npy_header_model, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // What a scan by ranges of a file far away reads first, in one round trip:
+    // the end records (their size tells the file's) and the first block.
+    m.add("FIRST_TAIL", crate::archive::zip::END_RECORDS_LEN)?;
+    m.add("FIRST_BLOCK", crate::archive::tar::BLOCK)?;
     Ok(())
 }

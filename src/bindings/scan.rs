@@ -52,7 +52,8 @@ fn file_name(path: Option<&Path>) -> Option<String> {
 /// `list_globals` lists the globals inside the allowlist too; `byte_zero_only`
 /// reads the file only as a pickle from byte 0 (see `ScanOptions`).
 #[pyfunction]
-#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false, byte_zero_only=false))]
+#[pyo3(signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false, byte_zero_only=false, name=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn scan<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
@@ -61,13 +62,16 @@ pub fn scan<'py>(
     pickles_only: bool,
     list_globals: bool,
     byte_zero_only: bool,
+    name: Option<String>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let path = path_of(source);
+    // The bytes of a file far away are named by their URL's last part.
+    let named = path.clone().or_else(|| name.map(PathBuf::from));
     let options = ScanOptions {
         pickles_only,
         list_allowlisted: list_globals,
         byte_zero_only,
-        ..options(path.as_deref(), user_names, limits)
+        ..options(named.as_deref(), user_names, limits)
     };
     if byte_zero_only {
         let data = open_source(
@@ -94,7 +98,7 @@ pub fn scan<'py>(
     )?;
     drop(held);
     // The file's name: bytes that are no model count against a name that says model.
-    let name = file_name(path.as_deref());
+    let name = file_name(named.as_deref());
     let report = py.detach(|| {
         let bytes = data.bytes();
         let name = name.as_deref();

@@ -1,0 +1,312 @@
+"""Byte ranges of one object over HTTP(S), checked so that what a scan reads is
+the object it names, or the scan says it could not read it.
+
+Every response is held to the request: a range asked for must come back as
+``206`` with the ``Content-Range`` asked for, of the object's size, with as many
+bytes as it says; a server that answers ``200`` (ignoring ``Range``) is refused,
+never read on as a download. The first response names the object (its ``ETag``,
+else its ``Last-Modified``); every later one must name the same, and asks for it
+with ``If-Match`` (or ``If-Unmodified-Since``), so an object replaced between
+two reads is an error, not a mix of two files. Redirects are followed by hand:
+to the same origin always, to another host only where the caller allows it,
+and never with the ``Authorization`` header. Transient failures (a dropped
+connection, a timeout, ``429``, ``502``-``504``) are retried a bounded number of
+times, ``Retry-After`` honoured up to a cap. TLS certificates are verified
+(``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` name other authorities).
+
+Only the standard library: no buffered file object that reads ahead (fsspec's
+read 5-50 MB blocks), no transparent decompression (``Accept-Encoding:
+identity``: a range of a gzip'd body is not a range of the object).
+"""
+from __future__ import annotations
+
+import http.client
+import queue
+import re
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from email.utils import parsedate_to_datetime
+
+from . import __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+USER_AGENT = f"tensorplay/{__version__}"
+# Statuses worth a retry: the server or a proxy on the way is busy or restarting.
+TRANSIENT = frozenset({429, 502, 503, 504})
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)\Z")
+_UNSATISFIABLE_EMPTY = "bytes */0"
+
+
+class RemoteError(OSError):
+    """An object that could not be read as asked: the reason says which request
+    and what came back. A scan reports the file UNREADABLE with it."""
+
+
+class Identity:
+    """What names the bytes read: the object's size and the validators its
+    server gave (``ETag``; the Hub's ``X-Linked-Etag``, a hash of the content;
+    ``x-amz-version-id``; ``Last-Modified``), and the URL that served them."""
+
+    __slots__ = ("url", "size", "etag", "linked_etag", "version_id", "last_modified")
+
+    def __init__(self, url: str, size: int, headers: http.client.HTTPMessage):
+        self.url = url
+        self.size = size
+        self.etag = headers.get("ETag")
+        self.linked_etag = headers.get("X-Linked-Etag")
+        self.version_id = headers.get("x-amz-version-id")
+        self.last_modified = headers.get("Last-Modified")
+
+    def preconditions(self) -> dict[str, str]:
+        """Headers that make a server refuse (``412``) if the object changed."""
+        if self.etag and not self.etag.startswith("W/"):
+            return {"If-Match": self.etag}
+        if self.last_modified:
+            return {"If-Unmodified-Since": self.last_modified}
+        return {}
+
+    def same_object(self, headers: http.client.HTTPMessage) -> str | None:
+        """Why ``headers`` may name another object than this one, or None."""
+        for name, mine in (("ETag", self.etag), ("Last-Modified", self.last_modified)):
+            theirs = headers.get(name)
+            if mine is not None and theirs is not None and theirs != mine:
+                return f"the object changed between two reads ({name} {mine} then {theirs})"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Client:
+    """Connections kept alive per origin, shared by threads; every request as the
+    module's documentation says. ``allowed_hosts``: other hosts a redirect may
+    lead to (``"*"`` for any); ``credentials``: headers (``Authorization``) by
+    the host they are for, sent to that host alone, wherever a redirect leads."""
+
+    def __init__(self, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
+                 max_retry_after: float = 30.0, allowed_hosts: Iterable[str] = (),
+                 credentials: dict[str, dict[str, str]] | None = None, context: ssl.SSLContext | None = None):
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_retry_after = max_retry_after
+        self.allowed_hosts = frozenset(allowed_hosts)
+        self.credentials = {host.lower(): dict(h) for host, h in (credentials or {}).items()}
+        self.context = context or ssl.create_default_context()
+        self._idle: dict[tuple[str, str, int], queue.SimpleQueue[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+        # What was asked of servers: a scan's cost, for reports and benchmarks.
+        self.requests = 0
+        self.bytes_read = 0
+
+    # --- connections ---------------------------------------------------------------------
+
+    def _origin(self, url: str) -> tuple[str, str, int]:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteError(f"{url}: not an http or https URL")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as e:
+            raise RemoteError(f"{url}: {e}") from None
+        return parts.scheme, parts.hostname, port
+
+    def _connection(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection:
+        with self._lock:
+            idle = self._idle.setdefault(origin, queue.SimpleQueue())
+        try:
+            return idle.get_nowait()
+        except queue.Empty:
+            scheme, host, port = origin
+            if scheme == "https":
+                return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self.context)
+            return http.client.HTTPConnection(host, port, timeout=self.timeout)
+
+    def _release(self, origin: tuple[str, str, int], connection: http.client.HTTPConnection) -> None:
+        self._idle[origin].put(connection)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            while not connections.empty():
+                connections.get_nowait().close()
+
+    # --- one request -----------------------------------------------------------------
+
+    def _once(self, url: str, headers: dict[str, str]) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One GET on a kept-alive connection (a fresh one if the kept one was
+        closed by the server meanwhile): status, headers and the whole body."""
+        origin = self._origin(url)
+        parts = urllib.parse.urlsplit(url)
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        for attempt in (0, 1):
+            connection = self._connection(origin)
+            try:
+                connection.request("GET", target, headers=headers)
+                response = connection.getresponse()
+                body = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                connection.close()
+                if attempt:
+                    raise
+                continue
+            except BaseException:
+                connection.close()
+                raise
+            with self._lock:
+                self.requests += 1
+                self.bytes_read += len(body)
+            if response.will_close:
+                connection.close()
+            else:
+                self._release(origin, connection)
+            return response.status, response.headers, body
+        raise AssertionError("unreachable")
+
+    def get(self, url: str, headers: dict[str, str]) -> tuple[str, int, http.client.HTTPMessage, bytes]:
+        """GET with retries and redirects: the URL that answered, and its answer."""
+        start_origin = self._origin(url)
+        seen = {url}
+        for _ in range(MAX_REDIRECTS + 1):
+            status, response_headers, body = self._retrying(url, self._headers_for(url, headers))
+            if status not in REDIRECTS:
+                return url, status, response_headers, body
+            location = response_headers.get("Location")
+            if not location:
+                raise RemoteError(f"{url}: a {status} redirect without a Location")
+            target = urllib.parse.urljoin(url, location)
+            if target in seen:
+                raise RemoteError(f"{url}: a redirect loop (back to {target})")
+            seen.add(target)
+            origin = self._origin(target)
+            if origin[1] != start_origin[1] and not ({"*", origin[1]} & self.allowed_hosts):
+                raise RemoteError(f"{url}: redirected to another host, {origin[1]}, which was not allowed "
+                                  "(allow it to follow: --redirect-host)")
+            url = target
+        raise RemoteError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+    def _headers_for(self, url: str, headers: dict[str, str]) -> dict[str, str]:
+        """The request's headers, with the credentials for the URL's host alone."""
+        own = self.credentials.get(self._origin(url)[1].lower(), {})
+        return {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **own, **headers}
+
+    def _retrying(self, url: str, headers: dict[str, str]) -> tuple[int, http.client.HTTPMessage, bytes]:
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                status, response_headers, body = self._once(url, headers)
+            except ssl.SSLCertVerificationError as e:
+                raise RemoteError(f"{url}: {e.verify_message or e} (the certificate is not trusted: "
+                                  "SSL_CERT_FILE names other authorities)") from None
+            except (OSError, http.client.HTTPException) as e:
+                if last:
+                    raise RemoteError(f"{url}: {type(e).__name__}: {e or 'no answer'} "
+                                      f"(after {attempt + 1} attempts)") from None
+                time.sleep(delay)
+                delay *= 2
+                continue
+            if status not in TRANSIENT or last:
+                return status, response_headers, body
+            time.sleep(self._retry_after(response_headers, delay))
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _retry_after(self, headers: http.client.HTTPMessage, default: float) -> float:
+        value = headers.get("Retry-After")
+        if value is None:
+            return default
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                seconds = parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                return default
+        return min(max(seconds, 0.0), self.max_retry_after)
+
+    # --- objects ---------------------------------------------------------------------------
+
+    def open(self, url: str, tail: int, head: int) -> tuple[Identity, dict[int, bytes]]:
+        """The object's identity, its last ``tail`` bytes and its first ``head``
+        bytes (fewer of a smaller object), in one round trip: the first request
+        asks for the tail (its answer gives the size), the second, sent at once,
+        for the head; both must name the same object."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            tail_answer = pool.submit(self.get, url, {"Range": f"bytes=-{tail}"})
+            head_answer = pool.submit(self.get, url, {"Range": f"bytes=0-{head - 1}"})
+            final_url, status, headers, body = tail_answer.result()
+            head_reply = head_answer.result()
+        # An empty object has no range to give: 416 with its size, or the
+        # (empty) whole, which is no download.
+        empty = status == 416 and headers.get("Content-Range") == _UNSATISFIABLE_EMPTY
+        if empty or (status == 200 and not body and headers.get("Content-Length") == "0"):
+            return Identity(final_url, 0, headers), {}
+        size, start = self._checked(url, status, headers, body, None, tail)
+        identity = Identity(final_url, size, headers)
+        held = {start: body}
+        if size > len(body):
+            _, head_status, head_headers, head_body = head_reply
+            self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
+            held[0] = head_body
+        return identity, held
+
+    def read(self, identity: Identity, ranges: Sequence[tuple[int, int]], workers: int = 8) -> list[bytes]:
+        """The bytes of each ``(offset, length)`` of the object, asked for at
+        once (one round trip), each checked."""
+        def one(offset: int, length: int) -> bytes:
+            headers = {"Range": f"bytes={offset}-{offset + length - 1}", **identity.preconditions()}
+            _, status, answer_headers, body = self.get(identity.url, headers)
+            self._checked(identity.url, status, answer_headers, body, (offset, length), None, identity)
+            return body
+
+        if len(ranges) == 1:
+            return [one(*ranges[0])]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(ranges))) as pool:
+            return list(pool.map(lambda r: one(*r), ranges))
+
+    def _checked(self, url: str, status: int, headers: http.client.HTTPMessage, body: bytes,
+                 asked: tuple[int, int] | None, suffix: int | None, identity: Identity | None = None,
+                 ) -> tuple[int, int]:
+        """The size and start of a range answer that is what was asked (a range
+        ``asked``, or the last ``suffix`` bytes), or RemoteError saying how not."""
+        what = f"bytes {asked[0]}-{asked[0] + asked[1] - 1}" if asked else f"the last {suffix} bytes"
+        if status == 200:
+            raise RemoteError(f"{url}: asked for {what}, the server sent the whole object (200): "
+                              "it ignores Range, and a scan by ranges does not download")
+        if status == 412:
+            raise RemoteError(f"{url}: the object changed between two reads (412 Precondition Failed)")
+        if status != 206:
+            reason = headers.get("X-Error-Message") or ""
+            raise RemoteError(f"{url}: HTTP {status} for {what}{': ' + reason if reason else ''}")
+        if identity is not None and (changed := identity.same_object(headers)) is not None:
+            raise RemoteError(f"{url}: {changed}")
+        content_range = headers.get("Content-Range", "")
+        match = _CONTENT_RANGE.match(content_range)
+        if match is None or headers.get_content_maintype() == "multipart":
+            raise RemoteError(f"{url}: asked for {what}, the answer's Content-Range is {content_range!r}")
+        first, last, size = map(int, match.groups())
+        if identity is not None and size != identity.size:
+            raise RemoteError(f"{url}: the object's size changed between two reads ({identity.size} then {size})")
+        if asked is not None:
+            expected = (asked[0], min(asked[0] + asked[1], size) - 1)
+        else:
+            expected = (max(size - (suffix or 0), 0), size - 1)
+        if (first, last) != expected:
+            raise RemoteError(f"{url}: asked for {what}, the server sent bytes {first}-{last}")
+        if len(body) != last - first + 1:
+            raise RemoteError(f"{url}: bytes {first}-{last} came as {len(body)} bytes (a short or long body)")
+        return size, first

@@ -1,0 +1,193 @@
+"""Scanning files where they live: a real nginx serves the corpus and fixtures
+(plain HTTP and HTTPS), a misbehaving server the ways servers go wrong. A remote
+scan says what the local scan of the same file says, reads a checkpoint in
+three round trips without a byte of a tensor, and is never CLEAN when it could
+not read what it asked for."""
+from __future__ import annotations
+
+import json
+import pathlib
+import ssl
+import urllib.parse
+import zipfile
+
+import pytest
+from http_servers import Misbehaving, Nginx
+from tensorplay import _http, cli, scanner
+
+TESTS = pathlib.Path(__file__).parent
+CORPUS = sorted(
+    p.relative_to(TESTS).as_posix()
+    for folder in (TESTS / "malicious" / "files", TESTS / "fixtures")
+    for p in folder.rglob("*")
+    if p.is_file() and not p.is_symlink()
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """nginx serving the test folder at /repo/ and a folder of files made by
+    the tests at /made/."""
+    root = tmp_path_factory.mktemp("served")
+    (root / "repo").symlink_to(TESTS)
+    (root / "made").mkdir()
+    server = Nginx(root, tmp_path_factory.mktemp("nginx"))
+    yield server, root / "made"
+    server.stop()
+
+
+def url_of(base: str, relative: str) -> str:
+    return f"{base}/{urllib.parse.quote(relative)}"
+
+
+def summary(report: scanner.ScanReport) -> tuple:
+    return (report.format, report.verdict, report.findings, tuple(report.problems),
+            tuple(p.kind for p in report.problems), report.pickles, report.skipped_because, report.allowlisted)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["by-ranges", "full"])
+def test_every_corpus_file_and_fixture_scans_remotely_as_it_scans_locally(served, full):
+    server, _ = served
+    urls = [url_of(server.url, f"repo/{relative}") for relative in CORPUS]
+    reports = scanner.scan_paths(urls, full=full, list_globals=True)
+    assert len(reports) == len(CORPUS) > 400
+    differ = []
+    for relative, url, remote in zip(CORPUS, urls, reports):
+        local = scanner.scan(TESTS / relative, pickles_only=not full, list_globals=True)
+        assert remote.path == url
+        if summary(remote) != summary(local):
+            differ.append((relative, summary(remote), summary(local)))
+        assert remote.remote.identity.size == (TESTS / relative).stat().st_size
+        assert remote.remote.identity.etag
+    assert not differ, differ[:3]
+
+
+def _checkpoint(path: pathlib.Path) -> list[range]:
+    """A torch checkpoint as real models have them (a data.pkl of some KiB,
+    tensors after it), and the byte ranges of its tensors' payloads."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(24)])
+    torch.save(model.state_dict(), path)
+    with zipfile.ZipFile(path) as z:
+        infos = [i for i in z.infolist() if "/data/" in i.filename and not i.filename.endswith("serialization_id")]
+        data = path.read_bytes()
+        payloads = []
+        for info in infos:
+            name_len, extra_len = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little"), \
+                int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+            start = info.header_offset + 30 + name_len + extra_len
+            payloads.append(range(start, start + info.compress_size))
+    assert len(payloads) == 48
+    return payloads
+
+
+def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
+    server, made = served
+    path = made / "model.pt"
+    payloads = _checkpoint(path)
+    before = len(server.requests())
+    report = scanner.scan(f"{server.url}/made/model.pt")
+    assert report.verdict == "clean" and report.pickles_only, report
+    assert report.remote.round_trips == 3 and not report.remote.whole_file
+    # What nginx says it sent: every range, and none reaching a tensor's bytes.
+    sent = [row for row in server.requests()[before:] if row[1] == "/made/model.pt"]
+    assert len(sent) == report.remote.requests and all(status == 206 for _, _, _, status, _ in sent)
+    assert sum(size for *_, size in sent) == report.remote.bytes_read < path.stat().st_size // 4
+    for _, _, header, _, _ in sent:
+        first, last = header.removeprefix("bytes=").split("-")
+        start = int(first) if first else path.stat().st_size - int(last)
+        end = int(last) + 1 if first else path.stat().st_size
+        hit = [p for p in payloads if p.start < end and start < p.stop]
+        assert not hit, (header, hit)
+
+
+def test_https_is_verified(served, monkeypatch):
+    server, _ = served
+    url = f"{server.tls_url}/repo/fixtures/torch/parameters.pt"
+    refused = scanner.scan(url)
+    assert refused.verdict == "unreadable" and refused.problems[0].kind == "network"
+    assert "certificate" in refused.problems[0]
+    trusting = _http.Client(context=ssl.create_default_context(cafile=str(server.cafile)))
+    assert scanner.scan(url, client=trusting).verdict == "clean"
+    # The usual variable names another authority for every client made after it is set.
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.cafile))
+    assert scanner.scan(url).verdict == "clean"
+
+
+def test_a_file_ranges_cannot_settle_is_fetched_whole_only_within_the_size_limit(served):
+    server, _ = served
+    url = f"{server.url}/repo/fixtures/torch/legacy_format.pt"
+    size = (TESTS / "fixtures/torch/legacy_format.pt").stat().st_size
+    whole = scanner.scan(url)
+    assert whole.verdict == "clean" and whole.remote.whole_file
+    limited = scanner.scan_paths([url], selection=scanner.Selection(max_file_size=size - 1))[0]
+    assert limited.verdict == "unreadable" and "limit on what a scan downloads" in limited.problems[0]
+    assert limited.remote.bytes_read < size
+
+
+def test_the_command_line_scans_urls_with_exit_codes_and_json(served, capsys):
+    server, _ = served
+    hostile = next(r for r in CORPUS if r.startswith("malicious/") and scanner.scan(TESTS / r).verdict == "unsafe")
+    urls = [url_of(server.url, "repo/fixtures/torch/parameters.pt"), url_of(server.url, f"repo/{hostile}")]
+    assert cli.main(["scan", urls[0]]) == cli.EXIT_CLEAN
+    capsys.readouterr()
+    assert cli.main(["scan", "--json", *urls]) == cli.EXIT_UNSAFE
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert [f["verdict"] for f in files] == ["clean", "unsafe"]
+    assert files[0]["remote"]["object"]["etag"] and files[0]["remote"]["round_trips"] == 3
+
+
+# --- the fail-closed cases -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def checkpoint_bytes():
+    return (TESTS / "fixtures/torch/parameters.pt").read_bytes()
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("ignore-range", "ignores Range"),
+    ("wrong-range", "the server sent bytes"),
+    ("short-body", ""),
+    ("changing", "the object changed between two reads"),
+    ("redirect-loop", "a redirect loop"),
+    ("stall", "timed out"),
+])
+def test_a_server_that_misbehaves_makes_the_file_unreadable(checkpoint_bytes, mode, reason):
+    server = Misbehaving(checkpoint_bytes, mode, stall=3.0)
+    try:
+        client = _http.Client(timeout=0.5, retries=1, backoff=0.01)
+        report = scanner.scan(server.url, client=client)
+        assert report.verdict == "unreadable", report
+        assert [p.kind for p in report.problems] == ["network"] and reason in report.problems[0], report.problems
+        assert cli.exit_code([report]) == cli.EXIT_UNREADABLE
+    finally:
+        server.stop()
+
+
+def test_a_busy_server_is_asked_again_after_retry_after(checkpoint_bytes):
+    server = Misbehaving(checkpoint_bytes, "busy-once")
+    try:
+        report = scanner.scan(server.url, client=_http.Client(backoff=0.01))
+        assert report.verdict == "clean", report
+        assert server.count == 2 * report.remote.requests  # each range asked twice: 429, then 206
+    finally:
+        server.stop()
+
+
+def test_a_redirect_to_another_host_is_followed_only_when_allowed_and_never_with_credentials(checkpoint_bytes):
+    server = Misbehaving(checkpoint_bytes, "redirect-away")
+    try:
+        token = {"127.0.0.1": {"Authorization": "Bearer secret"}}
+        refused = scanner.scan(server.url, client=_http.Client(credentials=token))
+        assert refused.verdict == "unreadable" and "another host, localhost" in refused.problems[0]
+        server.authorizations.clear()
+        allowed = _http.Client(credentials=token, allowed_hosts=["localhost"])
+        report = scanner.scan(server.url, client=allowed)
+        assert report.verdict == "clean", report
+        assert report.remote.identity.url.startswith(f"http://localhost:{server.port}/")
+        sent = {(host.split(":")[0], auth) for host, auth in server.authorizations}
+        assert ("127.0.0.1", "Bearer secret") in sent and ("localhost", None) in sent
+        assert ("localhost", "Bearer secret") not in sent
+    finally:
+        server.stop()
