@@ -49,7 +49,7 @@ def make_certificate(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
 class Nginx:
     """nginx serving ``root`` on ``url`` (HTTP) and ``tls_url`` (HTTPS, its
     certificate at ``cafile``); every request logged to ``access_log`` as
-    ``METHOD URI "RANGE" STATUS BYTES``."""
+    ``METHOD URI "RANGE" STATUS BYTES "AUTHORIZATION"``."""
 
     def __init__(self, root: pathlib.Path, work: pathlib.Path):
         self.root, self.work = root, work
@@ -68,7 +68,7 @@ pid {work}/nginx.pid;
 error_log {work}/error.log warn;
 events {{ worker_connections 512; }}
 http {{
-    log_format ranges '$request_method $uri "$http_range" $status $body_bytes_sent';
+    log_format ranges '$request_method $uri "$http_range" $status $body_bytes_sent "$http_authorization"';
     access_log {self.access_log} ranges;
     client_body_temp_path {temp}/body;
     proxy_temp_path {temp}/proxy;
@@ -94,14 +94,15 @@ http {{
         self.url = f"http://127.0.0.1:{self.port}"
         self.tls_url = f"https://127.0.0.1:{self.tls_port}"
 
-    def requests(self) -> list[tuple[str, str, str, int, int]]:
-        """The access log so far: (method, uri, range header, status, body bytes)."""
-        pattern = re.compile(r'(\S+) (\S+) "([^"]*)" (\d+) (\d+)')
+    def requests(self) -> list[tuple[str, str, str, int, int, str]]:
+        """The access log so far: (method, uri, range header, status, body
+        bytes, authorization header; ``-`` for a header not sent)."""
+        pattern = re.compile(r'(\S+) (\S+) "([^"]*)" (\d+) (\d+) "([^"]*)"')
         rows = []
         for line in self.access_log.read_text().splitlines():
             m = pattern.fullmatch(line)
             if m:
-                rows.append((m[1], m[2], m[3], int(m[4]), int(m[5])))
+                rows.append((m[1], m[2], m[3], int(m[4]), int(m[5]), m[6]))
         return rows
 
     def stop(self) -> None:

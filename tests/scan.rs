@@ -484,7 +484,7 @@ fn reading_pieces_of_a_checkpoint_gives_the_answer_of_the_whole_file() {
             data.get(start..start.checked_add(n)?).map(<[u8]>::to_vec)
         };
         let whole = unsafe_globals(&data, &options);
-        match unsafe_globals_by_reading(data.len() as u64, &read_at, &options) {
+        match unsafe_globals_by_reading(data.len() as u64, &read_at, TAIL_READ, &options) {
             Some(names) => {
                 answered += 1;
                 assert_eq!(
@@ -551,7 +551,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     let tail = len.saturating_sub(4 << 10);
     let last = last_header(&data, &reads);
     let then_last = if last < tail { vec![last] } else { vec![] };
-    assert!(unsafe_globals_by_reading(len, &read_at, &ScanOptions::default()).is_some());
+    assert!(unsafe_globals_by_reading(len, &read_at, TAIL_READ, &ScanOptions::default()).is_some());
     assert_eq!(reads.take(), [&[tail, 0][..], &then_last].concat());
     assert!(scan_pickles_by_reading(len, &read_at, TAIL_READ, &pickles_only).is_some());
     assert_eq!(reads.take(), [&[tail, 0][..], &then_last].concat());
@@ -587,7 +587,7 @@ fn a_torch_checkpoint_is_answered_from_two_reads_and_a_prefixed_one_from_the_map
     };
     let len = prefixed.len() as u64;
     assert_eq!(
-        unsafe_globals_by_reading(len, &read_prefixed, &ScanOptions::default()),
+        unsafe_globals_by_reading(len, &read_prefixed, TAIL_READ, &ScanOptions::default()),
         None
     );
     assert!(scan_pickles_by_reading(len, &read_prefixed, TAIL_READ, &pickles_only).is_none());

@@ -13,7 +13,8 @@ import zipfile
 
 import pytest
 from http_servers import Misbehaving, Nginx
-from tensorplay import _http, cli, scanner
+from tensorplay import CheckpointError, _http, cli, scanner
+from tensorplay.serialization import get_unsafe_globals_in_checkpoint
 
 TESTS = pathlib.Path(__file__).parent
 CORPUS = sorted(
@@ -62,6 +63,23 @@ def test_every_corpus_file_and_fixture_scans_remotely_as_it_scans_locally(served
     assert not differ, differ[:3]
 
 
+def _unsafe_globals(source: str | pathlib.Path) -> list[str] | str:
+    try:
+        return get_unsafe_globals_in_checkpoint(source)
+    except CheckpointError as e:
+        return type(e).__name__
+
+
+def test_get_unsafe_globals_of_a_url_is_that_of_the_file(served):
+    server, _ = served
+    differ = [(relative, remote, local) for relative in CORPUS
+              if (remote := _unsafe_globals(url_of(server.url, f"repo/{relative}")))
+              != (local := _unsafe_globals(TESTS / relative))]
+    assert not differ, differ[:3]
+    with pytest.raises(OSError, match="HTTP 404"):
+        get_unsafe_globals_in_checkpoint(f"{server.url}/repo/no-such-file.pt")
+
+
 def _checkpoint(path: pathlib.Path) -> list[range]:
     """A torch checkpoint as real models have them (a data.pkl of some KiB,
     tensors after it), and the byte ranges of its tensors' payloads."""
@@ -91,9 +109,9 @@ def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
     assert report.remote.round_trips == 3 and not report.remote.whole_file
     # What nginx says it sent: every range, and none reaching a tensor's bytes.
     sent = [row for row in server.requests()[before:] if row[1] == "/made/model.pt"]
-    assert len(sent) == report.remote.requests and all(status == 206 for _, _, _, status, _ in sent)
-    assert sum(size for *_, size in sent) == report.remote.bytes_read < path.stat().st_size // 4
-    for _, _, header, _, _ in sent:
+    assert len(sent) == report.remote.requests and all(row[3] == 206 for row in sent)
+    assert sum(row[4] for row in sent) == report.remote.bytes_read < path.stat().st_size // 4
+    for _, _, header, *_ in sent:
         first, last = header.removeprefix("bytes=").split("-")
         start = int(first) if first else path.stat().st_size - int(last)
         end = int(last) + 1 if first else path.stat().st_size
@@ -135,6 +153,31 @@ def test_the_command_line_scans_urls_with_exit_codes_and_json(served, capsys):
     files = json.loads(capsys.readouterr().out)["files"]
     assert [f["verdict"] for f in files] == ["clean", "unsafe"]
     assert files[0]["remote"]["object"]["etag"] and files[0]["remote"]["round_trips"] == 3
+
+
+@pytest.mark.parametrize("url, served_at", [
+    ("hf://org/model/pytorch_model.bin", "org/model/resolve/main/pytorch_model.bin"),
+    ("hf://org/model@v1.0/sub/model.pt", "org/model/resolve/v1.0/sub/model.pt"),
+    ("hf://org/model@refs/pr/3/model.pt", "org/model/resolve/refs%2Fpr%2F3/model.pt"),
+    ("hf://datasets/org/data@refs%2Fconvert%2Fparquet/x.pkl",
+     "datasets/org/data/resolve/refs%2Fconvert%2Fparquet/x.pkl"),
+])
+def test_a_hub_url_is_read_at_its_revision_from_hf_endpoint_with_hf_token(served, monkeypatch, url, served_at):
+    server, made = served
+    file = made / "hub" / urllib.parse.unquote(served_at)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    hostile = next(r for r in CORPUS if r.startswith("malicious/") and scanner.scan(TESTS / r).verdict == "unsafe")
+    file.write_bytes((TESTS / hostile).read_bytes())
+    monkeypatch.setenv("HF_ENDPOINT", f"{server.url}/made/hub")
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    before = len(server.requests())
+    report = scanner.scan(url)
+    assert report.path == url
+    assert report.verdict == "unsafe"
+    assert summary(report) == summary(scanner.scan(file, pickles_only=True))
+    assert report.remote.identity.url == f"{server.url}/made/hub/{served_at}"
+    sent = server.requests()[before:]
+    assert sent and all(row[5] == "Bearer hf_test_token" for row in sent)
 
 
 # --- the fail-closed cases -------------------------------------------------------------------------

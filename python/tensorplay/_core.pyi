@@ -46,6 +46,7 @@ __all__ = [
     "reader_models",
     "scan_spans",
     "scan_waves",
+    "unsafe_globals_waves",
     "FIRST_TAIL",
     "FIRST_BLOCK",
     "__version__",
@@ -236,7 +237,20 @@ def inspect(
 ) -> tuple[str, Any]:
     """``(format, tree)``, every tensor a ``TensorInfo``."""
 
-def unsafe_globals(source: _Source, user_names: Sequence[str] = ..., limits: _Limits = ...) -> list[str]: ...
+def unsafe_globals(
+    source: _Source, user_names: Sequence[str] = ..., limits: _Limits = ..., name: str | None = None
+) -> list[str]: ...
+def unsafe_globals_waves(
+    length: int,
+    held: Sequence[tuple[int, bytes]],
+    name: str | None = None,
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+) -> (
+    tuple[Literal["globals"], list[str]]
+    | tuple[Literal["fetch"], list[tuple[int, int]]]
+    | tuple[Literal["whole"], None]
+): ...
 def is_tensordict_leaf(name: str, siblings: Container[str]) -> bool: ...
 def loads(
     data: bytes | str | os.PathLike[str],

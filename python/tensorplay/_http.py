@@ -45,6 +45,17 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)\Z")
 _UNSATISFIABLE_EMPTY = "bytes */0"
 
 
+# Validators a redirect may carry for the object it leads to.
+CHAIN_HEADERS = ("X-Linked-Etag", "X-Linked-Size", "X-Repo-Commit")
+
+
+def host_allowed(host: str, allowed: Iterable[str]) -> bool:
+    """Whether ``allowed`` names ``host``: ``*``, the host, or ``.domain`` for
+    every host under it."""
+    host = host.lower()
+    return any(a == "*" or a.lower() == host or (a.startswith(".") and host.endswith(a.lower())) for a in allowed)
+
+
 class RemoteError(OSError):
     """An object that could not be read as asked: the reason says which request
     and what came back. A scan reports the file UNREADABLE with it."""
@@ -55,15 +66,19 @@ class Identity:
     server gave (``ETag``; the Hub's ``X-Linked-Etag``, a hash of the content;
     ``x-amz-version-id``; ``Last-Modified``), and the URL that served them."""
 
-    __slots__ = ("url", "size", "etag", "linked_etag", "version_id", "last_modified")
+    __slots__ = ("url", "size", "etag", "linked_etag", "commit", "version_id", "last_modified", "allowed")
 
-    def __init__(self, url: str, size: int, headers: http.client.HTTPMessage):
+    def __init__(self, url: str, size: int, headers: http.client.HTTPMessage, chain: dict[str, str],
+                 allowed: Iterable[str] = ()):
         self.url = url
         self.size = size
         self.etag = headers.get("ETag")
-        self.linked_etag = headers.get("X-Linked-Etag")
+        self.linked_etag = chain.get("X-Linked-Etag") or headers.get("X-Linked-Etag")
+        self.commit = chain.get("X-Repo-Commit") or headers.get("X-Repo-Commit")
         self.version_id = headers.get("x-amz-version-id")
         self.last_modified = headers.get("Last-Modified")
+        # Hosts a later read may be redirected to, as the first read was allowed.
+        self.allowed = tuple(allowed)
 
     def preconditions(self) -> dict[str, str]:
         """Headers that make a server refuse (``412``) if the object changed."""
@@ -82,14 +97,15 @@ class Identity:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self.__slots__ if name != "allowed"}
 
 
 class Client:
     """Connections kept alive per origin, shared by threads; every request as the
     module's documentation says. ``allowed_hosts``: other hosts a redirect may
-    lead to (``"*"`` for any); ``credentials``: headers (``Authorization``) by
-    the host they are for, sent to that host alone, wherever a redirect leads."""
+    lead to (``"*"`` for any, ``".example.com"`` for the hosts under it);
+    ``credentials``: headers (``Authorization``) by the host they are for, sent
+    to that host alone, wherever a redirect leads."""
 
     def __init__(self, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
                  max_retry_after: float = 30.0, allowed_hosts: Iterable[str] = (),
@@ -172,14 +188,21 @@ class Client:
             return response.status, response.headers, body
         raise AssertionError("unreachable")
 
-    def get(self, url: str, headers: dict[str, str]) -> tuple[str, int, http.client.HTTPMessage, bytes]:
-        """GET with retries and redirects: the URL that answered, and its answer."""
-        start_origin = self._origin(url)
-        seen = {url}
+    def get(self, url: str, headers: dict[str, str], also_allowed: Iterable[str] = (),
+            ) -> tuple[str, int, http.client.HTTPMessage, bytes, dict[str, str]]:
+        """GET with retries and redirects: the URL that answered, its answer, and
+        the validators the redirects on the way gave (the Hub names a file's
+        content by ``X-Linked-Etag`` on its redirect to the CDN)."""
+        start_host = self._origin(url)[1]
+        allowed = self.allowed_hosts | frozenset(also_allowed)
+        seen, chain = {url}, {}
         for _ in range(MAX_REDIRECTS + 1):
             status, response_headers, body = self._retrying(url, self._headers_for(url, headers))
             if status not in REDIRECTS:
-                return url, status, response_headers, body
+                return url, status, response_headers, body, chain
+            for name in CHAIN_HEADERS:
+                if name in response_headers and name not in chain:
+                    chain[name] = response_headers[name]
             location = response_headers.get("Location")
             if not location:
                 raise RemoteError(f"{url}: a {status} redirect without a Location")
@@ -187,9 +210,9 @@ class Client:
             if target in seen:
                 raise RemoteError(f"{url}: a redirect loop (back to {target})")
             seen.add(target)
-            origin = self._origin(target)
-            if origin[1] != start_origin[1] and not ({"*", origin[1]} & self.allowed_hosts):
-                raise RemoteError(f"{url}: redirected to another host, {origin[1]}, which was not allowed "
+            host = self._origin(target)[1]
+            if host != start_host and not host_allowed(host, allowed):
+                raise RemoteError(f"{url}: redirected to another host, {host}, which was not allowed "
                                   "(allow it to follow: --redirect-host)")
             url = target
         raise RemoteError(f"{url}: more than {MAX_REDIRECTS} redirects")
@@ -236,7 +259,8 @@ class Client:
 
     # --- objects ---------------------------------------------------------------------------
 
-    def open(self, url: str, tail: int, head: int) -> tuple[Identity, dict[int, bytes]]:
+    def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
+             ) -> tuple[Identity, dict[int, bytes]]:
         """The object's identity, its last ``tail`` bytes and its first ``head``
         bytes (fewer of a smaller object), in one round trip: the first request
         asks for the tail (its answer gives the size), the second, sent at once,
@@ -244,20 +268,20 @@ class Client:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(2) as pool:
-            tail_answer = pool.submit(self.get, url, {"Range": f"bytes=-{tail}"})
-            head_answer = pool.submit(self.get, url, {"Range": f"bytes=0-{head - 1}"})
-            final_url, status, headers, body = tail_answer.result()
+            tail_answer = pool.submit(self.get, url, {"Range": f"bytes=-{tail}"}, also_allowed)
+            head_answer = pool.submit(self.get, url, {"Range": f"bytes=0-{head - 1}"}, also_allowed)
+            final_url, status, headers, body, chain = tail_answer.result()
             head_reply = head_answer.result()
         # An empty object has no range to give: 416 with its size, or the
         # (empty) whole, which is no download.
         empty = status == 416 and headers.get("Content-Range") == _UNSATISFIABLE_EMPTY
         if empty or (status == 200 and not body and headers.get("Content-Length") == "0"):
-            return Identity(final_url, 0, headers), {}
+            return Identity(final_url, 0, headers, chain, also_allowed), {}
         size, start = self._checked(url, status, headers, body, None, tail)
-        identity = Identity(final_url, size, headers)
+        identity = Identity(final_url, size, headers, chain, also_allowed)
         held = {start: body}
         if size > len(body):
-            _, head_status, head_headers, head_body = head_reply
+            _, head_status, head_headers, head_body, _ = head_reply
             self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
             held[0] = head_body
         return identity, held
@@ -267,7 +291,7 @@ class Client:
         once (one round trip), each checked."""
         def one(offset: int, length: int) -> bytes:
             headers = {"Range": f"bytes={offset}-{offset + length - 1}", **identity.preconditions()}
-            _, status, answer_headers, body = self.get(identity.url, headers)
+            _, status, answer_headers, body, _ = self.get(identity.url, headers, identity.allowed)
             self._checked(identity.url, status, answer_headers, body, (offset, length), None, identity)
             return body
 

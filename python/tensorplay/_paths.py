@@ -1,5 +1,6 @@
 """Names that one file of a checkpoint gives for another (a shard index's shards,
-a distributed checkpoint's item files): each must be a file beside it."""
+a distributed checkpoint's item files): each must be a file beside it. And
+names that are no path but a URL, of a file read where it lives."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def held(path: str, pointer: str, name: str) -> str:
     if not os.path.isfile(path):
         raise MalformedCheckpointError(f"{pointer} names {name!r}, which its folder does not hold as a file")
     return path
+
+
+# What a file far away is named by: read by ranges (see _remote), never opened as a path.
+URL_SCHEMES = ("http://", "https://", "hf://")
+
+
+def is_url(name: object) -> bool:
+    return isinstance(name, str) and name[:8].lower().startswith(URL_SCHEMES)

@@ -1,4 +1,4 @@
-"""Scanning a file where it lives (``http://``, ``https://``), by ranges.
+"""Scanning a file where it lives (``http://``, ``https://``, ``hf://``), by ranges.
 
 A remote scan is a pickles-only scan: the core says which byte ranges it reads
 (``_core.scan_waves``), they are fetched together, one round trip per wave, and
@@ -14,12 +14,15 @@ full scan, as a local scan reads it. Whatever cannot be read as asked (see
 """
 from __future__ import annotations
 
+import os
+import re
 import urllib.parse
 
 from . import _core, _http, _limits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from .scanner import ScanReport
@@ -27,6 +30,44 @@ if TYPE_CHECKING:
 # Waves are reads that follow from the last one's bytes: a checkpoint takes
 # three; more is a file built to cost round trips, read whole instead.
 MAX_WAVES = 8
+
+
+HUB = "https://huggingface.co"
+# Where the Hub's resolve/ redirects a large file (its CDN and Xet bridge):
+# followed from the default endpoint, without the token.
+HUB_STORAGE = (".hf.co", ".huggingface.co")
+_PR_REVISION = re.compile(r"(refs/pr/\d+)/(.*)\Z")
+
+
+def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
+    """The ``http(s)`` URL a remote file's URL names, and the other hosts its
+    redirects may lead to. ``hf://[datasets/|spaces/]ORG/REPO[@REVISION]/PATH``
+    is the Hub's ``resolve/`` URL at that revision (``main`` by default; a
+    revision with slashes URL-encoded, or ``refs/pr/N``), at ``HF_ENDPOINT``,
+    with ``HF_TOKEN`` sent to that host alone."""
+    if not url.startswith("hf://"):
+        return url, ()
+    rest, kind = url[len("hf://"):], ""
+    for prefix in ("datasets/", "spaces/", "models/"):
+        if rest.startswith(prefix):
+            kind, rest = ("" if prefix == "models/" else prefix), rest[len(prefix):]
+            break
+    org, _, rest = rest.partition("/")
+    repo, _, rest = rest.partition("/")
+    repo, at, revision = repo.partition("@")
+    if at and revision == "refs" and (pr := _PR_REVISION.match("refs/" + rest)):
+        revision, rest = pr[1], pr[2]
+    if not (org and repo and rest) or (at and not revision):
+        raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
+    revision = urllib.parse.unquote(revision) if at else "main"
+    endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
+    resolved = (f"{endpoint}/{kind}{org}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+                f"{urllib.parse.quote(rest)}")
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    host = urllib.parse.urlsplit(endpoint).hostname or ""
+    if token:
+        client.credentials.setdefault(host.lower(), {"Authorization": f"Bearer {token}"})
+    return resolved, HUB_STORAGE if endpoint == HUB else ()
 
 
 def name_of(url: str) -> str | None:
@@ -65,33 +106,72 @@ class RemoteRead:
 
 def scan_url(url: str, client: _http.Client, *, allow: list[str], full: bool = False,
              max_file_size: int | None = None, list_globals: bool = False) -> ScanReport:
-    from .scanner import Problem, ScanReport, _report
+    """The report on the file at ``url``; UNREADABLE with a ``network`` problem
+    when it could not be read as asked."""
+    from .scanner import Problem, ScanReport
 
-    limits = _limits.merged(None)
-    name = name_of(url)
     read = RemoteRead(None)
     try:
-        identity, first = client.open(url, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK)
-        read.identity = identity
-        read.took(list(first.values()))
-        held = list(first.items())
-        scanning = None if full else _core.scan_waves
-        while scanning is not None:
-            kind, value = scanning(identity.size, held, name, allow, limits, list_globals)
-            if kind == "report":
-                report = _report(url, lambda t: t, (value,), True)
-                return report._replace(remote=read)
-            if kind == "whole" or read.round_trips >= MAX_WAVES:
-                break
-            bodies = client.read(identity, value)
-            read.took(bodies)
-            held += [(offset, body) for (offset, _), body in zip(value, bodies)]
-        data = _whole(client, identity, first, read, max_file_size)
+        return _scan(url, client, read, allow, full, max_file_size, list_globals)
     except _http.RemoteError as e:
         return ScanReport(url, "unknown", "unreadable", problems=(Problem("network", "", str(e)),),
                           pickles_only=not full, remote=read)
+
+
+def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None) -> list[str]:
+    """``get_unsafe_globals_in_checkpoint`` of the file at ``url``, answered as
+    for a local file (``_core.unsafe_globals_waves``, or ``_core.unsafe_globals``
+    of the whole file where ranges cannot settle it); a network failure raises
+    its RemoteError."""
+    limits = _limits.merged(None)
+    name = name_of(url)
+    client = _http.Client()
+    try:
+        answer, data = _waves(url, client, RemoteRead(None), max_file_size,
+                              lambda size, held: _core.unsafe_globals_waves(size, held, name, allow, limits))
+    finally:
+        client.close()
+    return answer if data is None else _core.unsafe_globals(data, allow, limits, name)
+
+
+def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], full: bool,
+          max_file_size: int | None, list_globals: bool) -> ScanReport:
+    from .scanner import _report
+
+    limits = _limits.merged(None)
+    name = name_of(url)
+
+    def run(size: int, held: list[tuple[int, bytes]]) -> tuple[str, Any]:
+        if full:
+            return "whole", None
+        return _core.scan_waves(size, held, name, allow, limits, list_globals)
+
+    answer, data = _waves(url, client, read, max_file_size, run)
+    if data is None:
+        return _report(url, lambda t: t, (answer,), True)._replace(remote=read)
     report = _report(url, _core.scan, (data, allow, limits, not full, list_globals, False, name), not full)
     return report._replace(remote=read)
+
+
+def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int | None,
+           run: Callable[[int, list[tuple[int, bytes]]], tuple[str, Any]]) -> tuple[Any, bytes | None]:
+    """``run``'s answer once it read only held bytes, fetching each wave of
+    ranges it asks for; or the whole file, when it wants that (or takes more
+    than ``MAX_WAVES``): ``(answer, None)`` or ``(None, data)``."""
+    target, also_allowed = resolve(url, client)
+    identity, first = client.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
+    read.identity = identity
+    read.took(list(first.values()))
+    held = list(first.items())
+    while True:
+        kind, value = run(identity.size, held)
+        if kind == "whole" or (kind == "fetch" and read.round_trips >= MAX_WAVES):
+            return None, _whole(client, identity, first, read, max_file_size)
+        if kind != "fetch":
+            return value, None
+        bodies = client.read(identity, value)
+        read.took(bodies)
+        held += [(offset, body) for (offset, _), body in zip(value, bodies)]
 
 
 def _whole(client: _http.Client, identity: _http.Identity, first: dict[int, bytes], read: RemoteRead,

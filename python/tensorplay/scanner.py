@@ -14,7 +14,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-from . import _core, _limits, _pointers
+from . import _core, _limits, _paths, _pointers
 from ._pointers import Pointer
 
 # Records are named tuples, not dataclasses (`dataclasses` imports `inspect`), made
@@ -188,7 +188,7 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     the whole file (within the settings' ``max-file-size``) for a full scan.
     ``client`` is the :class:`tensorplay._http.Client` to read it with (its
     timeouts, retries, credentials and allowed redirects); by default a new one."""
-    if _is_url(f):
+    if _paths.is_url(f):
         return _scan_urls([str(f)], allow=list(allow), config=config, full=full, list_globals=list_globals,
                           client=client)[0]
     if isinstance(f, str):
@@ -642,9 +642,9 @@ def scan_paths(
         if selection is EVERYTHING:
             selection = settings.selection()
     paths = [os.fspath(p) for p in paths]
-    urls = [p for p in paths if _is_url(p)]
+    urls = [p for p in paths if _paths.is_url(p)]
     if urls:
-        local = [p for p in paths if not _is_url(p)]
+        local = [p for p in paths if not _paths.is_url(p)]
         local_reports = scan_paths(local, jobs=jobs, allow=allow, progress=None, pickles_only=pickles_only,
                                    selection=selection, list_globals=list_globals,
                                    passed_over=passed_over) if local else []
@@ -677,11 +677,6 @@ def scan_paths(
             if progress is not None:
                 progress(done, len(work))
     return [r for r in reports if r is not None]
-
-
-def _is_url(text: object) -> bool:
-    # Not _remote.is_url: a local scan imports neither it nor http.client and ssl.
-    return isinstance(text, str) and text[:8].lower().startswith(("http://", "https://"))
 
 
 def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[str] | Settings | None = None,

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits, _refusal, _stub
+from . import _allowlist, _core, _limits, _paths, _refusal, _stub
 from .utils.serialization import config
 
 __all__ = [
@@ -578,9 +578,15 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     building anything. ``[]`` means ``load`` will not refuse the file for a global.
 
     Unlike torch's, it reads every pickle protocol, legacy-format files and raw
-    pickles. A file that cannot be fully read raises ``MalformedCheckpointError``
-    unless an unsafe global was found before the break.
+    pickles, and files where they live (``http(s)://`` and ``hf://`` URLs, read
+    by ranges: see ``tensorplay.scanner.scan``). A file that cannot be fully read
+    raises ``MalformedCheckpointError`` unless an unsafe global was found before
+    the break; a URL that cannot be read as asked raises an ``OSError``.
     """
+    if _paths.is_url(f):
+        from . import _remote
+
+        return _remote.unsafe_globals(f, _allowlist.names())
     # Positional arguments: a scan takes tens of microseconds, and matching
     # keywords is a measurable part of a first call.
     source = f if isinstance(f, str) else _source(f, mmap=False)[0]

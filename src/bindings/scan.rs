@@ -14,8 +14,8 @@ use crate::bindings::load::open_source;
 use crate::bindings::options::LimitOverrides;
 use crate::scan::{
     scan_file, scan_pickles_by_reading, scan_pickles_in_waves, scan_spans as scan_spans_of,
-    unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, Finding, Report, ScanOptions,
-    Span, Wave,
+    unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, unsafe_globals_in_waves,
+    Finding, Report, ScanOptions, Span, Wave,
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -198,6 +198,43 @@ pub fn scan_waves<'py>(
         list_allowlisted: list_globals,
         ..options(name.as_deref().map(Path::new), user_names, limits)
     };
+    let pieces = held_pieces(length, held)?;
+    match py.detach(|| scan_pickles_in_waves(length, &pieces, &options)) {
+        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
+        wave => unsettled(py, wave),
+    }
+}
+
+/// `unsafe_globals` of a remote file, as `scan_waves` reads it: `("globals",
+/// [name, ...])`, `("fetch", ranges)` or `("whole", None)` (then
+/// `unsafe_globals` of its bytes).
+#[pyfunction]
+#[pyo3(name = "unsafe_globals_waves", signature = (length, held, name=None, user_names=Vec::new(), limits=LimitOverrides::default()))]
+pub fn globals_outside_allowlist_waves<'py>(
+    py: Python<'py>,
+    length: u64,
+    held: Vec<(u64, Bound<'py, PyBytes>)>,
+    name: Option<String>,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let options = options(name.as_deref().map(Path::new), user_names, limits);
+    let pieces = held_pieces(length, held)?;
+    match py.detach(|| unsafe_globals_in_waves(length, &pieces, &options)) {
+        Wave::Settled(names) => ("globals", names).into_pyobject(py),
+        wave => unsettled(py, wave),
+    }
+}
+
+fn unsettled<'py, T>(py: Python<'py>, wave: Wave<T>) -> PyResult<Bound<'py, PyTuple>> {
+    match wave {
+        Wave::Fetch(ranges) => ("fetch", ranges).into_pyobject(py),
+        _ => ("whole", py.None()).into_pyobject(py),
+    }
+}
+
+/// The ranges a remote file's caller holds, checked to lie in its `length` bytes.
+fn held_pieces(length: u64, held: Vec<(u64, Bound<'_, PyBytes>)>) -> PyResult<Pieces> {
     let len = usize::try_from(length).map_err(|_| {
         PyValueError::new_err(format!(
             "a file of {length} bytes is too large to scan here"
@@ -206,23 +243,21 @@ pub fn scan_waves<'py>(
     let mut pieces = Pieces::new(len);
     for (offset, bytes) in held {
         let bytes = bytes.as_bytes().to_vec();
-        let fits = usize::try_from(offset)
-            .ok()
+        let start = usize::try_from(offset).ok();
+        let fits = start
             .and_then(|o| o.checked_add(bytes.len()))
             .is_some_and(|end| end <= len);
-        if !fits {
-            return Err(PyValueError::new_err(format!(
-                "a range of {} bytes at {offset} lies outside a file of {length} bytes",
-                bytes.len()
-            )));
+        match start {
+            Some(start) if fits => pieces.add(start, bytes),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "a range of {} bytes at {offset} lies outside a file of {length} bytes",
+                    bytes.len()
+                )))
+            }
         }
-        pieces.add(offset as usize, bytes);
     }
-    match py.detach(|| scan_pickles_in_waves(length, &pieces, &options)) {
-        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
-        Wave::Fetch(ranges) => ("fetch", ranges).into_pyobject(py),
-        Wave::WholeFile => ("whole", py.None()).into_pyobject(py),
-    }
+    Ok(pieces)
 }
 
 /// `(format, verdict, findings, problems, pickles, allowlisted, skipped_because)`, each finding
@@ -265,15 +300,18 @@ fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, Py
 
 /// The globals of a checkpoint's pickles that the allowlist does not cover.
 #[pyfunction]
-#[pyo3(name = "unsafe_globals", signature = (source, user_names=Vec::new(), limits=LimitOverrides::default()))]
+#[pyo3(name = "unsafe_globals", signature = (source, user_names=Vec::new(), limits=LimitOverrides::default(), name=None))]
 pub fn globals_outside_allowlist(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
     user_names: Vec<String>,
     limits: LimitOverrides,
+    name: Option<String>,
 ) -> PyResult<Vec<String>> {
     let path = path_of(source);
-    let options = options(path.as_deref(), user_names, limits);
+    // The bytes of a file far away are named by their URL's last part.
+    let named = path.clone().or_else(|| name.map(PathBuf::from));
+    let options = options(named.as_deref(), user_names, limits);
     let mut held = None;
     if let Some(path) = path {
         match py.detach(|| globals_by_reading(&path, &options)) {
@@ -296,7 +334,7 @@ pub fn globals_outside_allowlist(
 /// it; see `scan::unsafe_globals_by_reading`.
 fn globals_by_reading(path: &Path, options: &ScanOptions) -> Reading<Vec<String>> {
     with_reads(path, |len, read_at| {
-        unsafe_globals_by_reading(len, read_at, options)
+        unsafe_globals_by_reading(len, read_at, TAIL_READ, options)
     })
 }
 

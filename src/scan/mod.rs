@@ -39,7 +39,7 @@ pub use kind::{is_tensordict_leaf, Kind};
 
 use kind::{named_like_a_model, NotAPickle};
 pub use report::{problem_kind, Finding, Format, Problem, Report, Verdict};
-pub use waves::{scan_pickles_in_waves, Wave};
+pub use waves::{scan_pickles_in_waves, unsafe_globals_in_waves, Wave};
 
 use budget::MAX_DEPTH;
 use zip::{TorchPayloads, ZipLayout, ZipReading};
@@ -745,13 +745,14 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
 pub fn unsafe_globals_by_reading(
     len: u64,
     read_at: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    first_tail: usize,
     options: &ScanOptions,
 ) -> Option<Vec<String>> {
     let options = &ScanOptions {
         pickles_only: true,
         ..options.clone()
     };
-    let report = scan_pickles_by_reading(len, read_at, archive_zip::TAIL_READ, options)?;
+    let report = scan_pickles_by_reading(len, read_at, first_tail, options)?;
     // A load needs data.pkl: without one, the whole-file answer says why.
     if report.pickles == 0 {
         return None;

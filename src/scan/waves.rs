@@ -12,25 +12,49 @@ use std::cell::RefCell;
 use crate::archive::tar as tar_archive;
 use crate::archive::zip::{FileBytes, Pieces, END_RECORDS_LEN};
 
-use super::{scan_pickles_by_reading, Report, ScanOptions};
+use super::{scan_pickles_by_reading, unsafe_globals_by_reading, Report, ScanOptions};
 
 /// What a run against the ranges held so far settled.
 #[derive(Debug)]
-pub enum Wave {
-    /// Every byte the scan read was held: its report.
-    Settled(Report),
+pub enum Wave<T> {
+    /// Every byte the run read was held: its answer.
+    Settled(T),
     /// Ranges to fetch, `(offset, length)`, in order and none overlapping or
     /// touching another; then run again.
     Fetch(Vec<(u64, u64)>),
     /// Ranges cannot settle it (not a zip, more entries than a reading by
-    /// ranges takes, an error to report precisely): the scan needs the whole
-    /// file, as the local scan of a path then maps it.
+    /// ranges takes, an error to report precisely): the answer needs the whole
+    /// file, as the local reading of a path then maps it.
     WholeFile,
 }
 
 /// The pickles-only scan of a file of `len` bytes whose `held` ranges are in
 /// memory (see the module's documentation).
-pub fn scan_pickles_in_waves(len: u64, held: &Pieces, options: &ScanOptions) -> Wave {
+pub fn scan_pickles_in_waves(len: u64, held: &Pieces, options: &ScanOptions) -> Wave<Report> {
+    in_waves(len, held, |read_at| {
+        scan_pickles_by_reading(len, read_at, END_RECORDS_LEN, options)
+    })
+}
+
+/// [`super::unsafe_globals`] of a file of `len` bytes whose `held` ranges are
+/// in memory, as [`unsafe_globals_by_reading`] answers it from reads.
+pub fn unsafe_globals_in_waves(
+    len: u64,
+    held: &Pieces,
+    options: &ScanOptions,
+) -> Wave<Vec<String>> {
+    in_waves(len, held, |read_at| {
+        unsafe_globals_by_reading(len, read_at, END_RECORDS_LEN, options)
+    })
+}
+
+/// `answer` run against `held`, every read of bytes not held collected (and
+/// read as zeros meanwhile).
+fn in_waves<T>(
+    len: u64,
+    held: &Pieces,
+    answer: impl FnOnce(&dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
+) -> Wave<T> {
     let missed = RefCell::new(Vec::new());
     let read_at = |offset: u64, n: usize| -> Option<Vec<u8>> {
         // As a read of a file: nothing past its end.
@@ -44,7 +68,7 @@ pub fn scan_pickles_in_waves(len: u64, held: &Pieces, options: &ScanOptions) -> 
         missed.borrow_mut().push((offset, n as u64));
         Some(vec![0; n])
     };
-    let report = scan_pickles_by_reading(len, &read_at, END_RECORDS_LEN, options);
+    let answer = answer(&read_at);
     let mut missed = missed.into_inner();
     if !missed.is_empty() {
         if held.holds_nothing() {
@@ -55,7 +79,7 @@ pub fn scan_pickles_in_waves(len: u64, held: &Pieces, options: &ScanOptions) -> 
         }
         return Wave::Fetch(merged(missed));
     }
-    report.map_or(Wave::WholeFile, Wave::Settled)
+    answer.map_or(Wave::WholeFile, Wave::Settled)
 }
 
 /// `ranges` in order of offset, those that overlap or touch made one. Ranges
