@@ -268,9 +268,9 @@ class Client:
     # --- objects ---------------------------------------------------------------------------
 
     def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
-             ) -> tuple[Identity, dict[int, bytes]]:
+             ) -> tuple[Identity, list[tuple[int, bytes]]]:
         """The object's identity, its last ``tail`` bytes and its first ``head``
-        bytes (fewer of a smaller object), in one round trip: the first request
+        bytes (fewer of a smaller object; ``(offset, bytes)`` each), in one round trip: the first request
         asks for the tail (its answer gives the size), the second, sent at once,
         for the head; both must name the same object."""
         head_answer = self._pool().submit(self.get, url, {"Range": f"bytes=0-{head - 1}"}, also_allowed)
@@ -280,15 +280,12 @@ class Client:
         # (empty) whole, which is no download.
         empty = status == 416 and headers.get("Content-Range") == _UNSATISFIABLE_EMPTY
         if empty or (status == 200 and not body and headers.get("Content-Length") == "0"):
-            return Identity(final_url, 0, headers, chain, also_allowed), {}
+            return Identity(final_url, 0, headers, chain, also_allowed), []
         size, start = self._checked(url, status, headers, body, None, tail)
         identity = Identity(final_url, size, headers, chain, also_allowed)
-        held = {start: body}
-        if size > len(body):
-            _, head_status, head_headers, head_body, _ = head_reply
-            self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
-            held[0] = head_body
-        return identity, held
+        _, head_status, head_headers, head_body, _ = head_reply
+        self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
+        return identity, [(start, body), (0, head_body)]
 
     def read(self, identity: Identity, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)`` of the object, asked for at
