@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 
 from . import __version__
@@ -105,17 +106,21 @@ class Client:
     module's documentation says. ``allowed_hosts``: other hosts a redirect may
     lead to (``"*"`` for any, ``".example.com"`` for the hosts under it);
     ``credentials``: headers (``Authorization``) by the host they are for, sent
-    to that host alone, wherever a redirect leads."""
+    to that host alone, wherever a redirect leads; ``concurrency``: requests of a
+    wave in flight at once, across every scan the client serves."""
 
     def __init__(self, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
                  max_retry_after: float = 30.0, allowed_hosts: Iterable[str] = (),
-                 credentials: dict[str, dict[str, str]] | None = None, context: ssl.SSLContext | None = None):
+                 credentials: dict[str, dict[str, str]] | None = None, context: ssl.SSLContext | None = None,
+                 concurrency: int = 16):
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_retry_after = max_retry_after
         self.allowed_hosts = frozenset(allowed_hosts)
         self.credentials = {host.lower(): dict(h) for host, h in (credentials or {}).items()}
+        self.concurrency = concurrency
+        self._threads: ThreadPoolExecutor | None = None
         self.context = context or ssl.create_default_context()
         self._idle: dict[tuple[str, str, int], queue.SimpleQueue[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
@@ -152,6 +157,9 @@ class Client:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, {}
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown()
         for connections in idle.values():
             while not connections.empty():
                 connections.get_nowait().close()
@@ -260,33 +268,26 @@ class Client:
     # --- objects ---------------------------------------------------------------------------
 
     def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
-             ) -> tuple[Identity, dict[int, bytes]]:
+             ) -> tuple[Identity, list[tuple[int, bytes]]]:
         """The object's identity, its last ``tail`` bytes and its first ``head``
-        bytes (fewer of a smaller object), in one round trip: the first request
+        bytes (fewer of a smaller object; ``(offset, bytes)`` each), in one round trip: the first request
         asks for the tail (its answer gives the size), the second, sent at once,
         for the head; both must name the same object."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(2) as pool:
-            tail_answer = pool.submit(self.get, url, {"Range": f"bytes=-{tail}"}, also_allowed)
-            head_answer = pool.submit(self.get, url, {"Range": f"bytes=0-{head - 1}"}, also_allowed)
-            final_url, status, headers, body, chain = tail_answer.result()
-            head_reply = head_answer.result()
+        head_answer = self._pool().submit(self.get, url, {"Range": f"bytes=0-{head - 1}"}, also_allowed)
+        final_url, status, headers, body, chain = self.get(url, {"Range": f"bytes=-{tail}"}, also_allowed)
+        head_reply = head_answer.result()
         # An empty object has no range to give: 416 with its size, or the
         # (empty) whole, which is no download.
         empty = status == 416 and headers.get("Content-Range") == _UNSATISFIABLE_EMPTY
         if empty or (status == 200 and not body and headers.get("Content-Length") == "0"):
-            return Identity(final_url, 0, headers, chain, also_allowed), {}
+            return Identity(final_url, 0, headers, chain, also_allowed), []
         size, start = self._checked(url, status, headers, body, None, tail)
         identity = Identity(final_url, size, headers, chain, also_allowed)
-        held = {start: body}
-        if size > len(body):
-            _, head_status, head_headers, head_body, _ = head_reply
-            self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
-            held[0] = head_body
-        return identity, held
+        _, head_status, head_headers, head_body, _ = head_reply
+        self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
+        return identity, [(start, body), (0, head_body)]
 
-    def read(self, identity: Identity, ranges: Sequence[tuple[int, int]], workers: int = 8) -> list[bytes]:
+    def read(self, identity: Identity, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)`` of the object, asked for at
         once (one round trip), each checked."""
         def one(offset: int, length: int) -> bytes:
@@ -295,12 +296,17 @@ class Client:
             self._checked(identity.url, status, answer_headers, body, (offset, length), None, identity)
             return body
 
-        if len(ranges) == 1:
-            return [one(*ranges[0])]
-        from concurrent.futures import ThreadPoolExecutor
+        # All but the first sent from the shared pool, the first from this thread.
+        later = [self._pool().submit(one, *r) for r in ranges[1:]]
+        return [one(*ranges[0]), *(answer.result() for answer in later)]
 
-        with ThreadPoolExecutor(min(workers, len(ranges))) as pool:
-            return list(pool.map(lambda r: one(*r), ranges))
+    def _pool(self) -> ThreadPoolExecutor:
+        """The threads that send a wave's requests at once, shared by every scan
+        this client serves (made on first use)."""
+        with self._lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tensorplay-http")
+            return self._threads
 
     def _checked(self, url: str, status: int, headers: http.client.HTTPMessage, body: bytes,
                  asked: tuple[int, int] | None, suffix: int | None, identity: Identity | None = None,

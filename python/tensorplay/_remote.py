@@ -161,8 +161,8 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
     target, also_allowed = resolve(url, client)
     identity, first = client.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
     read.identity = identity
-    read.took(list(first.values()))
-    held = list(first.items())
+    read.took([body for _, body in first])
+    held = list(first)
     while True:
         kind, value = run(identity.size, held)
         if kind == "whole" or (kind == "fetch" and read.round_trips >= MAX_WAVES):
@@ -174,13 +174,14 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
         held += [(offset, body) for (offset, _), body in zip(value, bodies)]
 
 
-def _whole(client: _http.Client, identity: _http.Identity, first: dict[int, bytes], read: RemoteRead,
+def _whole(client: _http.Client, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,
            max_file_size: int | None) -> bytes:
     """The whole object, by one range read (checked as every other), unless it
     is over ``max_file_size``: a scan never downloads more than it was allowed."""
     read.whole_file = True
-    if identity.size in (len(first.get(0, b"")), 0):
-        return first.get(0, b"")
+    held = [body for offset, body in first if offset == 0 and len(body) == identity.size]
+    if held or identity.size == 0:
+        return held[0] if held else b""
     if max_file_size is not None and identity.size > max_file_size:
         raise _http.RemoteError(f"{identity.url}: ranges cannot settle this file, and its {identity.size} bytes "
                                 f"are over the {max_file_size}-byte limit on what a scan downloads")
