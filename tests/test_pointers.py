@@ -166,6 +166,25 @@ def test_a_benign_dcp_folder_is_clean_and_says_where_its_items_are(saved_dcp, tm
     assert document["reached_from"]["source"] == str(saved_dcp / ".metadata")
 
 
+def test_metadata_only_torch_represents_is_listed_with_torch(saved_dcp, tmp_path):
+    """An object numpy cannot represent (a function for a planner_data key, as a
+    mutation left it): DCP's reader reads the metadata; so does the scan, with
+    torch, and follows every item (oracle finding c9884e0cab89)."""
+    import torch
+
+    folder = _copy(saved_dcp, tmp_path)
+    with open(folder / ".metadata", "rb") as f:
+        metadata = pickle.load(f)
+    metadata.planner_data = {torch.serialization._get_layout: ("odd",), **(metadata.planner_data or {})}
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    with pytest.raises(tensorplay.UnsupportedCheckpointError):
+        tensorplay.dcp.read_metadata(folder, backend="numpy")
+    reports = scanner.scan_paths([folder])
+    assert cli.exit_code(reports) == 0, [(r.path, r.verdict, r.problems) for r in reports]
+    assert [r.format for r in reports if r.reached_from is not None] == ["items"]
+
+
 # transformers' own loader of a sharded checkpoint, with the flag that sends each
 # shard to torch.load(weights_only=False): every shard the index names is loaded,
 # whatever its name.

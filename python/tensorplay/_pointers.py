@@ -28,6 +28,10 @@ from collections import namedtuple
 from . import _core
 from ._paths import INDEX_SUFFIX
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # What the loader does with what a pointer reaches, as reports say it.
 DCP = "torch.distributed.checkpoint's default planner: each item's bytes as torch.load reads them"
 DCP_BYTES = "torch.distributed.checkpoint: a bytes item, read by torch.load(weights_only=False)"
@@ -104,12 +108,29 @@ def _json(path: str) -> object | None:
         return None
 
 
+def _metadata(path: str) -> Any:
+    """A DCP metadata file as a listing of its items: read without torch where
+    numpy represents every object in it, else (an object only torch makes, such
+    as a function where a name should be) as DCP reads it, with torch, when it
+    is installed."""
+    from . import dcp
+
+    try:
+        return dcp.read_metadata(path, backend="numpy")
+    except _core.UnsupportedCheckpointError:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise
+        return dcp.read_metadata(path, backend="torch")
+
+
 def _dcp(path: str) -> list[Reading]:
     from . import dcp
 
     folder = os.path.dirname(path) or "."
     try:
-        metadata = dcp.read_metadata(path, backend="numpy")
+        metadata = _metadata(path)
         items = dict(metadata.storage_data)
         kinds = dict(metadata.state_dict_metadata)
     except (_core.CheckpointError, AttributeError, TypeError, ValueError) as e:
