@@ -18,11 +18,13 @@ import os
 import re
 import urllib.parse
 
+from typing import Protocol
+
 from . import _core, _http, _limits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
     from .scanner import ScanReport
@@ -37,6 +39,27 @@ HUB = "https://huggingface.co"
 # followed from the default endpoint, without the token.
 HUB_STORAGE = (".hf.co", ".huggingface.co")
 _PR_REVISION = re.compile(r"(refs/pr/\d+)/(.*)\Z")
+
+
+class Reader(Protocol):
+    """Where a remote file's bytes come from: ``open`` names the object and
+    gives its last ``tail`` and first ``head`` bytes in one round trip; ``read``
+    gives ranges of that same object, at once, each checked (the object changed
+    meanwhile: RemoteError). :class:`tensorplay._http.Client` reads http(s) and
+    hf:// URLs."""
+
+    def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
+             ) -> tuple[_http.Identity, list[tuple[int, bytes]]]: ...
+
+    def read(self, identity: _http.Identity, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
+
+
+def reader_for(url: str, client: _http.Client) -> tuple[Reader, str, tuple[str, ...]]:
+    """The reader of ``url``, the URL it reads, and the other hosts a redirect
+    may lead to."""
+    if url[:8].lower().startswith(("http://", "https://", "hf://")):
+        return client, *resolve(url, client)
+    raise _http.RemoteError(f"{url}: no reader for this kind of URL")
 
 
 def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
@@ -158,23 +181,23 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
     """``run``'s answer once it read only held bytes, fetching each wave of
     ranges it asks for; or the whole file, when it wants that (or takes more
     than ``MAX_WAVES``): ``(answer, None)`` or ``(None, data)``."""
-    target, also_allowed = resolve(url, client)
-    identity, first = client.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
+    reader, target, also_allowed = reader_for(url, client)
+    identity, first = reader.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
     read.identity = identity
     read.took([body for _, body in first])
     held = list(first)
     while True:
         kind, value = run(identity.size, held)
         if kind == "whole" or (kind == "fetch" and read.round_trips >= MAX_WAVES):
-            return None, _whole(client, identity, first, read, max_file_size)
+            return None, _whole(reader, identity, first, read, max_file_size)
         if kind != "fetch":
             return value, None
-        bodies = client.read(identity, value)
+        bodies = reader.read(identity, value)
         read.took(bodies)
         held += [(offset, body) for (offset, _), body in zip(value, bodies)]
 
 
-def _whole(client: _http.Client, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,
+def _whole(reader: Reader, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,
            max_file_size: int | None) -> bytes:
     """The whole object, by one range read (checked as every other), unless it
     is over ``max_file_size``: a scan never downloads more than it was allowed."""
@@ -185,6 +208,6 @@ def _whole(client: _http.Client, identity: _http.Identity, first: list[tuple[int
     if max_file_size is not None and identity.size > max_file_size:
         raise _http.RemoteError(f"{identity.url}: ranges cannot settle this file, and its {identity.size} bytes "
                                 f"are over the {max_file_size}-byte limit on what a scan downloads")
-    (data,) = client.read(identity, [(0, identity.size)])
+    (data,) = reader.read(identity, [(0, identity.size)])
     read.took([data])
     return data

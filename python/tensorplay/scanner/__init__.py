@@ -14,8 +14,8 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-from . import _core, _limits, _paths, _pointers
-from ._pointers import Pointer
+from .. import _core, _limits, _paths, _pointers
+from .._pointers import Pointer
 
 # Records are named tuples, not dataclasses (`dataclasses` imports `inspect`), made
 # by collections.namedtuple, not typing.NamedTuple (`typing` took 3 ms of a 28 ms
@@ -25,8 +25,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NamedTuple
 
-    from ._http import Client
-    from ._remote import RemoteRead
+    from .._http import Client
+    from .._remote import RemoteRead
 
     class _FindingFields(NamedTuple):
         name: str
@@ -521,7 +521,7 @@ def _check_shard_index(report: ScanReport) -> ScanReport:
     not JSON of that shape, or names a shard ``tensorplay.load`` does not open (a
     name with a folder part) makes the checkpoint unreadable. (Its shards are
     scanned as what they point at: see :func:`scan_paths`.)"""
-    from . import _sharded
+    from .. import _sharded
 
     try:
         _sharded.Index(report.path)
@@ -684,7 +684,7 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
                client: Client | None = None, jobs: int | None = None,
                progress: Callable[[int, int], None] | None = None) -> list[ScanReport]:
     """Reports for ``urls``, in their order, ``jobs`` scans at once."""
-    from . import _http, _remote
+    from .. import _http, _remote
 
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
