@@ -96,7 +96,7 @@ def test_importing_without_ray_names_the_extra():
 def test_a_unit_whose_scan_raises_is_an_unreadable_row_of_the_same_schema(served):
     """In the worker's class itself, without Ray: every report one row, every
     batch the one schema, whatever each unit gave."""
-    scan = ScanUnits(concurrency=4)
+    scan = ScanUnits(jobs=4)
     units = [url_of(served, "repo/fixtures/torch/parameters.pt"), None, f"{served.url}/bulk/missing.bin"]
     table = scan({"unit": units})
     assert table.schema == SCHEMA and table.num_rows == 3

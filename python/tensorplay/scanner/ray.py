@@ -6,10 +6,10 @@ A listing's rows are units, never file contents: a file's URL, or (as
 revision, scanned as a whole with the pointers its files give followed. Each
 worker (a :class:`ScanUnits`, the ``map_batches`` callable class) holds one
 :class:`tensorplay._http.Client` for its life, so its connections stay alive
-from one batch to the next, and scans the units of a batch ``concurrency`` at
-once; every report becomes one flat row (:data:`SCHEMA`). A unit whose scan
-raises is one ``unreadable`` row saying why: a job over millions of units
-neither stops nor loses one.
+from one batch to the next, and scans the units of a batch ``jobs`` at once;
+every report becomes one flat row (:data:`SCHEMA`). A unit whose scan raises
+is one ``unreadable`` row saying why: a job over millions of units neither
+stops nor loses one.
 
 Ray is an optional extra: ``pip install 'tensorplay-serialization[ray]'``.
 """
@@ -67,8 +67,8 @@ class ScanUnits:
 
     ``allow``, ``full`` and ``list_globals`` are :func:`~tensorplay.scanner.scan_paths`'s;
     ``max_file_size`` caps what a file ranges cannot settle may download;
-    ``concurrency`` is how many units a worker scans at once, and how many
-    requests of a wave its client sends at once; ``timeout`` (seconds) and
+    ``jobs`` is how many units a worker scans at once (a folder's files too),
+    and how many requests of a wave its client sends at once; ``timeout`` (seconds) and
     ``redirect_hosts`` (the other hosts a redirect may lead to: ``"*"``,
     ``"cdn.example.com"``, ``".example.com"``) go to its
     :class:`~tensorplay._http.Client`. Credentials and certificate
@@ -76,15 +76,15 @@ class ScanUnits:
     ``SSL_CERT_FILE``: pass them in Ray's ``runtime_env``)."""
 
     def __init__(self, *, allow: Iterable[str] = (), full: bool = False, max_file_size: int | None = None,
-                 list_globals: bool = False, concurrency: int = 16, timeout: float = 30.0,
+                 list_globals: bool = False, jobs: int = 16, timeout: float = 30.0,
                  redirect_hosts: Iterable[str] = ()):
         self.allow = list(allow)
         self.full = full
         self.selection = Selection(max_file_size=max_file_size)
         self.list_globals = list_globals
-        self.concurrency = concurrency
-        self.client = _http.Client(timeout=timeout, allowed_hosts=redirect_hosts, concurrency=concurrency)
-        self.units = ThreadPoolExecutor(concurrency, thread_name_prefix="tensorplay-unit")
+        self.jobs = jobs
+        self.client = _http.Client(timeout=timeout, allowed_hosts=redirect_hosts, concurrency=jobs)
+        self.units = ThreadPoolExecutor(jobs, thread_name_prefix="tensorplay-unit")
 
     def __call__(self, batch: Any) -> pa.Table:
         units = batch["unit"]
@@ -98,7 +98,7 @@ class ScanUnits:
         try:
             # One unit per call: a folder's reports must be told apart from its neighbours'.
             reports = scan_paths([unit], allow=self.allow, full=self.full, selection=self.selection,
-                                 list_globals=self.list_globals, client=self.client, jobs=self.concurrency)
+                                 list_globals=self.list_globals, client=self.client, jobs=self.jobs)
         except Exception as e:
             return [_failed(unit, e)]
         if not reports:
