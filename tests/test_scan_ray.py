@@ -16,6 +16,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 import ray
+import ray.data
 from http_servers import Nginx
 from tensorplay import scanner
 from tensorplay.scanner.ray import SCHEMA, ScanUnits, scan_listing
@@ -115,8 +116,14 @@ def test_a_listing_scans_on_ray_as_its_files_scan_locally(served, cluster, tmp_p
     malformed = "http://[::1/model.bin"  # an URL the client cannot even parse
     units = [*files, missing, malformed]
     output = tmp_path / "scan"
+    if format == "parquet":
+        # A listing too long for the driver's memory: a file of units, read by the cluster.
+        (tmp_path / "units.txt").write_text("".join(f"{u}\n" for u in units))
+        listing = ray.data.read_text(str(tmp_path / "units.txt")).rename_columns({"text": "unit"})
+    else:
+        listing = units
 
-    counts = scan_listing(units, output, format=format, concurrency=2, batch_size=32)
+    counts = scan_listing(listing, output, format=format, concurrency=2, batch_size=32)
 
     rows = read_rows(output, format)
     assert Counter(r["unit"] for r in rows) == Counter(units)  # one row a file, every unit once
@@ -136,3 +143,11 @@ def test_a_listing_scans_on_ray_as_its_files_scan_locally(served, cluster, tmp_p
     assert not differ, differ[:3]
     assert by_unit[missing]["verdict"] == "unreadable" and "HTTP 404" in by_unit[missing]["problems"]
     assert by_unit[malformed]["verdict"] == "unreadable" and "Invalid IPv6 URL" in by_unit[malformed]["problems"]
+
+
+def test_workers_that_reserve_every_cpu_are_warned_of(served, cluster, tmp_path):
+    """A listing read by tasks would wait forever for a CPU: said before the job starts."""
+    unit = url_of(served, "repo/fixtures/torch/parameters.pt")
+    with pytest.warns(RuntimeWarning, match="reserve all 2 CPUs of the cluster"):
+        counts = scan_listing([unit], tmp_path / "scan", concurrency=2, num_cpus=1)
+    assert counts == {"clean": 1}

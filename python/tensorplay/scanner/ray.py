@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -145,7 +146,7 @@ def row(unit: str, report: ScanReport) -> dict[str, Any]:
 
 
 def scan_listing(units: Iterable[str] | ray.data.Dataset, output: str | os.PathLike[str], *,
-                 format: str = "parquet", concurrency: int | None = None, batch_size: int = 64, num_cpus: float = 1,
+                 format: str = "parquet", concurrency: int | None = None, batch_size: int = 64, num_cpus: float = 0.5,
                  **scan_options: Any) -> dict[str, int]:
     """Scan every unit of a listing on the Ray cluster and write one row per
     report (:data:`SCHEMA`) to the folder ``output``, as JSON lines
@@ -155,16 +156,25 @@ def scan_listing(units: Iterable[str] | ray.data.Dataset, output: str | os.PathL
     ``units`` is an iterable of URLs, or a ``ray.data.Dataset`` with a ``unit``
     column (a listing too long for the driver's memory, read by Ray:
     ``ray.data.read_text("units.txt").rename_columns({"text": "unit"})``).
-    ``concurrency`` workers (:class:`ScanUnits`, ``num_cpus`` each: a scan
-    waits on the network far more than it computes; by default as many as
-    the cluster's CPUs hold, Ray's autoscaling pool) take batches of
-    ``batch_size`` units; ``scan_options`` are :class:`ScanUnits`'s.
+    ``concurrency`` workers (:class:`ScanUnits`; by default Ray's
+    autoscaling pool, as many as the cluster's CPUs hold) take batches of
+    ``batch_size`` units; ``scan_options`` are :class:`ScanUnits`'s. Each
+    worker reserves ``num_cpus``: half a CPU, as a scan waits on the network
+    more than it computes. A fixed pool that reserves every CPU of a cluster
+    that cannot grow leaves none to the tasks that read the listing and
+    write the rows, and Ray then waits forever: that is warned of.
 
     Returns the number of rows by verdict, counted from what was written
     (only its ``verdict`` column is read back, by the cluster)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
     output = os.fspath(output)
+    if concurrency is not None and ray.is_initialized():
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if concurrency * num_cpus >= cpus:
+            warnings.warn(f"{concurrency} workers of {num_cpus} CPU each reserve all {cpus:g} CPUs of the cluster: "
+                          "the tasks that read the listing and write the rows wait for one, forever unless the "
+                          "cluster grows (give fewer workers, or a smaller num_cpus)", RuntimeWarning, stacklevel=2)
     listing = units if isinstance(units, ray.data.Dataset) else ray.data.from_items([{"unit": u} for u in units])
     pool = (ray.data.ActorPoolStrategy(min_size=1, max_size=None) if concurrency is None
             else ray.data.ActorPoolStrategy(size=concurrency))
