@@ -62,6 +62,11 @@ class RemoteError(OSError):
     and what came back. A scan reports the file UNREADABLE with it."""
 
 
+class NotFound(RemoteError):
+    """The server has no such object (404, 410): a missing file, as a local
+    scan reports one."""
+
+
 class Identity:
     """What names the bytes read: the object's size and the validators its
     server gave (``ETag``; the Hub's ``X-Linked-Etag``, a hash of the content;
@@ -321,7 +326,8 @@ class Client:
             raise RemoteError(f"{url}: the object changed between two reads (412 Precondition Failed)")
         if status != 206:
             reason = headers.get("X-Error-Message") or ""
-            raise RemoteError(f"{url}: HTTP {status} for {what}{': ' + reason if reason else ''}")
+            error = NotFound if status in (404, 410) else RemoteError
+            raise error(f"{url}: HTTP {status} for {what}{': ' + reason if reason else ''}")
         if identity is not None and (changed := identity.same_object(headers)) is not None:
             raise RemoteError(f"{url}: {changed}")
         content_range = headers.get("Content-Range", "")

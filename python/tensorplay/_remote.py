@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-
 from typing import Protocol
 
 from . import _core, _http, _limits
@@ -83,14 +82,21 @@ def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
     if not (org and repo and rest) or (at and not revision):
         raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
     revision = urllib.parse.unquote(revision) if at else "main"
-    endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
+    endpoint = hub_endpoint(client)
     resolved = (f"{endpoint}/{kind}{org}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
                 f"{urllib.parse.quote(rest)}")
+    return resolved, HUB_STORAGE if endpoint == HUB else ()
+
+
+def hub_endpoint(client: _http.Client) -> str:
+    """The Hub's address (``HF_ENDPOINT``), its token (``HF_TOKEN``) given to
+    ``client`` for that host alone."""
+    endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     host = urllib.parse.urlsplit(endpoint).hostname or ""
     if token:
         client.credentials.setdefault(host.lower(), {"Authorization": f"Bearer {token}"})
-    return resolved, HUB_STORAGE if endpoint == HUB else ()
+    return endpoint
 
 
 def name_of(url: str) -> str | None:
@@ -129,16 +135,30 @@ class RemoteRead:
 
 def scan_url(url: str, client: _http.Client, *, allow: list[str], full: bool = False,
              max_file_size: int | None = None, list_globals: bool = False) -> ScanReport:
-    """The report on the file at ``url``; UNREADABLE with a ``network`` problem
+    """The report on the file at ``url``; UNREADABLE (see :func:`unreadable`)
     when it could not be read as asked."""
-    from .scanner import Problem, ScanReport
-
     read = RemoteRead(None)
     try:
         return _scan(url, client, read, allow, full, max_file_size, list_globals)
     except _http.RemoteError as e:
-        return ScanReport(url, "unknown", "unreadable", problems=(Problem("network", "", str(e)),),
-                          pickles_only=not full, remote=read)
+        return unreadable(url, e, not full, read)
+
+
+def unreadable(url: str, error: _http.RemoteError, pickles_only: bool, read: RemoteRead | None = None,
+               reached_from: Any = None) -> ScanReport:
+    """The report on a file that could not be read as asked: a ``network``
+    problem, or, for an object the server does not have, the ``io`` problem of
+    a missing local file."""
+    import errno
+
+    from .scanner import Problem, ScanReport, _io_problem
+
+    if isinstance(error, _http.NotFound):
+        problem = _io_problem(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url))
+    else:
+        problem = Problem("network", "", str(error))
+    return ScanReport(url, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only, remote=read,
+                      reached_from=reached_from)
 
 
 def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None) -> list[str]:
@@ -155,6 +175,27 @@ def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None)
     finally:
         client.close()
     return answer if data is None else _core.unsafe_globals(data, allow, limits, name)
+
+
+def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], client: _http.Client, *,
+                   allow: list[str], full: bool = False, max_file_size: int | None = None,
+                   list_globals: bool = False) -> ScanReport:
+    """The report on ``spans`` of the file at ``url``, each read as a file of its
+    own (a DCP item), as ``_core.scan_spans`` reads them locally: by ranges."""
+    from .scanner import _report
+
+    read = RemoteRead(None)
+    limits = _limits.merged(None)
+    try:
+        answer, data = _waves(url, client, read, max_file_size,
+                              lambda size, held: _core.scan_spans_waves(size, held, spans, allow, limits, not full,
+                                                                        list_globals))
+    except _http.RemoteError as e:
+        return unreadable(url, e, not full, read)
+    if data is None:
+        return _report(url, lambda t: t, (answer,), not full)._replace(remote=read)
+    return _report(url, _core.scan_spans, (data, spans, allow, limits, not full, list_globals),
+                   not full)._replace(remote=read)
 
 
 def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], full: bool,
@@ -192,6 +233,9 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
             return None, _whole(reader, identity, first, read, max_file_size)
         if kind != "fetch":
             return value, None
+        if max_file_size is not None and read.bytes_read + sum(n for _, n in value) > max_file_size:
+            raise _http.RemoteError(f"{url}: its reading by ranges would take over the {max_file_size}-byte "
+                                    "limit on what a scan downloads")
         bodies = reader.read(identity, value)
         read.took(bodies)
         held += [(offset, body) for (offset, _), body in zip(value, bodies)]

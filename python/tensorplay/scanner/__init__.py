@@ -189,6 +189,10 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     ``client`` is the :class:`tensorplay._http.Client` to read it with (its
     timeouts, retries, credentials and allowed redirects); by default a new one."""
     if _paths.is_url(f):
+        from .. import _remote_folders
+
+        if _remote_folders.is_folder(str(f)):
+            raise ValueError(f"{f} names a folder: scan_paths([{str(f)!r}]) reports on each of its files")
         return _scan_urls([str(f)], allow=list(allow), config=config, full=full, list_globals=list_globals,
                           client=client)[0]
     if isinstance(f, str):
@@ -634,7 +638,10 @@ def scan_paths(
     pointer out of the folder is reported unsafe.
 
     URLs among ``paths`` are scanned where they live, as :func:`scan` scans one
-    (``full`` and ``client`` as there), ``jobs`` at once (16 by default)."""
+    (``full`` and ``client`` as there), ``jobs`` at once (16 by default). A URL
+    that names a folder (ending with ``/``, or ``hf://ORG/REPO[@REVISION]``) is
+    listed and scanned as a local folder is, its pointers followed (see
+    :mod:`tensorplay._remote_folders`)."""
     allow = list(allow)
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -684,7 +691,7 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
                client: Client | None = None, jobs: int | None = None,
                progress: Callable[[int, int], None] | None = None) -> list[ScanReport]:
     """Reports for ``urls``, in their order, ``jobs`` scans at once."""
-    from .. import _http, _remote
+    from .. import _http, _remote, _remote_folders
 
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -693,11 +700,18 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
             selection = settings.selection()
     own = client is None
     reader = _http.Client() if client is None else client
-    scan_one = functools.partial(_remote.scan_url, client=reader, allow=allow, full=full,
-                                 max_file_size=selection.max_file_size, list_globals=list_globals)
+
+    def scan_one(url: str) -> list[ScanReport]:
+        if _remote_folders.is_folder(url):
+            return _remote_folders.scan_folder(url, reader, allow=allow, full=full,
+                                               max_file_size=selection.max_file_size, list_globals=list_globals,
+                                               selection=selection)
+        return [_remote.scan_url(url, reader, allow=allow, full=full, max_file_size=selection.max_file_size,
+                                 list_globals=list_globals)]
+
     try:
         if len(urls) == 1:
-            reports = [scan_one(urls[0])]
+            reports = scan_one(urls[0])
             if progress is not None:
                 progress(1, 1)
             return reports
@@ -705,10 +719,10 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
 
         with ThreadPoolExecutor(max_workers=min(jobs or 16, len(urls))) as pool:
             reports = []
-            for report in pool.map(scan_one, urls):
-                reports.append(report)
+            for done, found in enumerate(pool.map(scan_one, urls), 1):
+                reports += found
                 if progress is not None:
-                    progress(len(reports), len(urls))
+                    progress(done, len(urls))
             return reports
     finally:
         if own:
