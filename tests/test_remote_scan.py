@@ -104,6 +104,15 @@ def test_a_gpt2_checkpoint_is_judged_from_under_a_thousandth_of_it(served):
     path.unlink()
 
 
+def test_an_empty_file_reads_as_the_empty_file_it_is(served):
+    """No range of it is asked for (a server has none to give: 416), and it is SKIPPED as locally."""
+    server, made = served
+    (made / "empty.pt").write_bytes(b"")
+    report = scanner.scan(f"{server.url}/made/empty.pt")
+    assert summary(report) == summary(scanner.scan(made / "empty.pt", pickles_only=True))
+    assert report.verdict == "skipped" and report.remote.identity.size == report.remote.bytes_read == 0
+
+
 def test_https_is_verified(served, monkeypatch):
     server, _ = served
     url = f"{server.tls_url}/repo/fixtures/torch/parameters.pt"

@@ -192,9 +192,14 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
             return None, _whole(reader, identity, first, read, max_file_size)
         if kind != "fetch":
             return value, None
-        bodies = reader.read(identity, value)
-        read.took(bodies)
-        held += [(offset, body) for (offset, _), body in zip(value, bodies)]
+        # A range of no bytes (the first block of an empty file) is known
+        # without asking: no server or store has a way to send it.
+        wanted = [(offset, length) for offset, length in value if length > 0]
+        fetched = reader.read(identity, wanted) if wanted else []
+        if wanted:
+            read.took(fetched)
+        bodies = iter(fetched)
+        held += [(offset, next(bodies) if length > 0 else b"") for offset, length in value]
 
 
 def _whole(reader: Reader, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,
