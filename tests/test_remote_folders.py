@@ -17,7 +17,7 @@ import urllib.parse
 import pytest
 from http_servers import Nginx, publish_hub_repo
 from sandboxed import runs_payload, torch_zip_payload
-from tensorplay import _http, cli, scanner
+from tensorplay import _http, _remote, cli, scanner
 from test_pointers import (
     DCP_LOAD,
     FROM_PRETRAINED,
@@ -28,6 +28,7 @@ from test_pointers import (
     saved_dcp,  # noqa: F401 (a fixture)
     sharded,  # noqa: F401 (a fixture)
 )
+from test_remote_s3 import BUCKET, s3  # noqa: F401 (a fixture)
 
 TESTS = pathlib.Path(__file__).parent
 
@@ -144,6 +145,21 @@ def test_a_hub_repository_is_read_at_the_commit_its_revision_names(sharded, tmp_
     assert all(row[2].startswith("bytes=") for row in files)
 
 
+@pytest.mark.parametrize("placement", ["text_file", "another_files_tensor_bytes", "outside_the_folder"])
+def test_an_object_store_prefix_is_scanned_as_the_folder(placement, saved_dcp, s3, tmp_path):  # noqa: F811
+    folder = _copy(saved_dcp, tmp_path)
+    PLACEMENTS[placement](folder)
+    assert runs_payload(DCP_LOAD, folder=str(folder)), "dcp.load must run the planted payload"
+    for path in folder.parent.rglob("*"):
+        if path.is_file():
+            s3.put(BUCKET, f"units/{placement}/{path.relative_to(folder.parent).as_posix()}", path.read_bytes())
+    base = f"s3://{BUCKET}/units/{placement}/{folder.name}/"
+    remote = scanner.scan_paths([base])
+    # An object store lists every name, those starting with a dot too.
+    assert outline(remote, base) == outline(scanner.scan_paths([folder], pickles_only=True), str(folder) + "/")
+    assert cli.exit_code(remote) == cli.EXIT_UNSAFE
+
+
 def test_a_folder_that_cannot_be_listed_is_unreadable(server, monkeypatch):
     reports = scanner.scan_paths([f"{server.url}/no-such-folder/"])
     assert [r.verdict for r in reports] == ["unreadable"]
@@ -184,6 +200,6 @@ def test_a_listing_is_bounded_and_checked(server):
     (server.root / "listing" / "sub" / "b.bin").write_bytes(b"yy")
     from tensorplay import _remote_folders
 
-    entries = _remote_folders.listing(f"{server.url}/listing/", client)
+    entries = _remote_folders.listing(f"{server.url}/listing/", _remote.Readers(client))
     assert [(e.name, e.size) for e in entries] == [("a.bin", 1), ("sub/b.bin", 2)]
     client.close()

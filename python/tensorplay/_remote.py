@@ -1,4 +1,5 @@
-"""Scanning a file where it lives (``http://``, ``https://``, ``hf://``), by ranges.
+"""Scanning a file where it lives (``http://``, ``https://``, ``hf://``, and
+``s3://`` and the other fsspec URLs: see :mod:`tensorplay._objects`), by ranges.
 
 A remote scan is a pickles-only scan: the core says which byte ranges it reads
 (``_core.scan_waves``), they are fetched together, one round trip per wave, and
@@ -10,16 +11,18 @@ no byte of a tensor. A file ranges cannot settle (no zip, more entries than a
 reading by ranges takes) is fetched whole, within ``max_file_size``, and its
 report says so (``remote.whole_file``); ``full=True`` fetches it whole for a
 full scan, as a local scan reads it. Whatever cannot be read as asked (see
-:mod:`tensorplay._http`) makes the file UNREADABLE, never CLEAN.
+:mod:`tensorplay._http` and :mod:`tensorplay._objects`) makes the file
+UNREADABLE, never CLEAN.
 """
 from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
 from typing import Protocol
 
-from . import _core, _http, _limits
+from . import _core, _http, _limits, _objects
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
 MAX_WAVES = 8
 
 
+# The schemes _http reads; every other URL's is an fsspec file system's (_objects).
+HTTP_SCHEMES = ("http://", "https://", "hf://")
+
 HUB = "https://huggingface.co"
 # Where the Hub's resolve/ redirects a large file (its CDN and Xet bridge):
 # followed from the default endpoint, without the token.
@@ -45,7 +51,7 @@ class Reader(Protocol):
     gives its last ``tail`` and first ``head`` bytes in one round trip; ``read``
     gives ranges of that same object, at once, each checked (the object changed
     meanwhile: RemoteError). :class:`tensorplay._http.Client` reads http(s) and
-    hf:// URLs."""
+    hf:// URLs, :class:`tensorplay._objects.Store` those of fsspec file systems."""
 
     def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
              ) -> tuple[_http.Identity, list[tuple[int, bytes]]]: ...
@@ -53,12 +59,33 @@ class Reader(Protocol):
     def read(self, identity: _http.Identity, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
 
 
-def reader_for(url: str, client: _http.Client) -> tuple[Reader, str, tuple[str, ...]]:
-    """The reader of ``url``, the URL it reads, and the other hosts a redirect
-    may lead to."""
-    if url[:8].lower().startswith(("http://", "https://", "hf://")):
-        return client, *resolve(url, client)
-    raise _http.RemoteError(f"{url}: no reader for this kind of URL")
+class Readers:
+    """The readers a scan session shares across its files: its http ``client``,
+    and the object store of each other scheme (one file system per session):
+    those of ``stores`` (by scheme, ``"s3"``: a file system made with options
+    of its own), the others made on first use as the environment says."""
+
+    def __init__(self, client: _http.Client, stores: dict[str, _objects.Store] | None = None):
+        self.client = client
+        self._stores = dict(stores or {})
+        self._lock = threading.Lock()
+
+    def reader_for(self, url: str) -> tuple[Reader, str, tuple[str, ...]]:
+        """The reader of ``url``, the URL it reads, and the other hosts a
+        redirect may lead to."""
+        if url[:8].lower().startswith(HTTP_SCHEMES):
+            return self.client, *resolve(url, self.client)
+        return self.store(url), url, ()
+
+    def store(self, url: str) -> _objects.Store:
+        """The object store of ``url``'s scheme (``s3``...): its reader, and
+        the lister of its folders (:meth:`tensorplay._objects.Store.list`)."""
+        scheme = url.partition("://")[0].lower()
+        with self._lock:
+            store = self._stores.get(scheme)
+            if store is None:
+                store = self._stores[scheme] = _objects.Store.for_url(url)
+            return store
 
 
 def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
@@ -133,13 +160,13 @@ class RemoteRead:
                 "bytes_read": self.bytes_read, "whole_file": self.whole_file}
 
 
-def scan_url(url: str, client: _http.Client, *, allow: list[str], full: bool = False,
+def scan_url(url: str, readers: Readers, *, allow: list[str], full: bool = False,
              max_file_size: int | None = None, list_globals: bool = False) -> ScanReport:
     """The report on the file at ``url``; UNREADABLE (see :func:`unreadable`)
     when it could not be read as asked."""
     read = RemoteRead(None)
     try:
-        return _scan(url, client, read, allow, full, max_file_size, list_globals)
+        return _scan(url, readers, read, allow, full, max_file_size, list_globals)
     except _http.RemoteError as e:
         return unreadable(url, e, not full, read)
 
@@ -149,14 +176,10 @@ def unreadable(url: str, error: _http.RemoteError, pickles_only: bool, read: Rem
     """The report on a file that could not be read as asked: a ``network``
     problem, or, for an object the server does not have, the ``io`` problem of
     a missing local file."""
-    import errno
+    from .scanner import Problem, ScanReport
 
-    from .scanner import Problem, ScanReport, _io_problem
-
-    if isinstance(error, _http.NotFound):
-        problem = _io_problem(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url))
-    else:
-        problem = Problem("network", "", str(error))
+    kind = "io" if isinstance(error, _http.NotFound) else "network"
+    problem = Problem(kind, "", f"FileNotFoundError: {error}" if kind == "io" else str(error))
     return ScanReport(url, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only, remote=read,
                       reached_from=reached_from)
 
@@ -170,14 +193,14 @@ def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None)
     name = name_of(url)
     client = _http.Client()
     try:
-        answer, data = _waves(url, client, RemoteRead(None), max_file_size,
+        answer, data = _waves(url, Readers(client), RemoteRead(None), max_file_size,
                               lambda size, held: _core.unsafe_globals_waves(size, held, name, allow, limits))
     finally:
         client.close()
     return answer if data is None else _core.unsafe_globals(data, allow, limits, name)
 
 
-def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], client: _http.Client, *,
+def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], readers: Readers, *,
                    allow: list[str], full: bool = False, max_file_size: int | None = None,
                    list_globals: bool = False) -> ScanReport:
     """The report on ``spans`` of the file at ``url``, each read as a file of its
@@ -187,7 +210,7 @@ def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], clien
     read = RemoteRead(None)
     limits = _limits.merged(None)
     try:
-        answer, data = _waves(url, client, read, max_file_size,
+        answer, data = _waves(url, readers, read, max_file_size,
                               lambda size, held: _core.scan_spans_waves(size, held, spans, allow, limits, not full,
                                                                         list_globals))
     except _http.RemoteError as e:
@@ -198,7 +221,7 @@ def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], clien
                    not full)._replace(remote=read)
 
 
-def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], full: bool,
+def _scan(url: str, readers: Readers, read: RemoteRead, allow: list[str], full: bool,
           max_file_size: int | None, list_globals: bool) -> ScanReport:
     from .scanner import _report
 
@@ -210,19 +233,19 @@ def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], fu
             return "whole", None
         return _core.scan_waves(size, held, name, allow, limits, list_globals)
 
-    answer, data = _waves(url, client, read, max_file_size, run)
+    answer, data = _waves(url, readers, read, max_file_size, run)
     if data is None:
         return _report(url, lambda t: t, (answer,), True)._replace(remote=read)
     report = _report(url, _core.scan, (data, allow, limits, not full, list_globals, False, name), not full)
     return report._replace(remote=read)
 
 
-def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int | None,
+def _waves(url: str, readers: Readers, read: RemoteRead, max_file_size: int | None,
            run: Callable[[int, list[tuple[int, bytes]]], tuple[str, Any]]) -> tuple[Any, bytes | None]:
     """``run``'s answer once it read only held bytes, fetching each wave of
     ranges it asks for; or the whole file, when it wants that (or takes more
     than ``MAX_WAVES``): ``(answer, None)`` or ``(None, data)``."""
-    reader, target, also_allowed = reader_for(url, client)
+    reader, target, also_allowed = readers.reader_for(url)
     identity, first = reader.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
     read.identity = identity
     read.took([body for _, body in first])
@@ -236,9 +259,14 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
         if max_file_size is not None and read.bytes_read + sum(n for _, n in value) > max_file_size:
             raise _http.RemoteError(f"{url}: its reading by ranges would take over the {max_file_size}-byte "
                                     "limit on what a scan downloads")
-        bodies = reader.read(identity, value)
-        read.took(bodies)
-        held += [(offset, body) for (offset, _), body in zip(value, bodies)]
+        # A range of no bytes (the first block of an empty file) is known
+        # without asking: no server or store has a way to send it.
+        wanted = [(offset, length) for offset, length in value if length > 0]
+        fetched = reader.read(identity, wanted) if wanted else []
+        if wanted:
+            read.took(fetched)
+        bodies = iter(fetched)
+        held += [(offset, next(bodies) if length > 0 else b"") for offset, length in value]
 
 
 def _whole(reader: Reader, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,

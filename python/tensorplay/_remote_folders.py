@@ -76,17 +76,16 @@ def _hub_repo(url: str) -> tuple[str, str, str, str] | None:
     return kind, f"{org}/{repo}", urllib.parse.unquote(revision) if at else "main", path
 
 
-def listing(url: str, client: _http.Client) -> list[Entry]:
+def listing(url: str, readers: _remote.Readers) -> list[Entry]:
     """Every file under the folder ``url`` names, by name; RemoteError when it
     cannot be listed to its end."""
     if url.startswith("hf://"):
-        entries = _hub_listing(url, client)
+        entries = _hub_listing(url, readers.client)
     elif url[:8].lower().startswith(("http://", "https://")):
-        entries = _index_listing(url, client)
+        entries = _index_listing(url, readers.client)
     else:
-        from . import _objects
-
-        entries = [Entry(name, object_url, size) for name, object_url, size in _objects.list_folder(url)]
+        entries = [Entry(*entry) for entry in readers.store(url).list(url)]
+        _bounded(entries, url)
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -208,7 +207,7 @@ def _bounded(entries: list[Entry], url: str) -> None:
 # --- the scan --------------------------------------------------------------------
 
 
-def scan_folder(url: str, client: _http.Client, *, allow: list[str], full: bool, max_file_size: int | None,
+def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: bool, max_file_size: int | None,
                 list_globals: bool, selection: Selection) -> list[ScanReport]:
     """Reports on every file of the folder at ``url`` and on what their pointers
     reach, as :func:`tensorplay.scanner.scan_paths` reports on a local folder;
@@ -216,7 +215,7 @@ def scan_folder(url: str, client: _http.Client, *, allow: list[str], full: bool,
     from .scanner import GIT_DATA, TENSORDICT_LEAF, Problem, ScanReport, _check_shard_index, _is_leaf
 
     try:
-        entries = listing(url, client)
+        entries = listing(url, readers)
     except _http.RemoteError as e:
         return [ScanReport(url, "unknown", "unreadable", problems=(Problem("network", "", str(e)),),
                            pickles_only=not full)]
@@ -234,13 +233,13 @@ def scan_folder(url: str, client: _http.Client, *, allow: list[str], full: bool,
     def scan_entry(e: Entry) -> ScanReport:
         label = byte_zero_label(e)
         if label is not None:
-            return _byte_zero(e.url, label, client, allow, max_file_size, list_globals)
-        return _remote.scan_url(e.url, client, allow=allow, full=full, max_file_size=max_file_size,
+            return _byte_zero(e.url, label, readers, allow, max_file_size, list_globals)
+        return _remote.scan_url(e.url, readers, allow=allow, full=full, max_file_size=max_file_size,
                                 list_globals=list_globals)
 
     reports: dict[str, ScanReport] = {}
     wanted = [e for e in entries if selection.wants(e.name)]
-    for e, report in zip(wanted, _map(client, scan_entry, wanted)):
+    for e, report in zip(wanted, _map(readers.client.concurrency, scan_entry, wanted)):
         reports[e.name] = report
     # What the walk reads whole, by content: a pointer to it needs no reading of its own.
     read_whole = {e.name for e in wanted if byte_zero_label(e) is None}
@@ -255,7 +254,7 @@ def scan_folder(url: str, client: _http.Client, *, allow: list[str], full: bool,
                 os.makedirs(os.path.dirname(local), exist_ok=True)
                 open(local, "wb").close()
             for e in pointing:
-                own, unfollowed, found = _follow(e, by_name, read_whole, mirror, client, allow, full,
+                own, unfollowed, found = _follow(e, by_name, read_whole, mirror, readers, allow, full,
                                                  max_file_size, list_globals)
                 readings += found
                 report = reports.get(e.name)
@@ -269,17 +268,17 @@ def scan_folder(url: str, client: _http.Client, *, allow: list[str], full: bool,
     return [reports[e.name] for e in wanted] + readings
 
 
-def _map(client: _http.Client, scan_one: Callable[[Entry], ScanReport], entries: list[Entry]) -> list[ScanReport]:
+def _map(concurrency: int, scan_one: Callable[[Entry], ScanReport], entries: list[Entry]) -> list[ScanReport]:
     """``scan_one`` of each entry, in order, several at once."""
     if len(entries) <= 1:
         return [scan_one(e) for e in entries]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(client.concurrency, len(entries))) as pool:
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(entries))) as pool:
         return list(pool.map(scan_one, entries))
 
 
-def _byte_zero(url: str, label: str, client: _http.Client, allow: list[str], max_file_size: int | None,
+def _byte_zero(url: str, label: str, readers: _remote.Readers, allow: list[str], max_file_size: int | None,
                list_globals: bool) -> ScanReport:
     """A file the walk reads only as a pickle from byte 0, from a head that
     grows until the reading ends inside it (or it is the whole file)."""
@@ -287,7 +286,7 @@ def _byte_zero(url: str, label: str, client: _http.Client, allow: list[str], max
 
     read = _remote.RemoteRead(None)
     try:
-        reader, target, also_allowed = _remote.reader_for(url, client)
+        reader, target, also_allowed = readers.reader_for(url)
         identity, first = reader.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK,
                                       also_allowed=also_allowed)
         read.identity = identity
@@ -315,7 +314,7 @@ def _byte_zero(url: str, label: str, client: _http.Client, allow: list[str], max
     return report._replace(remote=read)
 
 
-def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: str, client: _http.Client,
+def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: str, readers: _remote.Readers,
             allow: list[str], full: bool, max_file_size: int | None, list_globals: bool,
             ) -> tuple[str | None, tuple[Any, ...], list[ScanReport]]:
     """The pointers of the file ``e``: its copy in ``mirror`` (None when it could
@@ -326,7 +325,7 @@ def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: s
     local = os.path.join(mirror, *e.name.split("/"))
     most = _limits.default_limits()["max_pickle_bytes"]
     try:
-        data = _fetch_whole(e.url, client, most)
+        data = _fetch_whole(e.url, readers, most)
     except _http.RemoteError as error:
         return None, (Problem("network", "", f"its pointers were not followed: {error}"),), []
     os.makedirs(os.path.dirname(local), exist_ok=True)
@@ -351,11 +350,11 @@ def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: s
             report = _scan_reading(reading._replace(pointer=pointer), allow, not full, list_globals)
             reports.append(report._replace(path=url))
         elif reading.spans is None:
-            report = _remote.scan_url(url, client, allow=allow, full=full, max_file_size=max_file_size,
+            report = _remote.scan_url(url, readers, allow=allow, full=full, max_file_size=max_file_size,
                                       list_globals=list_globals)
             reports.append(report._replace(reached_from=pointer))
         else:
-            reports.append(_remote.scan_spans_url(url, reading.spans, client, allow=allow, full=full,
+            reports.append(_remote.scan_spans_url(url, reading.spans, readers, allow=allow, full=full,
                                                   max_file_size=max_file_size,
                                                   list_globals=list_globals)._replace(reached_from=pointer))
     return local, unfollowed, reports
@@ -368,9 +367,9 @@ def _url_beside(url: str, name: str, relative: str) -> str:
     return f"{base}/{relative}"
 
 
-def _fetch_whole(url: str, client: _http.Client, most: int) -> bytes:
+def _fetch_whole(url: str, readers: _remote.Readers, most: int) -> bytes:
     """The whole file at ``url``, by ranges, when it is at most ``most`` bytes."""
-    reader, target, also_allowed = _remote.reader_for(url, client)
+    reader, target, also_allowed = readers.reader_for(url)
     identity, first = reader.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
     if identity.size > most:
         raise _http.RemoteError(f"{url}: {identity.size} bytes, over the {most}-byte bound on a file "

@@ -317,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "unreadable (or nothing to scan).")
     scan.add_argument("paths", nargs="+",
                       help="files or directories (walked recursively, following links); - reads standard input; "
-                           "http:// and https:// URLs are scanned where they live, by ranges")
+                           "URLs (http://, https://, hf://, s3:// and other fsspec URLs) are scanned where they "
+                           "live, by ranges")
     scan.add_argument("--format", choices=("text", "json", "sarif"), default="text", metavar="FORMAT",
                       help="text (a table), json (one document: a summary and a record per file; the schema is in "
                            "the README) or sarif (SARIF 2.1.0, for GitHub code scanning)")
@@ -358,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="for URLs: follow redirects to this other host (repeatable; * for any); credentials "
                            "never go with them")
     scan.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                      help="for URLs: give up on a request after this long without an answer (default 30)")
+                      help="for http(s) and hf:// URLs: give up on a request after this long without an answer "
+                           "(default 30; s3:// and other fsspec URLs take their file system's timeouts)")
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data",
                              formatter_class=_HelpFormatter)

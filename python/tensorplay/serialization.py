@@ -578,10 +578,11 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     building anything. ``[]`` means ``load`` will not refuse the file for a global.
 
     Unlike torch's, it reads every pickle protocol, legacy-format files and raw
-    pickles, and files where they live (``http(s)://`` and ``hf://`` URLs, read
-    by ranges: see ``tensorplay.scanner.scan``). A file that cannot be fully read
-    raises ``MalformedCheckpointError`` unless an unsafe global was found before
-    the break; a URL that cannot be read as asked raises an ``OSError``.
+    pickles, and files where they live (``http(s)://``, ``hf://``, ``s3://`` and
+    other fsspec URLs, read by ranges: see ``tensorplay.scanner.scan``). A file
+    that cannot be fully read raises ``MalformedCheckpointError`` unless an
+    unsafe global was found before the break; a URL that cannot be read as
+    asked raises an ``OSError``.
     """
     if _paths.is_url(f):
         from . import _remote

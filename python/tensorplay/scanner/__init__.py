@@ -169,7 +169,8 @@ _new_tuple = tuple.__new__
 def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False,
          list_globals: bool = False, config: str | os.PathLike[str] | Settings | None = None,
          full: bool = False, client: Client | None = None) -> ScanReport:
-    """Scan one file (a path, its bytes, or an ``http(s)://`` URL). ``allow`` adds ``module.name`` entries
+    """Scan one file (a path, its bytes, or a URL: ``http(s)://``, ``hf://``,
+    ``s3://`` or another fsspec URL). ``allow`` adds ``module.name`` entries
     to the built-in allowlist. ``list_globals`` also lists the globals inside the
     allowlist (``ScanReport.allowlisted``, ``ScanReport.imports``): everything the
     pickles import. ``config`` is a settings file (see :class:`Settings`), or
@@ -186,8 +187,10 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     A URL is scanned where it lives, by ranges (see :mod:`tensorplay._remote`):
     a pickles-only scan whatever ``pickles_only`` says, unless ``full`` fetches
     the whole file (within the settings' ``max-file-size``) for a full scan.
-    ``client`` is the :class:`tensorplay._http.Client` to read it with (its
-    timeouts, retries, credentials and allowed redirects); by default a new one."""
+    ``client`` is the :class:`tensorplay._http.Client` to read an http(s) or
+    hf:// URL with (its timeouts, retries, credentials and allowed redirects);
+    by default a new one. An ``s3://`` URL is read by a file system the scan
+    makes, configured by the environment (see :mod:`tensorplay._objects`)."""
     if _paths.is_url(f):
         from .. import _remote_folders
 
@@ -701,12 +704,14 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
     own = client is None
     reader = _http.Client() if client is None else client
 
+    readers = _remote.Readers(reader)
+
     def scan_one(url: str) -> list[ScanReport]:
         if _remote_folders.is_folder(url):
-            return _remote_folders.scan_folder(url, reader, allow=allow, full=full,
+            return _remote_folders.scan_folder(url, readers, allow=allow, full=full,
                                                max_file_size=selection.max_file_size, list_globals=list_globals,
                                                selection=selection)
-        return [_remote.scan_url(url, reader, allow=allow, full=full, max_file_size=selection.max_file_size,
+        return [_remote.scan_url(url, readers, allow=allow, full=full, max_file_size=selection.max_file_size,
                                  list_globals=list_globals)]
 
     try:
