@@ -149,6 +149,22 @@ def test_the_command_line_scans_urls_with_exit_codes_and_json(served, capsys):
     assert files[0]["remote"]["object"]["etag"] and files[0]["remote"]["round_trips"] == 3
 
 
+def test_json_lines_stream_a_record_per_file_as_each_is_scanned(served, capsys, tmp_path):
+    server, _ = served
+    relatives = ["fixtures/torch/parameters.pt", hostile(), "no-such-file.pt"]
+    urls = [url_of(server.url, f"repo/{relative}") for relative in relatives]
+    streamed: list[scanner.ScanReport] = []
+    reports = scanner.scan_paths(urls, on_report=streamed.append, jobs=2)
+    assert [r.path for r in streamed] == [r.path for r in reports] == urls
+    assert cli.main(["scan", "--format", "jsonl", *urls]) == cli.EXIT_UNSAFE
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["verdict"] for line in lines] == ["clean", "unsafe", "unreadable"]
+    assert [json.loads(line)["path"] for line in lines] == urls
+    out = tmp_path / "scan.jsonl"
+    assert cli.main(["scan", "--format", "jsonl", "-o", str(out), *urls[:2]]) == cli.EXIT_UNSAFE
+    assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["clean", "unsafe"]
+
+
 @pytest.mark.parametrize("url, served_at", [
     ("hf://org/model/pytorch_model.bin", "org/model/resolve/main/pytorch_model.bin"),
     ("hf://org/model@v1.0/sub/model.pt", "org/model/resolve/v1.0/sub/model.pt"),

@@ -625,6 +625,7 @@ def scan_paths(
     passed_over: list[tuple[str, str]] | None = None,
     full: bool = False,
     client: Client | None = None,
+    on_report: Callable[[ScanReport], None] | None = None,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
     which files, as :func:`iter_files` walks them with ``selection`` (and
@@ -644,7 +645,10 @@ def scan_paths(
     (``full`` and ``client`` as there), ``jobs`` at once (16 by default). A URL
     that names a folder (ending with ``/``, or ``hf://ORG/REPO[@REVISION]``) is
     listed and scanned as a local folder is, its pointers followed (see
-    :mod:`tensorplay._remote_folders`)."""
+    :mod:`tensorplay._remote_folders`).
+
+    ``on_report`` is called with each report as soon as it is made (from the
+    calling thread), for results streamed while a long list is scanned."""
     allow = list(allow)
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -657,9 +661,10 @@ def scan_paths(
         local = [p for p in paths if not _paths.is_url(p)]
         local_reports = scan_paths(local, jobs=jobs, allow=allow, progress=None, pickles_only=pickles_only,
                                    selection=selection, list_globals=list_globals,
-                                   passed_over=passed_over) if local else []
+                                   passed_over=passed_over, on_report=on_report) if local else []
         return local_reports + _scan_urls(urls, allow=allow, selection=selection, full=full,
-                                          list_globals=list_globals, client=client, jobs=jobs, progress=progress)
+                                          list_globals=list_globals, client=client, jobs=jobs, progress=progress,
+                                          on_report=on_report)
     files = list(_targets(paths, selection, passed_over))
     readings, unfollowed = _readings(files)
     work: list[Callable[[], ScanReport]] = [
@@ -674,6 +679,8 @@ def scan_paths(
         in_order = []
         for scan_one in work:
             in_order.append(scan_one())
+            if on_report is not None:
+                on_report(in_order[-1])
             if progress is not None:
                 progress(len(in_order), len(work))
         return in_order
@@ -683,7 +690,9 @@ def scan_paths(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(scan_one): i for i, scan_one in enumerate(work)}
         for done, future in enumerate(as_completed(futures), 1):
-            reports[futures[future]] = future.result()
+            reports[futures[future]] = report = future.result()
+            if on_report is not None:
+                on_report(report)
             if progress is not None:
                 progress(done, len(work))
     return [r for r in reports if r is not None]
@@ -692,7 +701,8 @@ def scan_paths(
 def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[str] | Settings | None = None,
                selection: Selection = EVERYTHING, full: bool = False, list_globals: bool = False,
                client: Client | None = None, jobs: int | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[ScanReport]:
+               progress: Callable[[int, int], None] | None = None,
+               on_report: Callable[[ScanReport], None] | None = None) -> list[ScanReport]:
     """Reports for ``urls``, in their order, ``jobs`` scans at once."""
     from .. import _http, _remote, _remote_folders
 
@@ -715,19 +725,24 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
                                  list_globals=list_globals)]
 
     try:
+        def done(found: list[ScanReport], count: int) -> None:
+            for report in found:
+                if on_report is not None:
+                    on_report(report)
+            if progress is not None:
+                progress(count, len(urls))
+
         if len(urls) == 1:
             reports = scan_one(urls[0])
-            if progress is not None:
-                progress(1, 1)
+            done(reports, 1)
             return reports
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(jobs or 16, len(urls))) as pool:
             reports = []
-            for done, found in enumerate(pool.map(scan_one, urls), 1):
+            for count, found in enumerate(pool.map(scan_one, urls), 1):
                 reports += found
-                if progress is not None:
-                    progress(done, len(urls))
+                done(found, count)
             return reports
     finally:
         if own:
