@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import urllib.parse
+from collections import namedtuple
 from typing import Protocol
 
 from . import _core, _http, _limits, _objects
@@ -43,7 +44,7 @@ HUB = "https://huggingface.co"
 # Where the Hub's resolve/ redirects a large file (its CDN and Xet bridge):
 # followed from the default endpoint, without the token.
 HUB_STORAGE = (".hf.co", ".huggingface.co")
-_PR_REVISION = re.compile(r"(refs/pr/\d+)/(.*)\Z")
+_PR_REVISION = re.compile(r"(refs/pr/\d+)(?:/(.*))?\Z")
 
 
 class Reader(Protocol):
@@ -90,29 +91,44 @@ class Readers:
 
 def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
     """The ``http(s)`` URL a remote file's URL names, and the other hosts its
-    redirects may lead to. ``hf://[datasets/|spaces/]ORG/REPO[@REVISION]/PATH``
-    is the Hub's ``resolve/`` URL at that revision (``main`` by default; a
-    revision with slashes URL-encoded, or ``refs/pr/N``), at ``HF_ENDPOINT``,
-    with ``HF_TOKEN`` sent to that host alone."""
+    redirects may lead to. An ``hf://`` URL of a file (see :func:`hub_repo`) is
+    the Hub's ``resolve/`` URL at its revision, at ``HF_ENDPOINT``, with
+    ``HF_TOKEN`` sent to that host alone."""
     if not url.startswith("hf://"):
         return url, ()
-    rest, kind = url[len("hf://"):], ""
+    repo = hub_repo(url)
+    if repo is None or not repo.path:
+        raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
+    endpoint = hub_endpoint(client)
+    prefix = "" if repo.kind == "models" else f"{repo.kind}/"
+    resolved = (f"{endpoint}/{prefix}{repo.name}/resolve/{urllib.parse.quote(repo.revision, safe='')}/"
+                f"{urllib.parse.quote(repo.path)}")
+    return resolved, HUB_STORAGE if endpoint == HUB else ()
+
+
+HubRepo = namedtuple("HubRepo", "kind name revision path")
+HubRepo.__doc__ = """What an ``hf://`` URL names: the repository's ``kind`` (``models``,
+``datasets``, ``spaces``), its ``name`` (``ORG/REPO``), the ``revision`` (``main``
+by default) and the ``path`` in it (empty for the repository itself)."""
+
+
+def hub_repo(url: str) -> HubRepo | None:
+    """``hf://[datasets/|spaces/|models/]ORG/REPO[@REVISION][/PATH]`` parsed (a
+    revision with slashes URL-encoded, or ``refs/pr/N``), or None when it names
+    no repository."""
+    rest, kind = url[len("hf://"):], "models"
     for prefix in ("datasets/", "spaces/", "models/"):
         if rest.startswith(prefix):
-            kind, rest = ("" if prefix == "models/" else prefix), rest[len(prefix):]
+            kind, rest = prefix[:-1], rest[len(prefix):]
             break
     org, _, rest = rest.partition("/")
-    repo, _, rest = rest.partition("/")
+    repo, _, path = rest.partition("/")
     repo, at, revision = repo.partition("@")
-    if at and revision == "refs" and (pr := _PR_REVISION.match("refs/" + rest)):
-        revision, rest = pr[1], pr[2]
-    if not (org and repo and rest) or (at and not revision):
-        raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
-    revision = urllib.parse.unquote(revision) if at else "main"
-    endpoint = hub_endpoint(client)
-    resolved = (f"{endpoint}/{kind}{org}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
-                f"{urllib.parse.quote(rest)}")
-    return resolved, HUB_STORAGE if endpoint == HUB else ()
+    if at and revision == "refs" and (pr := _PR_REVISION.match("refs/" + path)):
+        revision, path = pr[1], pr[2] or ""
+    if not (org and repo) or (at and not revision):
+        return None
+    return HubRepo(kind, f"{org}/{repo}", urllib.parse.unquote(revision) if at else "main", path)
 
 
 def hub_endpoint(client: _http.Client) -> str:

@@ -52,28 +52,8 @@ def is_folder(url: str) -> bool:
         return True
     if not url.startswith("hf://"):
         return False
-    repo = _hub_repo(url)
-    return repo is not None and not repo[3]
-
-
-def _hub_repo(url: str) -> tuple[str, str, str, str] | None:
-    """``(kind, "ORG/REPO", revision, path)`` of an ``hf://`` URL (kind is
-    ``models``, ``datasets`` or ``spaces``; revision None-less: ``main`` by
-    default), or None when it names no repository."""
-    rest, kind = url[len("hf://"):], "models"
-    for prefix in ("datasets/", "spaces/", "models/"):
-        if rest.startswith(prefix):
-            kind, rest = prefix[:-1], rest[len(prefix):]
-            break
-    org, _, rest = rest.partition("/")
-    repo, _, path = rest.partition("/")
-    repo, at, revision = repo.partition("@")
-    if at and revision == "refs" and path.startswith("pr/"):
-        number, _, path = path[len("pr/"):].partition("/")
-        revision = f"refs/pr/{number}"
-    if not (org and repo) or (at and not revision):
-        return None
-    return kind, f"{org}/{repo}", urllib.parse.unquote(revision) if at else "main", path
+    repo = _remote.hub_repo(url)
+    return repo is not None and not repo.path
 
 
 def listing(url: str, readers: _remote.Readers) -> list[Entry]:
@@ -103,7 +83,7 @@ def _get_json(url: str, client: _http.Client, what: str) -> tuple[Any, Any]:
 def _hub_listing(url: str, client: _http.Client) -> list[Entry]:
     """The files of a Hub repository (or of a folder in it) at the commit its
     revision names, each as the ``hf://`` URL of that file at that commit."""
-    repo = _hub_repo(url)
+    repo = _remote.hub_repo(url)
     if repo is None:
         raise _http.RemoteError(f"{url}: an hf:// folder names a repository: hf://[datasets/]ORG/REPO[@REVISION]")
     kind, name, revision, folder = repo
