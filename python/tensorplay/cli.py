@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("paths", nargs="+",
                       help="files or directories (walked recursively, following links); - reads standard input; "
                            "URLs (http://, https://, hf://, s3:// and other fsspec URLs) are scanned where they "
-                           "live, by ranges")
+                           "live, by ranges; a URL ending with / or hf://ORG/REPO[@REVISION] names a folder, "
+                           "listed and scanned as a local one")
     scan.add_argument("--format", choices=("text", "json", "jsonl", "sarif"), default="text", metavar="FORMAT",
                       help="text (a table), json (one document: a summary and a record per file; the schema is in "
                            "the README), jsonl (a file's record per line, each written as soon as it is scanned: "
