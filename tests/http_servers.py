@@ -84,6 +84,9 @@ http {{
         ssl_certificate {self.cafile};
         ssl_certificate_key {key};
         root {root};
+        # A folder's index as JSON: how a remote folder (a URL prefix) is listed.
+        autoindex on;
+        autoindex_format json;
     }}
 }}
 """)
@@ -111,6 +114,38 @@ http {{
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+def publish_hub_repo(root: pathlib.Path, repo: str, folder: pathlib.Path, revision: str = "main",
+                     kind: str = "models") -> str:
+    """Lay ``folder`` out under ``root`` as the Hub serves a repository: the
+    ``revision`` API naming its commit, the recursive ``tree`` listing at that
+    commit, and each file under ``resolve/<commit>/``; the commit made up from
+    the content. With ``HF_ENDPOINT`` at the server, ``hf://repo@revision`` is it."""
+    import hashlib
+    import json
+
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    digest = hashlib.sha1()
+    for p in files:
+        digest.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes())
+    commit = digest.hexdigest()
+    prefix = "" if kind == "models" else f"{kind}/"
+    api = root / "api" / kind / repo
+    (api / "revision").mkdir(parents=True, exist_ok=True)
+    (api / "revision" / revision).write_text(json.dumps({"id": repo, "sha": commit}))
+    (api / "tree").mkdir(parents=True, exist_ok=True)
+    listing = [{"type": "file", "path": p.relative_to(folder).as_posix(), "size": p.stat().st_size,
+                "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in files]
+    folders = sorted({q.as_posix() for p in files for q in p.relative_to(folder).parents if q.as_posix() != "."})
+    listing += [{"type": "directory", "path": f, "size": 0, "oid": "0" * 40} for f in folders]
+    (api / "tree" / commit).write_text(json.dumps(listing))
+    resolved = root / f"{prefix}{repo}" / "resolve" / commit
+    for p in files:
+        target = resolved / p.relative_to(folder)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, target)
+    return commit
 
 
 class Misbehaving:

@@ -6,24 +6,14 @@ not read what it asked for."""
 from __future__ import annotations
 
 import json
-import pathlib
 import ssl
-import struct
 import urllib.parse
-import zipfile
 
 import pytest
 from http_servers import Misbehaving, Nginx
-from tensorplay import CheckpointError, _http, cli, scanner
+from remote_corpus import CORPUS, TESTS, gpt2_state_dict, hostile, no_tensor_byte, payloads, summary, unsafe_globals
+from tensorplay import _http, cli, scanner
 from tensorplay.serialization import get_unsafe_globals_in_checkpoint
-
-TESTS = pathlib.Path(__file__).parent
-CORPUS = sorted(
-    p.relative_to(TESTS).as_posix()
-    for folder in (TESTS / "malicious" / "files", TESTS / "fixtures")
-    for p in folder.rglob("*")
-    if p.is_file() and not p.is_symlink()
-)
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +30,6 @@ def served(tmp_path_factory):
 
 def url_of(base: str, relative: str) -> str:
     return f"{base}/{urllib.parse.quote(relative)}"
-
-
-def summary(report: scanner.ScanReport) -> tuple:
-    return (report.format, report.verdict, report.findings, tuple(report.problems),
-            tuple(p.kind for p in report.problems), report.pickles, report.skipped_because, report.allowlisted)
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["by-ranges", "full"])
@@ -64,35 +49,14 @@ def test_every_corpus_file_and_fixture_scans_remotely_as_it_scans_locally(served
     assert not differ, differ[:3]
 
 
-def _unsafe_globals(source: str | pathlib.Path) -> list[str] | str:
-    try:
-        return get_unsafe_globals_in_checkpoint(source)
-    except CheckpointError as e:
-        return type(e).__name__
-
-
 def test_get_unsafe_globals_of_a_url_is_that_of_the_file(served):
     server, _ = served
     differ = [(relative, remote, local) for relative in CORPUS
-              if (remote := _unsafe_globals(url_of(server.url, f"repo/{relative}")))
-              != (local := _unsafe_globals(TESTS / relative))]
+              if (remote := unsafe_globals(url_of(server.url, f"repo/{relative}")))
+              != (local := unsafe_globals(TESTS / relative))]
     assert not differ, differ[:3]
     with pytest.raises(OSError, match="HTTP 404"):
         get_unsafe_globals_in_checkpoint(f"{server.url}/repo/no-such-file.pt")
-
-
-def _payloads(path: pathlib.Path) -> list[range]:
-    """The byte ranges of a torch checkpoint's tensor payloads."""
-    data = path.read_bytes()
-    with zipfile.ZipFile(path) as z:
-        infos = [i for i in z.infolist() if "/data/" in i.filename and not i.filename.endswith("serialization_id")]
-    payloads = []
-    for info in infos:
-        at = info.header_offset
-        name_len, extra_len = struct.unpack_from("<HH", data, at + 26)  # the local header's own lengths
-        start = at + 30 + name_len + extra_len
-        payloads.append(range(start, start + info.compress_size))
-    return payloads
 
 
 def _fetched(server: Nginx, before: int, uri: str, size: int) -> list[range]:
@@ -105,12 +69,6 @@ def _fetched(server: Nginx, before: int, uri: str, size: int) -> list[range]:
         start = int(first) if first else size - int(last)
         ranges.append(range(start, start + body))
     return ranges
-
-
-def _no_tensor_byte(fetched: list[range], payloads: list[range]) -> None:
-    for r in fetched:
-        hit = [p for p in payloads if p.start < r.stop and r.start < p.stop]
-        assert not hit, (r, hit[:2])
 
 
 def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
@@ -126,26 +84,7 @@ def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
     fetched = _fetched(server, before, "/made/model.pt", path.stat().st_size)
     assert len(fetched) == report.remote.requests
     assert sum(map(len, fetched)) == report.remote.bytes_read < path.stat().st_size // 4
-    _no_tensor_byte(fetched, _payloads(path))
-
-
-def _gpt2_state_dict(torch) -> dict:
-    """GPT-2 small's state dict as transformers saves it: its names and shapes
-    (124M parameters, 500 MB), the values left uninitialised."""
-    embd, ctx, vocab = 768, 1024, 50257
-    sd = {"transformer.wte.weight": torch.empty(vocab, embd), "transformer.wpe.weight": torch.empty(ctx, embd)}
-    for i in range(12):
-        p = f"transformer.h.{i}."
-        for name, shape in (("ln_1.weight", (embd,)), ("ln_1.bias", (embd,)),
-                            ("attn.c_attn.weight", (embd, 3 * embd)), ("attn.c_attn.bias", (3 * embd,)),
-                            ("attn.c_proj.weight", (embd, embd)), ("attn.c_proj.bias", (embd,)),
-                            ("ln_2.weight", (embd,)), ("ln_2.bias", (embd,)),
-                            ("mlp.c_fc.weight", (embd, 4 * embd)), ("mlp.c_fc.bias", (4 * embd,)),
-                            ("mlp.c_proj.weight", (4 * embd, embd)), ("mlp.c_proj.bias", (embd,))):
-            sd[p + name] = torch.empty(*shape)
-    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = torch.empty(embd), torch.empty(embd)
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    return sd
+    no_tensor_byte(fetched, payloads(path))
 
 
 def test_a_gpt2_checkpoint_is_judged_from_under_a_thousandth_of_it(served):
@@ -154,15 +93,24 @@ def test_a_gpt2_checkpoint_is_judged_from_under_a_thousandth_of_it(served):
     torch = pytest.importorskip("torch")
     server, made = served
     path = made / "pytorch_model.bin"
-    torch.save(_gpt2_state_dict(torch), path)
+    torch.save(gpt2_state_dict(torch), path)
     size = path.stat().st_size
     before = len(server.requests())
     report = scanner.scan(f"{server.url}/made/pytorch_model.bin")
     assert report.verdict == "clean" and report.remote.round_trips <= 3
     fetched = _fetched(server, before, "/made/pytorch_model.bin", size)
     assert sum(map(len, fetched)) == report.remote.bytes_read <= size // 1000
-    _no_tensor_byte(fetched, _payloads(path))
+    no_tensor_byte(fetched, payloads(path))
     path.unlink()
+
+
+def test_an_empty_file_reads_as_the_empty_file_it_is(served):
+    """No range of it is asked for (a server has none to give: 416), and it is SKIPPED as locally."""
+    server, made = served
+    (made / "empty.pt").write_bytes(b"")
+    report = scanner.scan(f"{server.url}/made/empty.pt")
+    assert summary(report) == summary(scanner.scan(made / "empty.pt", pickles_only=True))
+    assert report.verdict == "skipped" and report.remote.identity.size == report.remote.bytes_read == 0
 
 
 def test_https_is_verified(served, monkeypatch):
@@ -191,14 +139,30 @@ def test_a_file_ranges_cannot_settle_is_fetched_whole_only_within_the_size_limit
 
 def test_the_command_line_scans_urls_with_exit_codes_and_json(served, capsys):
     server, _ = served
-    hostile = next(r for r in CORPUS if r.startswith("malicious/") and scanner.scan(TESTS / r).verdict == "unsafe")
-    urls = [url_of(server.url, "repo/fixtures/torch/parameters.pt"), url_of(server.url, f"repo/{hostile}")]
+    hostile_file = hostile()
+    urls = [url_of(server.url, "repo/fixtures/torch/parameters.pt"), url_of(server.url, f"repo/{hostile_file}")]
     assert cli.main(["scan", urls[0]]) == cli.EXIT_CLEAN
     capsys.readouterr()
     assert cli.main(["scan", "--json", *urls]) == cli.EXIT_UNSAFE
     files = json.loads(capsys.readouterr().out)["files"]
     assert [f["verdict"] for f in files] == ["clean", "unsafe"]
     assert files[0]["remote"]["object"]["etag"] and files[0]["remote"]["round_trips"] == 3
+
+
+def test_json_lines_stream_a_record_per_file_as_each_is_scanned(served, capsys, tmp_path):
+    server, _ = served
+    relatives = ["fixtures/torch/parameters.pt", hostile(), "no-such-file.pt"]
+    urls = [url_of(server.url, f"repo/{relative}") for relative in relatives]
+    streamed: list[scanner.ScanReport] = []
+    reports = scanner.scan_paths(urls, on_report=streamed.append, jobs=2)
+    assert [r.path for r in streamed] == [r.path for r in reports] == urls
+    assert cli.main(["scan", "--format", "jsonl", *urls]) == cli.EXIT_UNSAFE
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["verdict"] for line in lines] == ["clean", "unsafe", "unreadable"]
+    assert [json.loads(line)["path"] for line in lines] == urls
+    out = tmp_path / "scan.jsonl"
+    assert cli.main(["scan", "--format", "jsonl", "-o", str(out), *urls[:2]]) == cli.EXIT_UNSAFE
+    assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["clean", "unsafe"]
 
 
 @pytest.mark.parametrize("url, served_at", [
@@ -212,8 +176,8 @@ def test_a_hub_url_is_read_at_its_revision_from_hf_endpoint_with_hf_token(served
     server, made = served
     file = made / "hub" / urllib.parse.unquote(served_at)
     file.parent.mkdir(parents=True, exist_ok=True)
-    hostile = next(r for r in CORPUS if r.startswith("malicious/") and scanner.scan(TESTS / r).verdict == "unsafe")
-    file.write_bytes((TESTS / hostile).read_bytes())
+    hostile_file = hostile()
+    file.write_bytes((TESTS / hostile_file).read_bytes())
     monkeypatch.setenv("HF_ENDPOINT", f"{server.url}/made/hub")
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     before = len(server.requests())

@@ -45,6 +45,7 @@ __all__ = [
     "_npy_header_model",
     "reader_models",
     "scan_spans",
+    "scan_spans_waves",
     "scan_waves",
     "unsafe_globals_waves",
     "FIRST_TAIL",
@@ -201,6 +202,16 @@ def scan_spans(
 ) -> _ScanTuple: ...
 # A pickles-only scan by ranges of a file far away: the next wave of ranges to
 # fetch, the report once every byte read was held, or the whole file wanted.
+def scan_spans_waves(
+    length: int,
+    held: Sequence[tuple[int, bytes]],
+    spans: Sequence[tuple[int, int, str, Sequence[str]]],
+    user_names: Sequence[str] = ...,
+    limits: _Limits = ...,
+    pickles_only: bool = True,
+    list_globals: bool = False,
+) -> tuple[Literal["report"], _ScanTuple] | tuple[Literal["fetch"], list[tuple[int, int]]]: ...
+
 def scan_waves(
     length: int,
     held: Sequence[tuple[int, bytes]],

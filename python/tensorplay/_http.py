@@ -27,7 +27,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 
@@ -44,6 +44,8 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)\Z")
 _UNSATISFIABLE_EMPTY = "bytes */0"
+# An answer's headers: an HTTP message's, or an object store's answer named as HTTP names them.
+Headers = http.client.HTTPMessage | Mapping[str, str]
 
 
 # Validators a redirect may carry for the object it leads to.
@@ -62,24 +64,42 @@ class RemoteError(OSError):
     and what came back. A scan reports the file UNREADABLE with it."""
 
 
+class NotFound(RemoteError):
+    """The server has no such object (404, 410): a missing file, as a local
+    scan reports one."""
+
+
 class Identity:
     """What names the bytes read: the object's size and the validators its
     server gave (``ETag``; the Hub's ``X-Linked-Etag``, a hash of the content;
-    ``x-amz-version-id``; ``Last-Modified``), and the URL that served them."""
+    ``x-amz-version-id``; ``Last-Modified``, as an HTTP date), and the URL that
+    served them. :meth:`from_headers` reads them from an HTTP answer; an object
+    store gives them as values (see :mod:`tensorplay._objects`)."""
 
     __slots__ = ("url", "size", "etag", "linked_etag", "commit", "version_id", "last_modified", "allowed")
 
-    def __init__(self, url: str, size: int, headers: http.client.HTTPMessage, chain: dict[str, str],
+    def __init__(self, url: str, size: int, *, etag: str | None = None, linked_etag: str | None = None,
+                 commit: str | None = None, version_id: str | None = None, last_modified: str | None = None,
                  allowed: Iterable[str] = ()):
         self.url = url
         self.size = size
-        self.etag = headers.get("ETag")
-        self.linked_etag = chain.get("X-Linked-Etag") or headers.get("X-Linked-Etag")
-        self.commit = chain.get("X-Repo-Commit") or headers.get("X-Repo-Commit")
-        self.version_id = headers.get("x-amz-version-id")
-        self.last_modified = headers.get("Last-Modified")
+        self.etag = etag
+        self.linked_etag = linked_etag
+        self.commit = commit
+        self.version_id = version_id
+        self.last_modified = last_modified
         # Hosts a later read may be redirected to, as the first read was allowed.
         self.allowed = tuple(allowed)
+
+    @classmethod
+    def from_headers(cls, url: str, size: int, headers: http.client.HTTPMessage, chain: dict[str, str],
+                     allowed: Iterable[str] = ()) -> Identity:
+        """The object an HTTP answer names; ``chain``: the validators its redirects gave."""
+        return cls(url, size, etag=headers.get("ETag"),
+                   linked_etag=chain.get("X-Linked-Etag") or headers.get("X-Linked-Etag"),
+                   commit=chain.get("X-Repo-Commit") or headers.get("X-Repo-Commit"),
+                   version_id=headers.get("x-amz-version-id"), last_modified=headers.get("Last-Modified"),
+                   allowed=allowed)
 
     def preconditions(self) -> dict[str, str]:
         """Headers that make a server refuse (``412``) if the object changed."""
@@ -89,9 +109,10 @@ class Identity:
             return {"If-Unmodified-Since": self.last_modified}
         return {}
 
-    def same_object(self, headers: http.client.HTTPMessage) -> str | None:
+    def same_object(self, headers: Headers) -> str | None:
         """Why ``headers`` may name another object than this one, or None."""
-        for name, mine in (("ETag", self.etag), ("Last-Modified", self.last_modified)):
+        for name, mine in (("ETag", self.etag), ("Last-Modified", self.last_modified),
+                           ("x-amz-version-id", self.version_id)):
             theirs = headers.get(name)
             if mine is not None and theirs is not None and theirs != mine:
                 return f"the object changed between two reads ({name} {mine} then {theirs})"
@@ -280,9 +301,9 @@ class Client:
         # (empty) whole, which is no download.
         empty = status == 416 and headers.get("Content-Range") == _UNSATISFIABLE_EMPTY
         if empty or (status == 200 and not body and headers.get("Content-Length") == "0"):
-            return Identity(final_url, 0, headers, chain, also_allowed), []
+            return Identity.from_headers(final_url, 0, headers, chain, also_allowed), []
         size, start = self._checked(url, status, headers, body, None, tail)
-        identity = Identity(final_url, size, headers, chain, also_allowed)
+        identity = Identity.from_headers(final_url, size, headers, chain, also_allowed)
         _, head_status, head_headers, head_body, _ = head_reply
         self._checked(url, head_status, head_headers, head_body, (0, min(head, size)), None, identity)
         return identity, [(start, body), (0, head_body)]
@@ -313,7 +334,7 @@ class Client:
                  ) -> tuple[int, int]:
         """The size and start of a range answer that is what was asked (a range
         ``asked``, or the last ``suffix`` bytes), or RemoteError saying how not."""
-        what = f"bytes {asked[0]}-{asked[0] + asked[1] - 1}" if asked else f"the last {suffix} bytes"
+        what = _asked(asked, suffix)
         if status == 200:
             raise RemoteError(f"{url}: asked for {what}, the server sent the whole object (200): "
                               "it ignores Range, and a scan by ranges does not download")
@@ -321,22 +342,41 @@ class Client:
             raise RemoteError(f"{url}: the object changed between two reads (412 Precondition Failed)")
         if status != 206:
             reason = headers.get("X-Error-Message") or ""
-            raise RemoteError(f"{url}: HTTP {status} for {what}{': ' + reason if reason else ''}")
-        if identity is not None and (changed := identity.same_object(headers)) is not None:
-            raise RemoteError(f"{url}: {changed}")
-        content_range = headers.get("Content-Range", "")
-        match = _CONTENT_RANGE.match(content_range)
-        if match is None or headers.get_content_maintype() == "multipart":
-            raise RemoteError(f"{url}: asked for {what}, the answer's Content-Range is {content_range!r}")
-        first, last, size = map(int, match.groups())
-        if identity is not None and size != identity.size:
-            raise RemoteError(f"{url}: the object's size changed between two reads ({identity.size} then {size})")
-        if asked is not None:
-            expected = (asked[0], min(asked[0] + asked[1], size) - 1)
-        else:
-            expected = (max(size - (suffix or 0), 0), size - 1)
-        if (first, last) != expected:
-            raise RemoteError(f"{url}: asked for {what}, the server sent bytes {first}-{last}")
-        if len(body) != last - first + 1:
-            raise RemoteError(f"{url}: bytes {first}-{last} came as {len(body)} bytes (a short or long body)")
-        return size, first
+            error = NotFound if status in (404, 410) else RemoteError
+            raise error(f"{url}: HTTP {status} for {what}{': ' + reason if reason else ''}")
+        if headers.get_content_maintype() == "multipart":
+            raise RemoteError(f"{url}: asked for {what}, the answer's Content-Range is "
+                              f"{headers.get('Content-Range', '')!r}")
+        return checked_range(url, headers, body, asked, suffix, identity)
+
+
+def _asked(asked: tuple[int, int] | None, suffix: int | None) -> str:
+    return f"bytes {asked[0]}-{asked[0] + asked[1] - 1}" if asked else f"the last {suffix} bytes"
+
+
+def checked_range(url: str, headers: Headers, body: bytes, asked: tuple[int, int] | None, suffix: int | None,
+                  identity: Identity | None = None) -> tuple[int, int]:
+    """The size and start of a range answer (its ``Content-Range`` and
+    validators in ``headers``, as HTTP names them, and its ``body``) that is
+    what was asked (a range ``asked``, or the last ``suffix`` bytes) of the
+    object ``identity`` names, or RemoteError saying how not. An object store's
+    answer (see :mod:`tensorplay._objects`) is held to it as a server's is."""
+    what = _asked(asked, suffix)
+    if identity is not None and (changed := identity.same_object(headers)) is not None:
+        raise RemoteError(f"{url}: {changed}")
+    content_range = headers.get("Content-Range") or ""
+    match = _CONTENT_RANGE.match(content_range)
+    if match is None:
+        raise RemoteError(f"{url}: asked for {what}, the answer's Content-Range is {content_range!r}")
+    first, last, size = map(int, match.groups())
+    if identity is not None and size != identity.size:
+        raise RemoteError(f"{url}: the object's size changed between two reads ({identity.size} then {size})")
+    if asked is not None:
+        expected = (asked[0], min(asked[0] + asked[1], size) - 1)
+    else:
+        expected = (max(size - (suffix or 0), 0), size - 1)
+    if (first, last) != expected:
+        raise RemoteError(f"{url}: asked for {what}, the server sent bytes {first}-{last}")
+    if len(body) != last - first + 1:
+        raise RemoteError(f"{url}: bytes {first}-{last} came as {len(body)} bytes (a short or long body)")
+    return size, first

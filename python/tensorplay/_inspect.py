@@ -72,13 +72,21 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None,
     file, size and device. No payload byte is read and torch is not needed; the
     same allowlist as ``load`` applies (use ``tensorplay scan`` on files it refuses).
 
-    ``f`` is what ``load`` takes (a path, a PathLike or a binary file object), or
-    the file's bytes. ``unknown_globals="stub"`` stands a ``tensorplay.Stub`` in for
+    ``f`` is what ``load`` takes (a path, a PathLike or a binary file object, or
+    a URL: its directory, pickles and local headers are read by ranges), or the
+    file's bytes. ``unknown_globals="stub"`` stands a ``tensorplay.Stub`` in for
     each global outside the allowlist, as ``load`` does, and lists them in
     ``stubbed``."""
     import os
 
+    from . import _paths
     from .serialization import _source
+
+    if _paths.is_url(f):
+        from . import _remote_mirror
+
+        with _remote_mirror.mirrored(f, storages=False) as path:
+            return inspect(path, limits=limits, unknown_globals=unknown_globals)
 
     if isinstance(f, (str, os.PathLike)) and os.path.isdir(f):
         from . import dcp

@@ -31,9 +31,19 @@ def held(path: str, pointer: str, name: str) -> str:
     return path
 
 
-# What a file far away is named by: read by ranges (see _remote), never opened as a path.
-URL_SCHEMES = ("http://", "https://", "hf://")
+# What a URL's scheme may hold (RFC 3986), before the "://" that ends it.
+_SCHEME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 
 
 def is_url(name: object) -> bool:
-    return isinstance(name, str) and name[:8].lower().startswith(URL_SCHEMES)
+    """Whether ``name`` is a URL (``https://``, ``hf://``, ``s3://``, any
+    ``SCHEME://``): a file far away, read by ranges (see _remote), never opened
+    as a path. The scheme is two characters at least, starting with a letter,
+    so ``C://x`` stays a drive's path; a relative name, ``C:\\x`` or a name
+    with a colon and no ``://`` after a scheme is never taken for one, nor is a
+    chained fsspec URL (``simplecache::s3://``: a cache is a download)."""
+    if not isinstance(name, str):
+        return False
+    scheme, sep, _ = name.partition("://")
+    return bool(sep) and len(scheme) >= 2 and scheme[0].isascii() and scheme[0].isalpha() \
+        and _SCHEME_CHARACTERS.issuperset(scheme)

@@ -1,4 +1,5 @@
-"""Scanning a file where it lives (``http://``, ``https://``, ``hf://``), by ranges.
+"""Scanning a file where it lives (``http://``, ``https://``, ``hf://``, and
+``s3://`` and the other fsspec URLs: see :mod:`tensorplay._objects`), by ranges.
 
 A remote scan is a pickles-only scan: the core says which byte ranges it reads
 (``_core.scan_waves``), they are fetched together, one round trip per wave, and
@@ -10,17 +11,19 @@ no byte of a tensor. A file ranges cannot settle (no zip, more entries than a
 reading by ranges takes) is fetched whole, within ``max_file_size``, and its
 report says so (``remote.whole_file``); ``full=True`` fetches it whole for a
 full scan, as a local scan reads it. Whatever cannot be read as asked (see
-:mod:`tensorplay._http`) makes the file UNREADABLE, never CLEAN.
+:mod:`tensorplay._http` and :mod:`tensorplay._objects`) makes the file
+UNREADABLE, never CLEAN.
 """
 from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
-
+from collections import namedtuple
 from typing import Protocol
 
-from . import _core, _http, _limits
+from . import _core, _http, _limits, _objects
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,11 +37,14 @@ if TYPE_CHECKING:
 MAX_WAVES = 8
 
 
+# The schemes _http reads; every other URL's is an fsspec file system's (_objects).
+HTTP_SCHEMES = ("http://", "https://", "hf://")
+
 HUB = "https://huggingface.co"
 # Where the Hub's resolve/ redirects a large file (its CDN and Xet bridge):
 # followed from the default endpoint, without the token.
 HUB_STORAGE = (".hf.co", ".huggingface.co")
-_PR_REVISION = re.compile(r"(refs/pr/\d+)/(.*)\Z")
+_PR_REVISION = re.compile(r"(refs/pr/\d+)(?:/(.*))?\Z")
 
 
 class Reader(Protocol):
@@ -46,7 +52,7 @@ class Reader(Protocol):
     gives its last ``tail`` and first ``head`` bytes in one round trip; ``read``
     gives ranges of that same object, at once, each checked (the object changed
     meanwhile: RemoteError). :class:`tensorplay._http.Client` reads http(s) and
-    hf:// URLs."""
+    hf:// URLs, :class:`tensorplay._objects.Store` those of fsspec file systems."""
 
     def open(self, url: str, tail: int, head: int, also_allowed: Iterable[str] = (),
              ) -> tuple[_http.Identity, list[tuple[int, bytes]]]: ...
@@ -54,43 +60,86 @@ class Reader(Protocol):
     def read(self, identity: _http.Identity, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
 
 
-def reader_for(url: str, client: _http.Client) -> tuple[Reader, str, tuple[str, ...]]:
-    """The reader of ``url``, the URL it reads, and the other hosts a redirect
-    may lead to."""
-    if url[:8].lower().startswith(("http://", "https://", "hf://")):
-        return client, *resolve(url, client)
-    raise _http.RemoteError(f"{url}: no reader for this kind of URL")
+class Readers:
+    """The readers a scan session shares across its files: its http ``client``,
+    and the object store of each other scheme (one file system per session):
+    those of ``stores`` (by scheme, ``"s3"``: a file system made with options
+    of its own), the others made on first use as the environment says."""
+
+    def __init__(self, client: _http.Client, stores: dict[str, _objects.Store] | None = None):
+        self.client = client
+        self._stores = dict(stores or {})
+        self._lock = threading.Lock()
+
+    def reader_for(self, url: str) -> tuple[Reader, str, tuple[str, ...]]:
+        """The reader of ``url``, the URL it reads, and the other hosts a
+        redirect may lead to."""
+        if url[:8].lower().startswith(HTTP_SCHEMES):
+            return self.client, *resolve(url, self.client)
+        return self.store(url), url, ()
+
+    def store(self, url: str) -> _objects.Store:
+        """The object store of ``url``'s scheme (``s3``...): its reader, and
+        the lister of its folders (:meth:`tensorplay._objects.Store.list`)."""
+        scheme = url.partition("://")[0].lower()
+        with self._lock:
+            store = self._stores.get(scheme)
+            if store is None:
+                store = self._stores[scheme] = _objects.Store.for_url(url)
+            return store
 
 
 def resolve(url: str, client: _http.Client) -> tuple[str, tuple[str, ...]]:
     """The ``http(s)`` URL a remote file's URL names, and the other hosts its
-    redirects may lead to. ``hf://[datasets/|spaces/]ORG/REPO[@REVISION]/PATH``
-    is the Hub's ``resolve/`` URL at that revision (``main`` by default; a
-    revision with slashes URL-encoded, or ``refs/pr/N``), at ``HF_ENDPOINT``,
-    with ``HF_TOKEN`` sent to that host alone."""
+    redirects may lead to. An ``hf://`` URL of a file (see :func:`hub_repo`) is
+    the Hub's ``resolve/`` URL at its revision, at ``HF_ENDPOINT``, with
+    ``HF_TOKEN`` sent to that host alone."""
     if not url.startswith("hf://"):
         return url, ()
-    rest, kind = url[len("hf://"):], ""
+    repo = hub_repo(url)
+    if repo is None or not repo.path:
+        raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
+    endpoint = hub_endpoint(client)
+    prefix = "" if repo.kind == "models" else f"{repo.kind}/"
+    resolved = (f"{endpoint}/{prefix}{repo.name}/resolve/{urllib.parse.quote(repo.revision, safe='')}/"
+                f"{urllib.parse.quote(repo.path)}")
+    return resolved, HUB_STORAGE if endpoint == HUB else ()
+
+
+HubRepo = namedtuple("HubRepo", "kind name revision path")
+HubRepo.__doc__ = """What an ``hf://`` URL names: the repository's ``kind`` (``models``,
+``datasets``, ``spaces``), its ``name`` (``ORG/REPO``), the ``revision`` (``main``
+by default) and the ``path`` in it (empty for the repository itself)."""
+
+
+def hub_repo(url: str) -> HubRepo | None:
+    """``hf://[datasets/|spaces/|models/]ORG/REPO[@REVISION][/PATH]`` parsed (a
+    revision with slashes URL-encoded, or ``refs/pr/N``), or None when it names
+    no repository."""
+    rest, kind = url[len("hf://"):], "models"
     for prefix in ("datasets/", "spaces/", "models/"):
         if rest.startswith(prefix):
-            kind, rest = ("" if prefix == "models/" else prefix), rest[len(prefix):]
+            kind, rest = prefix[:-1], rest[len(prefix):]
             break
     org, _, rest = rest.partition("/")
-    repo, _, rest = rest.partition("/")
+    repo, _, path = rest.partition("/")
     repo, at, revision = repo.partition("@")
-    if at and revision == "refs" and (pr := _PR_REVISION.match("refs/" + rest)):
-        revision, rest = pr[1], pr[2]
-    if not (org and repo and rest) or (at and not revision):
-        raise _http.RemoteError(f"{url}: an hf:// URL names a file: hf://[datasets/]ORG/REPO[@REVISION]/PATH")
-    revision = urllib.parse.unquote(revision) if at else "main"
+    if at and revision == "refs" and (pr := _PR_REVISION.match("refs/" + path)):
+        revision, path = pr[1], pr[2] or ""
+    if not (org and repo) or (at and not revision):
+        return None
+    return HubRepo(kind, f"{org}/{repo}", urllib.parse.unquote(revision) if at else "main", path)
+
+
+def hub_endpoint(client: _http.Client) -> str:
+    """The Hub's address (``HF_ENDPOINT``), its token (``HF_TOKEN``) given to
+    ``client`` for that host alone."""
     endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
-    resolved = (f"{endpoint}/{kind}{org}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
-                f"{urllib.parse.quote(rest)}")
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     host = urllib.parse.urlsplit(endpoint).hostname or ""
     if token:
         client.credentials.setdefault(host.lower(), {"Authorization": f"Bearer {token}"})
-    return resolved, HUB_STORAGE if endpoint == HUB else ()
+    return endpoint
 
 
 def name_of(url: str) -> str | None:
@@ -127,18 +176,28 @@ class RemoteRead:
                 "bytes_read": self.bytes_read, "whole_file": self.whole_file}
 
 
-def scan_url(url: str, client: _http.Client, *, allow: list[str], full: bool = False,
+def scan_url(url: str, readers: Readers, *, allow: list[str], full: bool = False,
              max_file_size: int | None = None, list_globals: bool = False) -> ScanReport:
-    """The report on the file at ``url``; UNREADABLE with a ``network`` problem
+    """The report on the file at ``url``; UNREADABLE (see :func:`unreadable`)
     when it could not be read as asked."""
-    from .scanner import Problem, ScanReport
-
     read = RemoteRead(None)
     try:
-        return _scan(url, client, read, allow, full, max_file_size, list_globals)
+        return _scan(url, readers, read, allow, full, max_file_size, list_globals)
     except _http.RemoteError as e:
-        return ScanReport(url, "unknown", "unreadable", problems=(Problem("network", "", str(e)),),
-                          pickles_only=not full, remote=read)
+        return unreadable(url, e, not full, read)
+
+
+def unreadable(url: str, error: _http.RemoteError, pickles_only: bool, read: RemoteRead | None = None,
+               reached_from: Any = None) -> ScanReport:
+    """The report on a file that could not be read as asked: a ``network``
+    problem, or, for an object the server does not have, the ``io`` problem of
+    a missing local file."""
+    from .scanner import Problem, ScanReport
+
+    kind = "io" if isinstance(error, _http.NotFound) else "network"
+    problem = Problem(kind, "", f"FileNotFoundError: {error}" if kind == "io" else str(error))
+    return ScanReport(url, "unknown", "unreadable", problems=(problem,), pickles_only=pickles_only, remote=read,
+                      reached_from=reached_from)
 
 
 def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None) -> list[str]:
@@ -150,14 +209,35 @@ def unsafe_globals(url: str, allow: list[str], max_file_size: int | None = None)
     name = name_of(url)
     client = _http.Client()
     try:
-        answer, data = _waves(url, client, RemoteRead(None), max_file_size,
+        answer, data = _waves(url, Readers(client), RemoteRead(None), max_file_size,
                               lambda size, held: _core.unsafe_globals_waves(size, held, name, allow, limits))
     finally:
         client.close()
     return answer if data is None else _core.unsafe_globals(data, allow, limits, name)
 
 
-def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], full: bool,
+def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], readers: Readers, *,
+                   allow: list[str], full: bool = False, max_file_size: int | None = None,
+                   list_globals: bool = False) -> ScanReport:
+    """The report on ``spans`` of the file at ``url``, each read as a file of its
+    own (a DCP item), as ``_core.scan_spans`` reads them locally: by ranges."""
+    from .scanner import _report
+
+    read = RemoteRead(None)
+    limits = _limits.merged(None)
+    try:
+        answer, data = _waves(url, readers, read, max_file_size,
+                              lambda size, held: _core.scan_spans_waves(size, held, spans, allow, limits, not full,
+                                                                        list_globals))
+    except _http.RemoteError as e:
+        return unreadable(url, e, not full, read)
+    if data is None:
+        return _report(url, lambda t: t, (answer,), not full)._replace(remote=read)
+    return _report(url, _core.scan_spans, (data, spans, allow, limits, not full, list_globals),
+                   not full)._replace(remote=read)
+
+
+def _scan(url: str, readers: Readers, read: RemoteRead, allow: list[str], full: bool,
           max_file_size: int | None, list_globals: bool) -> ScanReport:
     from .scanner import _report
 
@@ -169,19 +249,19 @@ def _scan(url: str, client: _http.Client, read: RemoteRead, allow: list[str], fu
             return "whole", None
         return _core.scan_waves(size, held, name, allow, limits, list_globals)
 
-    answer, data = _waves(url, client, read, max_file_size, run)
+    answer, data = _waves(url, readers, read, max_file_size, run)
     if data is None:
         return _report(url, lambda t: t, (answer,), True)._replace(remote=read)
     report = _report(url, _core.scan, (data, allow, limits, not full, list_globals, False, name), not full)
     return report._replace(remote=read)
 
 
-def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int | None,
+def _waves(url: str, readers: Readers, read: RemoteRead, max_file_size: int | None,
            run: Callable[[int, list[tuple[int, bytes]]], tuple[str, Any]]) -> tuple[Any, bytes | None]:
     """``run``'s answer once it read only held bytes, fetching each wave of
     ranges it asks for; or the whole file, when it wants that (or takes more
     than ``MAX_WAVES``): ``(answer, None)`` or ``(None, data)``."""
-    reader, target, also_allowed = reader_for(url, client)
+    reader, target, also_allowed = readers.reader_for(url)
     identity, first = reader.open(target, tail=_core.FIRST_TAIL, head=_core.FIRST_BLOCK, also_allowed=also_allowed)
     read.identity = identity
     read.took([body for _, body in first])
@@ -192,9 +272,17 @@ def _waves(url: str, client: _http.Client, read: RemoteRead, max_file_size: int 
             return None, _whole(reader, identity, first, read, max_file_size)
         if kind != "fetch":
             return value, None
-        bodies = reader.read(identity, value)
-        read.took(bodies)
-        held += [(offset, body) for (offset, _), body in zip(value, bodies)]
+        if max_file_size is not None and read.bytes_read + sum(n for _, n in value) > max_file_size:
+            raise _http.RemoteError(f"{url}: its reading by ranges would take over the {max_file_size}-byte "
+                                    "limit on what a scan downloads")
+        # A range of no bytes (the first block of an empty file) is known
+        # without asking: no server or store has a way to send it.
+        wanted = [(offset, length) for offset, length in value if length > 0]
+        fetched = reader.read(identity, wanted) if wanted else []
+        if wanted:
+            read.took(fetched)
+        bodies = iter(fetched)
+        held += [(offset, next(bodies) if length > 0 else b"") for offset, length in value]
 
 
 def _whole(reader: Reader, identity: _http.Identity, first: list[tuple[int, bytes]], read: RemoteRead,

@@ -110,7 +110,8 @@ def _scan(args: argparse.Namespace) -> int:
     except (AllowError, scanner.SettingsError) as e:
         print(f"tensorplay scan: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    progress = _Progress(sys.stderr.isatty() and args.format == "text" and args.output is None)
+    progress = _Progress(sys.stderr.isatty())
+    stream = _stream_lines if args.format == "jsonl" and args.output is None else None
     started, clock = _now(), time.perf_counter()
     passed_over: list[tuple[str, str]] = []
     client = None
@@ -122,11 +123,13 @@ def _scan(args: argparse.Namespace) -> int:
     reports = scanner.scan_paths(args.paths, jobs=args.jobs, allow=policy.allow, progress=progress,
                                  pickles_only=args.pickles_only, selection=policy.selection,
                                  list_globals=args.list_globals, passed_over=passed_over, full=args.full,
-                                 client=client)
+                                 client=client, on_report=stream)
     if not reports:
         sys.stderr.write("tensorplay scan: no files under the given paths; nothing was scanned\n")
     code = exit_code(reports, policy)
-    if args.format == "text":
+    if stream is not None:
+        return code
+    if args.format in ("text", "jsonl"):
         report = None
     else:
         from . import _reports  # not at the top: a table needs none, and `tensorplay scan` runs per upload
@@ -134,7 +137,7 @@ def _scan(args: argparse.Namespace) -> int:
         report = (_reports.sarif(reports, policy, code) if args.format == "sarif" else
                   _reports.json_document(reports, policy, started, time.perf_counter() - clock, code, passed_over))
     if args.output is not None:
-        return _write_report(args.output, report, reports, passed_over) or code
+        return _write_report(args.output, report, reports, passed_over, args.format == "jsonl") or code
     try:
         if report is None:
             _print_table(reports, passed_over)
@@ -150,6 +153,17 @@ def _scan(args: argparse.Namespace) -> int:
     return code
 
 
+def _stream_lines(report: scanner.ScanReport) -> None:
+    """A file's record as one line of JSON, written as soon as it is scanned."""
+    import json
+
+    try:
+        sys.stdout.write(json.dumps(report.to_json()) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
 def _now() -> str:
     """The time in UTC, as ``datetime.isoformat(timespec="seconds")`` writes it,
     without importing ``datetime`` into every scan."""
@@ -157,7 +171,7 @@ def _now() -> str:
 
 
 def _write_report(path: str, report: dict | None, reports: list[scanner.ScanReport],
-                  passed_over: list[tuple[str, str]]) -> int:
+                  passed_over: list[tuple[str, str]], jsonl: bool = False) -> int:
     """Write the report to ``path`` through a temporary file renamed over it; 0,
     or the unreadable exit code when it cannot be written."""
     import contextlib
@@ -166,7 +180,9 @@ def _write_report(path: str, report: dict | None, reports: list[scanner.ScanRepo
 
     from ._atomic import replacing
 
-    if report is None:
+    if jsonl:
+        data = "".join(json.dumps(r.to_json()) + "\n" for r in reports)
+    elif report is None:
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
             _print_table(reports, passed_over)
@@ -317,10 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
                                       "unreadable (or nothing to scan).")
     scan.add_argument("paths", nargs="+",
                       help="files or directories (walked recursively, following links); - reads standard input; "
-                           "http:// and https:// URLs are scanned where they live, by ranges")
-    scan.add_argument("--format", choices=("text", "json", "sarif"), default="text", metavar="FORMAT",
+                           "URLs (http://, https://, hf://, s3:// and other fsspec URLs) are scanned where they "
+                           "live, by ranges; a URL ending with / or hf://ORG/REPO[@REVISION] names a folder, "
+                           "listed and scanned as a local one")
+    scan.add_argument("--format", choices=("text", "json", "jsonl", "sarif"), default="text", metavar="FORMAT",
                       help="text (a table), json (one document: a summary and a record per file; the schema is in "
-                           "the README) or sarif (SARIF 2.1.0, for GitHub code scanning)")
+                           "the README), jsonl (a file's record per line, each written as soon as it is scanned: "
+                           "for streams of many URLs) or sarif (SARIF 2.1.0, for GitHub code scanning)")
     scan.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
     scan.add_argument("-o", "--output", metavar="FILE",
                       help="write the report to FILE (through a temporary file renamed over it) instead of "
@@ -358,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="for URLs: follow redirects to this other host (repeatable; * for any); credentials "
                            "never go with them")
     scan.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                      help="for URLs: give up on a request after this long without an answer (default 30)")
+                      help="for http(s) and hf:// URLs: give up on a request after this long without an answer "
+                           "(default 30; s3:// and other fsspec URLs take their file system's timeouts)")
     scan.set_defaults(run=_scan)
     inspect = sub.add_parser("inspect", help="show a checkpoint's structure without reading its data",
                              formatter_class=_HelpFormatter)

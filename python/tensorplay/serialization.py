@@ -389,6 +389,8 @@ def load(
     if unknown_globals not in ("error", "stub"):
         raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     mmap = bool(config.load.mmap if mmap is None else mmap)
+    if _paths.is_url(f):
+        return _load_url(f, map_location, weights_only, backend, limits, unknown_globals, pickle_load_args)
     if not weights_only:
         if unknown_globals == "stub":
             raise ValueError("unknown_globals='stub' is a weights-only load; weights_only=False runs the file's code")
@@ -400,6 +402,21 @@ def load(
     with _stub.warning():
         return _weights_only_load(f, map_location, pickle_module, mmap, shared, _endianness(), backend, limits,
                                   pickle_load_args, stub=True)
+
+
+def _load_url(url: str, map_location: Any, weights_only: bool, backend: _Backend | None,
+              limits: dict[str, int] | None, unknown_globals: Literal["error", "stub"],
+              pickle_load_args: dict[str, Any]) -> Any:
+    """A checkpoint where it lives: its directory, pickles and local headers by
+    ranges, then its storages (none for ``map_location="meta"``), into a sparse
+    local copy the weights-only load reads once (see :mod:`tensorplay._remote_mirror`)."""
+    if not weights_only:
+        raise ValueError(f"{url}: a URL is loaded weights-only; weights_only=False would hand it to torch.load")
+    from . import _remote_mirror
+
+    with _remote_mirror.mirrored(url, storages=map_location != "meta") as path:
+        return load(path, map_location, weights_only=True, mmap=False, backend=backend, limits=limits,
+                    unknown_globals=unknown_globals, **pickle_load_args)
 
 
 def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool, shared: bool,
@@ -578,10 +595,11 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     building anything. ``[]`` means ``load`` will not refuse the file for a global.
 
     Unlike torch's, it reads every pickle protocol, legacy-format files and raw
-    pickles, and files where they live (``http(s)://`` and ``hf://`` URLs, read
-    by ranges: see ``tensorplay.scanner.scan``). A file that cannot be fully read
-    raises ``MalformedCheckpointError`` unless an unsafe global was found before
-    the break; a URL that cannot be read as asked raises an ``OSError``.
+    pickles, and files where they live (``http(s)://``, ``hf://``, ``s3://`` and
+    other fsspec URLs, read by ranges: see ``tensorplay.scanner.scan``). A file
+    that cannot be fully read raises ``MalformedCheckpointError`` unless an
+    unsafe global was found before the break; a URL that cannot be read as
+    asked raises an ``OSError``.
     """
     if _paths.is_url(f):
         from . import _remote

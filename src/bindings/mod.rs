@@ -117,6 +117,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_spans, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_waves, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::scan_spans_waves, m)?)?;
     m.add_function(wrap_pyfunction!(scan::globals_outside_allowlist_waves, m)?)?;
     m.add_function(wrap_pyfunction!(reader_models, m)?)?;
     m.add_function(wrap_pyfunction!(save::plan_archive, m)?)?;

@@ -14,8 +14,8 @@ use crate::bindings::load::open_source;
 use crate::bindings::options::LimitOverrides;
 use crate::scan::{
     scan_file, scan_pickles_by_reading, scan_pickles_in_waves, scan_spans as scan_spans_of,
-    unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading, unsafe_globals_in_waves,
-    Finding, Report, ScanOptions, Span, Wave,
+    scan_spans_in_waves, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading,
+    unsafe_globals_in_waves, Finding, Report, ScanOptions, Span, Wave,
 };
 use crate::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -148,22 +148,7 @@ pub fn scan_spans<'py>(
         list_allowlisted: list_globals,
         ..options(None, user_names, limits)
     };
-    let mut parsed = Vec::with_capacity(spans.len());
-    for (offset, length, label, transforms) in spans {
-        let transforms = (transforms.iter())
-            .map(|name| {
-                Compression::named(name)
-                    .ok_or_else(|| PyValueError::new_err(format!("unknown compression {name:?}")))
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        parsed.push(Span {
-            offset,
-            length,
-            transforms,
-            label,
-        });
-    }
-    let spans = parsed;
+    let spans = parsed_spans(spans)?;
     let data = open_source(
         py,
         source,
@@ -224,6 +209,55 @@ pub fn globals_outside_allowlist_waves<'py>(
         Wave::Settled(names) => ("globals", names).into_pyobject(py),
         wave => unsettled(py, wave),
     }
+}
+
+/// `scan_spans` of a remote file of `length` bytes, as `scan_waves` reads
+/// one: `("report", report)`, or `("fetch", ranges)` for the next wave. A span
+/// that needs no transform is read by ranges where they settle it; else whole.
+#[pyfunction]
+#[pyo3(signature = (length, held, spans, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=true, list_globals=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn scan_spans_waves<'py>(
+    py: Python<'py>,
+    length: u64,
+    held: Vec<(u64, Bound<'py, PyBytes>)>,
+    spans: Vec<(u64, u64, String, Vec<String>)>,
+    user_names: Vec<String>,
+    limits: LimitOverrides,
+    pickles_only: bool,
+    list_globals: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let options = ScanOptions {
+        pickles_only,
+        list_allowlisted: list_globals,
+        ..options(None, user_names, limits)
+    };
+    let spans = parsed_spans(spans)?;
+    let pieces = held_pieces(length, held)?;
+    match py.detach(|| scan_spans_in_waves(length, &pieces, &spans, &options)) {
+        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
+        wave => unsettled(py, wave),
+    }
+}
+
+/// Spans as `_pointers` gives them: `(offset, length, label, transforms)`.
+fn parsed_spans(spans: Vec<(u64, u64, String, Vec<String>)>) -> PyResult<Vec<Span>> {
+    let mut parsed = Vec::with_capacity(spans.len());
+    for (offset, length, label, transforms) in spans {
+        let transforms = (transforms.iter())
+            .map(|name| {
+                Compression::named(name)
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown compression {name:?}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        parsed.push(Span {
+            offset,
+            length,
+            transforms,
+            label,
+        });
+    }
+    Ok(parsed)
 }
 
 fn unsettled<'py, T>(py: Python<'py>, wave: Wave<T>) -> PyResult<Bound<'py, PyTuple>> {

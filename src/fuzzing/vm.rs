@@ -236,6 +236,7 @@ pub fn scanner_differential(data: &[u8]) {
             "a pickles-only scan from reads differs from the whole file's"
         );
     }
+    spans_in_waves_as_in_the_file(data, &options);
     // Read in waves of ranges (a remote file), it ends, fetching only bytes of
     // the file, with the same report, or asks for the whole file when the reads
     // of a local file do.
@@ -268,6 +269,49 @@ pub fn scanner_differential(data: &[u8]) {
         }
     }
     panic!("no report after {MAX_WAVES} waves");
+}
+
+/// Spans of a remote file (DCP items), read in waves, give the report the
+/// spans of the local file give: the whole file, a middle span, one past its end.
+fn spans_in_waves_as_in_the_file(data: &[u8], options: &scan::ScanOptions) {
+    let len = data.len() as u64;
+    let span = |offset: u64, length: u64, label: &str| scan::Span {
+        offset,
+        length,
+        transforms: Vec::new(),
+        label: label.to_owned(),
+    };
+    let spans = [
+        span(0, len, "whole"),
+        span(len / 3, len - len / 3 - len / 5, "middle"),
+        span(len / 2, len, "past the end"),
+    ];
+    let local = scan::scan_spans(data, &spans, options, 1);
+    let summary = |r: &scan::Report| (r.format, r.findings.clone(), r.problems.clone(), r.pickles);
+    let mut held = crate::archive::zip::Pieces::new(data.len());
+    for _ in 0..MAX_WAVES {
+        match scan::scan_spans_in_waves(len, &held, &spans, options) {
+            scan::Wave::Fetch(ranges) => {
+                assert!(!ranges.is_empty(), "a wave of no ranges");
+                for (offset, n) in ranges {
+                    let start = usize::try_from(offset).expect("an offset in the file");
+                    let bytes =
+                        (start.checked_add(n as usize)).and_then(|end| data.get(start..end));
+                    held.add(start, bytes.expect("a range outside the file").to_vec());
+                }
+            }
+            scan::Wave::Settled(report) => {
+                assert_eq!(
+                    summary(&report),
+                    summary(&local),
+                    "spans in waves differ from the file's"
+                );
+                return;
+            }
+            scan::Wave::WholeFile => panic!("spans never ask for the whole file"),
+        }
+    }
+    panic!("no report on spans after {MAX_WAVES} waves");
 }
 
 /// More waves than a file takes: each wave holds a read that follows from the

@@ -39,7 +39,7 @@ pub use kind::{is_tensordict_leaf, Kind};
 
 use kind::{named_like_a_model, NotAPickle};
 pub use report::{problem_kind, Finding, Format, Problem, Report, Verdict};
-pub use waves::{scan_pickles_in_waves, unsafe_globals_in_waves, Wave};
+pub use waves::{scan_pickles_in_waves, scan_spans_in_waves, unsafe_globals_in_waves, Wave};
 
 use budget::MAX_DEPTH;
 use zip::{TorchPayloads, ZipLayout, ZipReading};
@@ -565,6 +565,12 @@ pub fn scan_spans(data: &[u8], spans: &[Span], options: &ScanOptions, threads: u
         Ok::<(), std::convert::Infallible>(())
     };
     let Ok(()) = crate::parallel::run_by_size(jobs, threads, size, scan);
+    spans_report(spans, reports, options)
+}
+
+/// The spans' own reports as one, each finding and problem placed under its
+/// span's label.
+pub(super) fn spans_report(spans: &[Span], reports: Vec<Report>, options: &ScanOptions) -> Report {
     let mut merged = Report {
         format: Format::Items,
         allowlisted: options.list_allowlisted.then(Vec::new),
@@ -595,20 +601,32 @@ fn scan_span(data: &[u8], span: &Span, options: &ScanOptions) -> Report {
         .ok()
         .zip(usize::try_from(span.length).ok())
         .and_then(|(start, len)| data.get(start..start.checked_add(len)?));
-    let Some(mut bytes) = bytes.map(std::borrow::Cow::Borrowed) else {
-        let mut report = Report::default();
-        report.problem(
-            "",
-            problem_kind::POINTER_OUT_OF_RANGE,
-            format!(
-                "{} bytes at byte {} reach past the end of the file ({} bytes)",
-                span.length,
-                span.offset,
-                data.len()
-            ),
-        );
-        return report;
-    };
+    match bytes {
+        Some(bytes) => scan_span_bytes(std::borrow::Cow::Borrowed(bytes), span, options),
+        None => span_out_of_range(span, data.len() as u64),
+    }
+}
+
+/// The report on a span that reaches past the end of its file of `len` bytes.
+pub(super) fn span_out_of_range(span: &Span, len: u64) -> Report {
+    let mut report = Report::default();
+    report.problem(
+        "",
+        problem_kind::POINTER_OUT_OF_RANGE,
+        format!(
+            "{} bytes at byte {} reach past the end of the file ({len} bytes)",
+            span.length, span.offset
+        ),
+    );
+    report
+}
+
+/// The scan of a span's `bytes`, once its transforms are undone.
+pub(super) fn scan_span_bytes(
+    mut bytes: std::borrow::Cow<'_, [u8]>,
+    span: &Span,
+    options: &ScanOptions,
+) -> Report {
     for transform in &span.transforms {
         match transform.decode(&bytes, options.limits.max_inflated_bytes) {
             Ok(decoded) => bytes = std::borrow::Cow::Owned(decoded),

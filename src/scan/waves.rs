@@ -9,10 +9,15 @@
 
 use std::cell::RefCell;
 
+use std::borrow::Cow;
+
 use crate::archive::tar as tar_archive;
 use crate::archive::zip::{FileBytes, Pieces, END_RECORDS_LEN};
 
-use super::{scan_pickles_by_reading, unsafe_globals_by_reading, Report, ScanOptions};
+use super::{
+    scan_pickles_by_reading, scan_span_bytes, span_out_of_range, spans_report,
+    unsafe_globals_by_reading, Report, ScanOptions, Span,
+};
 
 /// What a run against the ranges held so far settled.
 #[derive(Debug)]
@@ -48,15 +53,84 @@ pub fn unsafe_globals_in_waves(
     })
 }
 
-/// `answer` run against `held`, every read of bytes not held collected (and
-/// read as zeros meanwhile).
-fn in_waves<T>(
+/// [`super::scan_spans`] of a file of `len` bytes whose `held` ranges are in
+/// memory: each span read as a file of its own, by ranges where it needs no
+/// transform and a pickles-only reading settles it (the span's tail and first
+/// block first, as a file's), else whole (a compressed span, or bytes that are
+/// no zip) once its reading by ranges missed nothing: a tensor chunk is never
+/// fetched whole to find out it is one.
+pub fn scan_spans_in_waves(
     len: u64,
     held: &Pieces,
-    answer: impl FnOnce(&dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
-) -> Wave<T> {
+    spans: &[Span],
+    options: &ScanOptions,
+) -> Wave<Report> {
     let missed = RefCell::new(Vec::new());
-    let read_at = |offset: u64, n: usize| -> Option<Vec<u8>> {
+    let read_at = reader(len, held, &missed);
+    let mut reports = Vec::with_capacity(spans.len());
+    for span in spans {
+        let end = span.offset.checked_add(span.length);
+        if end.is_none_or(|end| end > len) {
+            reports.push(span_out_of_range(span, len));
+            continue;
+        }
+        if span.transforms.is_empty() {
+            let before = missed.borrow().len();
+            let within = |offset: u64, n: usize| {
+                if offset.checked_add(n as u64)? > span.length {
+                    return None;
+                }
+                read_at(span.offset.checked_add(offset)?, n)
+            };
+            let answer = scan_pickles_by_reading(span.length, &within, END_RECORDS_LEN, options);
+            if missed.borrow().len() > before {
+                let first_block = span.length.min(tar_archive::BLOCK as u64);
+                if !holds(held, span.offset, first_block) {
+                    missed.borrow_mut().push((span.offset, first_block));
+                }
+                reports.push(Report::default());
+                continue;
+            }
+            if let Some(report) = answer {
+                reports.push(report);
+                continue;
+            }
+        }
+        let whole = usize::try_from(span.offset).ok().and_then(|start| {
+            held.get(start..start.checked_add(usize::try_from(span.length).ok()?)?)
+        });
+        match whole {
+            Some(bytes) => reports.push(scan_span_bytes(Cow::Borrowed(bytes), span, options)),
+            None => {
+                missed.borrow_mut().push((span.offset, span.length));
+                reports.push(Report::default());
+            }
+        }
+    }
+    drop(read_at);
+    let missed = missed.into_inner();
+    if !missed.is_empty() {
+        return Wave::Fetch(merged(missed));
+    }
+    Wave::Settled(spans_report(spans, reports, options))
+}
+
+fn holds(held: &Pieces, offset: u64, n: u64) -> bool {
+    let range = usize::try_from(offset)
+        .ok()
+        .zip(usize::try_from(n).ok())
+        .and_then(|(start, n)| Some(start..start.checked_add(n)?));
+    range.is_some_and(|range| held.get(range).is_some())
+}
+
+/// A read of a file of `len` bytes from `held`, every read of bytes not held
+/// pushed to `missed` (and read as zeros meanwhile).
+fn reader<'a>(
+    len: u64,
+    held: &'a Pieces,
+    missed: &'a RefCell<Vec<(u64, u64)>>,
+) -> impl Fn(u64, usize) -> Option<Vec<u8>> + 'a {
+    move |offset: u64, n: usize| -> Option<Vec<u8>> {
         // As a read of a file: nothing past its end.
         if offset.checked_add(n as u64)? > len {
             return None;
@@ -67,8 +141,20 @@ fn in_waves<T>(
         }
         missed.borrow_mut().push((offset, n as u64));
         Some(vec![0; n])
-    };
+    }
+}
+
+/// `answer` run against `held`, every read of bytes not held collected (and
+/// read as zeros meanwhile).
+fn in_waves<T>(
+    len: u64,
+    held: &Pieces,
+    answer: impl FnOnce(&dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<T>,
+) -> Wave<T> {
+    let missed = RefCell::new(Vec::new());
+    let read_at = reader(len, held, &missed);
     let answer = answer(&read_at);
+    drop(read_at);
     let mut missed = missed.into_inner();
     if !missed.is_empty() {
         if held.holds_nothing() {

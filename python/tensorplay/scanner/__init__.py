@@ -169,7 +169,8 @@ _new_tuple = tuple.__new__
 def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickles_only: bool = False,
          list_globals: bool = False, config: str | os.PathLike[str] | Settings | None = None,
          full: bool = False, client: Client | None = None) -> ScanReport:
-    """Scan one file (a path, its bytes, or an ``http(s)://`` URL). ``allow`` adds ``module.name`` entries
+    """Scan one file (a path, its bytes, or a URL: ``http(s)://``, ``hf://``,
+    ``s3://`` or another fsspec URL). ``allow`` adds ``module.name`` entries
     to the built-in allowlist. ``list_globals`` also lists the globals inside the
     allowlist (``ScanReport.allowlisted``, ``ScanReport.imports``): everything the
     pickles import. ``config`` is a settings file (see :class:`Settings`), or
@@ -186,9 +187,15 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
     A URL is scanned where it lives, by ranges (see :mod:`tensorplay._remote`):
     a pickles-only scan whatever ``pickles_only`` says, unless ``full`` fetches
     the whole file (within the settings' ``max-file-size``) for a full scan.
-    ``client`` is the :class:`tensorplay._http.Client` to read it with (its
-    timeouts, retries, credentials and allowed redirects); by default a new one."""
+    ``client`` is the :class:`tensorplay._http.Client` to read an http(s) or
+    hf:// URL with (its timeouts, retries, credentials and allowed redirects);
+    by default a new one. An ``s3://`` URL is read by a file system the scan
+    makes, configured by the environment (see :mod:`tensorplay._objects`)."""
     if _paths.is_url(f):
+        from .. import _remote_folders
+
+        if _remote_folders.is_folder(str(f)):
+            raise ValueError(f"{f} names a folder: scan_paths([{str(f)!r}]) reports on each of its files")
         return _scan_urls([str(f)], allow=list(allow), config=config, full=full, list_globals=list_globals,
                           client=client)[0]
     if isinstance(f, str):
@@ -618,6 +625,7 @@ def scan_paths(
     passed_over: list[tuple[str, str]] | None = None,
     full: bool = False,
     client: Client | None = None,
+    on_report: Callable[[ScanReport], None] | None = None,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
     which files, as :func:`iter_files` walks them with ``selection`` (and
@@ -634,7 +642,13 @@ def scan_paths(
     pointer out of the folder is reported unsafe.
 
     URLs among ``paths`` are scanned where they live, as :func:`scan` scans one
-    (``full`` and ``client`` as there), ``jobs`` at once (16 by default)."""
+    (``full`` and ``client`` as there), ``jobs`` at once (16 by default). A URL
+    that names a folder (ending with ``/``, or ``hf://ORG/REPO[@REVISION]``) is
+    listed and scanned as a local folder is, its pointers followed (see
+    :mod:`tensorplay._remote_folders`).
+
+    ``on_report`` is called with each report as soon as it is made (from the
+    calling thread), for results streamed while a long list is scanned."""
     allow = list(allow)
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -647,9 +661,10 @@ def scan_paths(
         local = [p for p in paths if not _paths.is_url(p)]
         local_reports = scan_paths(local, jobs=jobs, allow=allow, progress=None, pickles_only=pickles_only,
                                    selection=selection, list_globals=list_globals,
-                                   passed_over=passed_over) if local else []
+                                   passed_over=passed_over, on_report=on_report) if local else []
         return local_reports + _scan_urls(urls, allow=allow, selection=selection, full=full,
-                                          list_globals=list_globals, client=client, jobs=jobs, progress=progress)
+                                          list_globals=list_globals, client=client, jobs=jobs, progress=progress,
+                                          on_report=on_report)
     files = list(_targets(paths, selection, passed_over))
     readings, unfollowed = _readings(files)
     work: list[Callable[[], ScanReport]] = [
@@ -664,6 +679,8 @@ def scan_paths(
         in_order = []
         for scan_one in work:
             in_order.append(scan_one())
+            if on_report is not None:
+                on_report(in_order[-1])
             if progress is not None:
                 progress(len(in_order), len(work))
         return in_order
@@ -673,7 +690,9 @@ def scan_paths(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(scan_one): i for i, scan_one in enumerate(work)}
         for done, future in enumerate(as_completed(futures), 1):
-            reports[futures[future]] = future.result()
+            reports[futures[future]] = report = future.result()
+            if on_report is not None:
+                on_report(report)
             if progress is not None:
                 progress(done, len(work))
     return [r for r in reports if r is not None]
@@ -682,9 +701,10 @@ def scan_paths(
 def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[str] | Settings | None = None,
                selection: Selection = EVERYTHING, full: bool = False, list_globals: bool = False,
                client: Client | None = None, jobs: int | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[ScanReport]:
+               progress: Callable[[int, int], None] | None = None,
+               on_report: Callable[[ScanReport], None] | None = None) -> list[ScanReport]:
     """Reports for ``urls``, in their order, ``jobs`` scans at once."""
-    from .. import _http, _remote
+    from .. import _http, _remote, _remote_folders
 
     if config is not None:
         settings = config if isinstance(config, Settings) else Settings.read(config)
@@ -693,22 +713,36 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
             selection = settings.selection()
     own = client is None
     reader = _http.Client() if client is None else client
-    scan_one = functools.partial(_remote.scan_url, client=reader, allow=allow, full=full,
-                                 max_file_size=selection.max_file_size, list_globals=list_globals)
+
+    readers = _remote.Readers(reader)
+
+    def scan_one(url: str) -> list[ScanReport]:
+        if _remote_folders.is_folder(url):
+            return _remote_folders.scan_folder(url, readers, allow=allow, full=full,
+                                               max_file_size=selection.max_file_size, list_globals=list_globals,
+                                               selection=selection)
+        return [_remote.scan_url(url, readers, allow=allow, full=full, max_file_size=selection.max_file_size,
+                                 list_globals=list_globals)]
+
     try:
-        if len(urls) == 1:
-            reports = [scan_one(urls[0])]
+        def done(found: list[ScanReport], count: int) -> None:
+            for report in found:
+                if on_report is not None:
+                    on_report(report)
             if progress is not None:
-                progress(1, 1)
+                progress(count, len(urls))
+
+        if len(urls) == 1:
+            reports = scan_one(urls[0])
+            done(reports, 1)
             return reports
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(jobs or 16, len(urls))) as pool:
             reports = []
-            for report in pool.map(scan_one, urls):
-                reports.append(report)
-                if progress is not None:
-                    progress(len(reports), len(urls))
+            for count, found in enumerate(pool.map(scan_one, urls), 1):
+                reports += found
+                done(found, count)
             return reports
     finally:
         if own:
