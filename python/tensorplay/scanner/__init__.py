@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any, NamedTuple
 
     from .._http import Client
-    from .._remote import RemoteRead
+    from .._remote import Readers, RemoteRead
 
     class _FindingFields(NamedTuple):
         name: str
@@ -624,7 +624,7 @@ def scan_paths(
     config: str | os.PathLike[str] | Settings | None = None,
     passed_over: list[tuple[str, str]] | None = None,
     full: bool = False,
-    client: Client | None = None,
+    client: Client | Readers | None = None,
     on_report: Callable[[ScanReport], None] | None = None,
 ) -> list[ScanReport]:
     """Scan files and directories in parallel (the Rust scanner releases the GIL);
@@ -642,7 +642,10 @@ def scan_paths(
     pointer out of the folder is reported unsafe.
 
     URLs among ``paths`` are scanned where they live, as :func:`scan` scans one
-    (``full`` and ``client`` as there), ``jobs`` at once (16 by default). A URL
+    (``full`` and ``client`` as there), ``jobs`` at once (16 by default);
+    ``client`` may also be a :class:`tensorplay._remote.Readers`, a session
+    whose object stores (one file system per scheme) outlive the call, as they
+    must for a worker that scans a listing one unit at a time. A URL
     that names a folder (ending with ``/``, or ``hf://ORG/REPO[@REVISION]``) is
     listed and scanned as a local folder is, its pointers followed (see
     :mod:`tensorplay._remote_folders`).
@@ -700,7 +703,7 @@ def scan_paths(
 
 def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[str] | Settings | None = None,
                selection: Selection = EVERYTHING, full: bool = False, list_globals: bool = False,
-               client: Client | None = None, jobs: int | None = None,
+               client: Client | Readers | None = None, jobs: int | None = None,
                progress: Callable[[int, int], None] | None = None,
                on_report: Callable[[ScanReport], None] | None = None) -> list[ScanReport]:
     """Reports for ``urls``, in their order, ``jobs`` scans at once."""
@@ -712,9 +715,10 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
         if selection is EVERYTHING:
             selection = settings.selection()
     own = client is None
-    reader = _http.Client() if client is None else client
-
-    readers = _remote.Readers(reader)
+    if isinstance(client, _remote.Readers):
+        readers = client
+    else:
+        readers = _remote.Readers(_http.Client() if client is None else client)
 
     def scan_one(url: str) -> list[ScanReport]:
         if _remote_folders.is_folder(url):
@@ -746,7 +750,7 @@ def _scan_urls(urls: list[str], *, allow: list[str], config: str | os.PathLike[s
             return reports
     finally:
         if own:
-            reader.close()
+            readers.client.close()
 
 
 def denylist() -> list[dict[str, Any]]:
