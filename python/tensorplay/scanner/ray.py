@@ -5,11 +5,12 @@ A listing's rows are units, never file contents: a file's URL, or (as
 :func:`tensorplay.scanner.scan_paths` takes them) a folder or a repository at a
 revision, scanned as a whole with the pointers its files give followed. Each
 worker (a :class:`ScanUnits`, the ``map_batches`` callable class) holds one
-:class:`tensorplay._http.Client` for its life, so its connections stay alive
-from one batch to the next, and scans the units of a batch ``jobs`` at once;
-every report becomes one flat row (:data:`SCHEMA`). A unit whose scan raises
-is one ``unreadable`` row saying why: a job over millions of units neither
-stops nor loses one.
+session for its life, a :class:`tensorplay._http.Client` and one file system
+per object store's scheme, so its connections stay alive from one batch to
+the next, and scans the units of a batch ``jobs`` at once; every report
+becomes one flat row (:data:`SCHEMA`). A unit whose scan raises is one
+``unreadable`` row saying why: a job over millions of units neither stops nor
+loses one.
 
 Ray is an optional extra: ``pip install 'tensorplay-serialization[ray]'``.
 """
@@ -30,7 +31,7 @@ except ImportError as e:
     raise ImportError("tensorplay.scanner.ray needs Ray Data: pip install 'tensorplay-serialization[ray]' "
                       f"({e})") from e
 
-from .. import _http
+from .. import _http, _remote
 from . import Problem, ScanReport, Selection, scan_paths
 
 TYPE_CHECKING = False
@@ -69,11 +70,12 @@ class ScanUnits:
     ``allow``, ``full`` and ``list_globals`` are :func:`~tensorplay.scanner.scan_paths`'s;
     ``max_file_size`` caps what a file ranges cannot settle may download;
     ``jobs`` is how many units a worker scans at once (a folder's files too),
-    and how many requests of a wave its client sends at once; ``timeout`` (seconds) and
-    ``redirect_hosts`` (the other hosts a redirect may lead to: ``"*"``,
-    ``"cdn.example.com"``, ``".example.com"``) go to its
-    :class:`~tensorplay._http.Client`. Credentials and certificate
-    authorities come from the worker's environment (``HF_TOKEN``,
+    and how many requests of a wave its client sends at once; ``timeout``
+    (seconds) and ``redirect_hosts`` (the other hosts a redirect may lead to:
+    ``"*"``, ``"cdn.example.com"``, ``".example.com"``) go to its
+    :class:`~tensorplay._http.Client`. Endpoints, credentials and certificate
+    authorities come from the worker's environment (``HF_ENDPOINT``,
+    ``HF_TOKEN``, ``AWS_ENDPOINT_URL`` and the other ``AWS_*`` variables,
     ``SSL_CERT_FILE``: pass them in Ray's ``runtime_env``)."""
 
     def __init__(self, *, allow: Iterable[str] = (), full: bool = False, max_file_size: int | None = None,
@@ -85,6 +87,9 @@ class ScanUnits:
         self.list_globals = list_globals
         self.jobs = jobs
         self.client = _http.Client(timeout=timeout, allowed_hosts=redirect_hosts, concurrency=jobs)
+        # Given to scan_paths as the session itself, not the client alone: else each
+        # call (each unit) would make its own s3:// file system, connections and all.
+        self.readers = _remote.Readers(self.client)
         self.units = ThreadPoolExecutor(jobs, thread_name_prefix="tensorplay-unit")
 
     def __call__(self, batch: Any) -> pa.Table:
@@ -92,14 +97,14 @@ class ScanUnits:
         units = units.to_pylist() if hasattr(units, "to_pylist") else list(units)
         rows: list[dict[str, Any]] = []
         for unit, reports in zip(units, self.units.map(self._scan_unit, units)):
-            rows += (row(unit, report) for report in reports)
+            rows += (to_row(unit, report) for report in reports)
         return pa.Table.from_pylist(rows, schema=SCHEMA)
 
     def _scan_unit(self, unit: Any) -> list[ScanReport]:
         try:
             # One unit per call: a folder's reports must be told apart from its neighbours'.
             reports = scan_paths([unit], allow=self.allow, full=self.full, selection=self.selection,
-                                 list_globals=self.list_globals, client=self.client, jobs=self.jobs)
+                                 list_globals=self.list_globals, client=self.readers, jobs=self.jobs)
         except Exception as e:
             return [_failed(unit, e)]
         if not reports:
@@ -127,7 +132,7 @@ def _failed(unit: Any, error: Exception | None) -> ScanReport:
     return ScanReport(str(unit), "unknown", "unreadable", problems=(problem,))
 
 
-def row(unit: str, report: ScanReport) -> dict[str, Any]:
+def to_row(unit: str, report: ScanReport) -> dict[str, Any]:
     """One report as a row of :data:`SCHEMA`."""
     fields = report.to_json()
     remote = fields["remote"] or {}
