@@ -182,10 +182,13 @@ def test_a_unit_whose_scan_raises_is_an_unreadable_row_of_the_same_schema(served
     """In the worker's class itself, without Ray: every report one row, every
     batch the one schema, whatever each unit gave."""
     scan = ScanUnits(jobs=4)
-    units = [url_of(served, "repo/fixtures/torch/parameters.pt"), None, f"{served.url}/bulk/missing.bin"]
+    (served.root / "empty").mkdir(exist_ok=True)
+    units = [url_of(served, "repo/fixtures/torch/parameters.pt"), None, f"{served.url}/bulk/missing.bin",
+             f"{served.url}/empty/"]
     table = scan({"unit": units})
-    assert table.schema == SCHEMA and table.num_rows == 3
-    good, raised, missing = table.to_pylist()
+    assert table.schema == SCHEMA and table.num_rows == 4
+    good, raised, missing, empty = table.to_pylist()
+    assert empty["verdict"] == "unreadable" and "nothing_to_scan" in empty["problems"]
     assert good["verdict"] == "clean" and good["round_trips"] == 3 and json.loads(good["object"])["etag"]
     assert raised["verdict"] == "unreadable" and raised["object"] is None and raised["bytes_read"] is None
     assert [p["kind"] for p in json.loads(raised["problems"])] == ["scan_failed"]

@@ -64,8 +64,9 @@ class ScanUnits:
     """The scan as a ``Dataset.map_batches`` callable class: Ray makes one per
     worker, with the scan's options, and calls it on batches with a ``unit``
     column (a URL each, or anything :func:`~tensorplay.scanner.scan_paths`
-    takes; a local path is read on the worker's own file system). It returns
-    a ``pyarrow.Table`` of :data:`SCHEMA`, one row per report.
+    takes; a local path is read on the worker's own file system, pickles only
+    unless ``full``, as a URL is). It returns a ``pyarrow.Table`` of
+    :data:`SCHEMA`, one row per report.
 
     ``allow``, ``full`` and ``list_globals`` are :func:`~tensorplay.scanner.scan_paths`'s;
     ``max_file_size`` caps what a file ranges cannot settle may download;
@@ -103,8 +104,9 @@ class ScanUnits:
     def _scan_unit(self, unit: Any) -> list[ScanReport]:
         try:
             # One unit per call: a folder's reports must be told apart from its neighbours'.
-            reports = scan_paths([unit], allow=self.allow, full=self.full, selection=self.selection,
-                                 list_globals=self.list_globals, client=self.readers, jobs=self.jobs)
+            reports = scan_paths([unit], allow=self.allow, full=self.full, pickles_only=not self.full,
+                                 selection=self.selection, list_globals=self.list_globals, client=self.readers,
+                                 jobs=self.jobs)
         except Exception as e:
             return [_failed(unit, e)]
         if not reports:
