@@ -213,8 +213,19 @@ def throughput(server: Nginx, root: Path, gpt2: Path, safetensors: Path, files: 
     os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = str(server.cafile)
     os.environ["HF_ENDPOINT"] = f"{server.tls_url}/hub"
     urls = [f"{server.tls_url}/many/{i}.bin" for i in range(files)]
-    result = {"files": files, **tensorplay_speed(urls, seconds), **picklescan_speed(urls, seconds),
-              **hub_anchor_speed(server, files, seconds)}
+    result = {"files": files}
+    for key, scanned, run in (("tensorplay", ("files", "tensorplay_one_at_a_time_files"),
+                               lambda: tensorplay_speed(urls, seconds)),
+                              ("picklescan", ("picklescan_files",), lambda: picklescan_speed(urls, seconds)),
+                              ("hf_safetensors_metadata", ("hf_safetensors_metadata_files",),
+                               lambda: hub_anchor_speed(server, files, seconds))):
+        before = len(server.requests())
+        result.update(run())
+        log = server.requests()[before:]
+        done = sum(result.get(k, 0) for k in scanned)
+        if done:  # what each file cost the server, from its log (deterministic but for picklescan's count)
+            result[f"{key}_requests_per_file"] = len(log) / done
+            result[f"{key}_bytes_per_file"] = sum(row[4] for row in log) / done
     for key, other in (("picklescan", "picklescan_files_per_s"), ("hf_anchor", "hf_safetensors_metadata_files_per_s")):
         if other in result:
             result[f"tensorplay_over_{key}"] = result["tensorplay_files_per_s"] / result[other]
