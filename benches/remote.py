@@ -286,10 +286,11 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     print(f"tensorplay {tensorplay.__version__}, scale {args.scale}, nginx on 127.0.0.1")
     print(f"{'checkpoint':16} {'file MB':>9} {'read KB':>9} {'read/file':>10} {'round trips':>12} "
-          f"{'requests':>9} {'tensor bytes':>13}")
+          f"{'requests':>9} {'tensor bytes':>13}  whole file fetched")
     for r in rows:
         print(f"{r['checkpoint']:16} {r['file_bytes'] / 1e6:9.1f} {r['bytes_read'] / 1e3:9.1f} "
-              f"{r['fraction']:10.5%} {r['round_trips']:12} {r['requests']:9} {r['tensor_bytes_read']:13}")
+              f"{r['fraction']:10.5%} {r['round_trips']:12} {r['requests']:9} {r['tensor_bytes_read']:13}  "
+              f"{'yes' if r['whole_file'] else 'no'}")
     singles = [r["round_trips"] for r in rows if r["files"] == 1]
     print(f"median round trips of a file: {statistics.median(singles)}")
     print(json.dumps(speed, indent=2))
