@@ -10,11 +10,13 @@
    deterministic, the same every run;
 2. files per second scanning one GPT-2 checkpoint served under many names, over
    HTTPS (picklescan's ``scan_url`` speaks nothing else):
-   tensorplay (by ranges, 16 at once) against picklescan's ``scan_url`` (which
-   downloads each file, on as many files as ``--picklescan-seconds`` allows), and
-   huggingface_hub's safetensors metadata parsing of the same model's
-   safetensors copy (the range-read anchor: ``get_safetensors_metadata`` through
-   ``HF_ENDPOINT``). Throughput on a shared 2-core machine is noisy: report only.
+   tensorplay (by ranges, 16 at once, then one at a time through one client)
+   against picklescan's ``scan_url`` (which downloads each file, on as many files
+   as ``--picklescan-seconds`` allows), and huggingface_hub's safetensors
+   metadata parsing of the same model's safetensors copy (the range-read anchor:
+   ``HfApi.parse_safetensors_file_metadata`` through ``HF_ENDPOINT``), with each
+   reader's requests and bytes per file from the log. Throughput on a shared
+   2-core machine is noisy: report only.
 
     python benches/remote.py --scale small|full [--files 1000] [--picklescan-seconds 60] [--profile]
 
