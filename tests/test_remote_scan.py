@@ -11,7 +11,17 @@ import urllib.parse
 
 import pytest
 from http_servers import Misbehaving, Nginx
-from remote_corpus import CORPUS, TESTS, gpt2_state_dict, hostile, no_tensor_byte, payloads, summary, unsafe_globals
+from remote_corpus import (
+    CORPUS,
+    TESTS,
+    gpt2_state_dict,
+    hostile,
+    no_tensor_byte,
+    payloads,
+    sent_ranges,
+    summary,
+    unsafe_globals,
+)
 from tensorplay import _http, cli, scanner
 from tensorplay.serialization import get_unsafe_globals_in_checkpoint
 
@@ -63,12 +73,7 @@ def _fetched(server: Nginx, before: int, uri: str, size: int) -> list[range]:
     """What nginx sent of ``uri`` since its ``before``-th request, each a 206 of a range."""
     sent = [row for row in server.requests()[before:] if row[1] == uri]
     assert sent and all(row[3] == 206 for row in sent), sent
-    ranges = []
-    for _, _, header, _, body, _ in sent:
-        first, last = header.removeprefix("bytes=").split("-")
-        start = int(first) if first else size - int(last)
-        ranges.append(range(start, start + body))
-    return ranges
+    return sent_ranges(sent, uri, size)
 
 
 def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
