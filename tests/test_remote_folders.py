@@ -16,6 +16,7 @@ import urllib.parse
 
 import pytest
 from http_servers import Nginx, publish_hub_repo
+from remote_corpus import dcp_payloads, no_tensor_byte, sent_ranges
 from sandboxed import runs_payload, torch_zip_payload
 from tensorplay import _http, _remote, cli, scanner
 from test_pointers import (
@@ -133,6 +134,25 @@ def test_benign_folders_scan_clean_remotely_as_locally(saved_dcp, sharded, serve
             copy = tmp_path / kind / folder.name / "unit"
             shutil.copytree(folder, copy)
             assert_remote_equals_local(server, copy, f"fixture-{kind}-{folder.name}")
+
+
+def test_a_dcp_folder_is_judged_without_a_byte_of_its_tensors(server, tmp_path):
+    folder = tmp_path / "dcp" / "big"
+    code = ("import warnings, torch, torch.distributed.checkpoint as dcp\nwarnings.simplefilter('ignore')\n"
+            "dcp.save({f'layer{i}.weight': torch.randn(256, 256) for i in range(8)} | {'step': 7}, "
+            f"checkpoint_id={str(folder)!r})\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    base = serve_folder(server, folder, "dcp-big")
+    before = len(server.requests())
+    remote = scanner.scan_paths([base])
+    # The metadata, a small pickle, is read whole; the data file by its items' ranges.
+    assert cli.exit_code(remote) == 0 and not any(r.remote.whole_file for r in remote if r.path.endswith(".distcp"))
+    log = server.requests()[before:]
+    for name, tensors in dcp_payloads(folder).items():
+        size = (folder / name).stat().st_size
+        fetched = sent_ranges(log, f"/dcp-big/big/{name}", size)
+        assert fetched and sum(map(len, fetched)) < size // 20
+        no_tensor_byte(fetched, tensors)
 
 
 def test_a_full_remote_folder_scan_equals_the_local_full_scan(saved_dcp, tmp_path, server):  # noqa: F811
