@@ -223,6 +223,21 @@ def test_a_server_that_misbehaves_makes_the_file_unreadable(checkpoint_bytes, mo
         server.stop()
 
 
+@pytest.mark.parametrize("mode", ["ignore-range", "long-body"])
+def test_a_server_that_sends_the_whole_object_is_not_read_on(mode):
+    """A 200 with the whole body where a range was asked, or a 206 longer than its
+    range: refused before the body is read, so no download happens unasked."""
+    big = b"\0" * (64 << 20)
+    server = Misbehaving(big, mode)
+    try:
+        client = _http.Client(retries=0)
+        report = scanner.scan(server.url, client=client)
+        assert report.verdict == "unreadable" and report.problems[0].kind == "network", report
+        assert client.bytes_read < (1 << 20), client.bytes_read
+    finally:
+        server.stop()
+
+
 def test_a_busy_server_is_asked_again_after_retry_after(checkpoint_bytes):
     server = Misbehaving(checkpoint_bytes, "busy-once")
     try:
