@@ -566,6 +566,18 @@ def ratio_tables(results: dict) -> list[str]:
     return lines
 
 
+# Sections of RESULTS.md that other benchmarks' runs wrote (benches/remote.py),
+# from the first of these headings to the end: a rewrite of the report keeps them.
+KEPT_SECTIONS = ("## Remote scans by ranges",)
+
+
+def kept_sections(path: Path) -> str:
+    """The kept sections of the report at ``path`` (empty when it has none), to end a rewrite of it."""
+    text = path.read_text() if path.exists() else ""
+    found = [at for at in (text.find(heading) for heading in KEPT_SECTIONS) if at >= 0]
+    return "\n" + text[min(found):] if found else ""
+
+
 def render(results: dict) -> str:
     m = results["machine"]
     v = m["versions"]
@@ -886,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(results, indent=1) + "\n")
     report = render(results)
-    args.results.write_text(report)
+    args.results.write_text(report.rstrip("\n") + "\n" + kept_sections(args.results))
 
     if args.smoke:
         problems = smoke_problems(results)

@@ -153,6 +153,7 @@ class Misbehaving:
     servers go wrong:
 
     - ``ignore-range``: 200 and the whole body, whatever was asked;
+    - ``long-body``: the right ``Content-Range``, then the object to its end;
     - ``wrong-range``: 206 with a Content-Range other than the one asked for;
     - ``short-body``: 206 with the right Content-Range and fewer bytes;
     - ``changing``: another ETag (and other bytes) at every request;
@@ -217,6 +218,9 @@ class Misbehaving:
         if mode == "wrong-range":
             content_range = f"bytes {first + 1}-{last}/{len(data)}"
             body = body[1:]
+        if mode == "long-body":
+            # The Content-Range asked for, and the rest of the object after it.
+            return self._send(h, 206, data[first:], {"ETag": etag, "Content-Range": content_range})
         if mode == "short-body":
             return self._send(h, 206, body[:-1], {"ETag": etag, "Content-Range": content_range},
                               length=len(body))

@@ -1,9 +1,11 @@
 """What the remote-scan tests share, whatever serves the files (nginx in
 test_remote_scan.py, an S3 server in test_remote_s3.py): the corpus and
 fixtures a remote scan must judge as a local one, what of a report is
-compared, a GPT-2-shaped checkpoint, and where a checkpoint's tensor bytes lie."""
+compared, a GPT-2-shaped checkpoint, where a checkpoint's tensor bytes lie
+(a file's, a DCP folder's), and what of a file a server's access log says it sent."""
 from __future__ import annotations
 
+import io
 import pathlib
 import struct
 import zipfile
@@ -41,16 +43,48 @@ def unsafe_globals(source: str | pathlib.Path) -> list[str] | str:
 
 def payloads(path: pathlib.Path) -> list[range]:
     """The byte ranges of a torch checkpoint's tensor payloads."""
-    data = path.read_bytes()
-    with zipfile.ZipFile(path) as z:
+    return zip_payloads(path.read_bytes())
+
+
+def zip_payloads(data: bytes, at: int = 0) -> list[range]:
+    """The byte ranges of the tensor payloads of ``data``, a ``torch.save`` zip
+    that starts at offset ``at`` of its file (a DCP item's record: 0 for a file)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
         infos = [i for i in z.infolist() if "/data/" in i.filename and not i.filename.endswith("serialization_id")]
     found = []
     for info in infos:
-        at = info.header_offset
-        name_len, extra_len = struct.unpack_from("<HH", data, at + 26)  # the local header's own lengths
-        start = at + 30 + name_len + extra_len
-        found.append(range(start, start + info.compress_size))
+        start = info.header_offset
+        name_len, extra_len = struct.unpack_from("<HH", data, start + 26)  # the local header's own lengths
+        start += 30 + name_len + extra_len
+        found.append(range(at + start, at + start + info.compress_size))
     return found
+
+
+def dcp_payloads(folder: pathlib.Path) -> dict[str, list[range]]:
+    """The byte ranges of a DCP folder's tensor payloads, by file name: those of
+    each item's ``torch.save`` record, where the folder's ``.metadata`` says it lies."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    found: dict[str, list[range]] = {}
+    for info in FileSystemReader(str(folder)).read_metadata().storage_data.values():
+        with open(folder / info.relative_path, "rb") as f:
+            f.seek(info.offset)
+            found.setdefault(info.relative_path, []).extend(zip_payloads(f.read(info.length), info.offset))
+    return found
+
+
+def sent_ranges(log: list[tuple], uri: str, size: int) -> list[range]:
+    """The byte ranges of the file at ``uri`` (``size`` bytes) that access-log
+    rows ``(method, uri, range header, status, body bytes, ...)`` say were sent:
+    a 206's range, a 200's whole body from byte 0."""
+    ranges = []
+    for _, logged_uri, header, status, body, *_ in log:
+        if logged_uri != uri:
+            continue
+        first, _, last = header.removeprefix("bytes=").partition("-")
+        start = 0 if status == 200 else int(first) if first else size - int(last)
+        ranges.append(range(start, start + body))
+    return ranges
 
 
 def no_tensor_byte(fetched: list[range], tensors: list[range]) -> None:

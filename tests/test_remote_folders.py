@@ -16,6 +16,7 @@ import urllib.parse
 
 import pytest
 from http_servers import Nginx, publish_hub_repo
+from remote_corpus import dcp_payloads, no_tensor_byte, sent_ranges
 from sandboxed import runs_payload, torch_zip_payload
 from tensorplay import _http, _remote, cli, scanner
 from test_pointers import (
@@ -77,11 +78,25 @@ def listed_by_an_index(outlined: dict) -> dict:
                                              for part in key[0].split("/"))}
 
 
+def read_as_items(remote: dict, local: dict) -> tuple[dict, dict]:
+    """A file DCP items tile (a ``.distcp``) is read remotely as those items, by
+    ranges, not downloaded whole: its report is theirs (format ``items``, each
+    finding under its item), so it is held to the local one by its verdict and
+    the globals found."""
+    remote, local = dict(remote), dict(local)
+    for key, (verdict, fmt, findings, _, _) in remote.items():
+        if fmt == "items" and key[1] is None and key in local:
+            remote[key] = (verdict, sorted(f[:2] for f in findings))
+            local[key] = (local[key][0], sorted(f[:2] for f in local[key][2]))
+    return remote, local
+
+
 def assert_remote_equals_local(server: Nginx, folder: pathlib.Path, name: str, full: bool = False) -> list:
     base = serve_folder(server, folder, name)
     remote = scanner.scan_paths([base], full=full)
     local = scanner.scan_paths([folder], pickles_only=not full)
-    assert outline(remote, base) == listed_by_an_index(outline(local, str(folder) + "/"))
+    remote_outline, local_outline = read_as_items(outline(remote, base), outline(local, str(folder) + "/"))
+    assert remote_outline == listed_by_an_index(local_outline)
     assert cli.exit_code(remote) == cli.exit_code(local)
     return remote
 
@@ -119,6 +134,25 @@ def test_benign_folders_scan_clean_remotely_as_locally(saved_dcp, sharded, serve
             copy = tmp_path / kind / folder.name / "unit"
             shutil.copytree(folder, copy)
             assert_remote_equals_local(server, copy, f"fixture-{kind}-{folder.name}")
+
+
+def test_a_dcp_folder_is_judged_without_a_byte_of_its_tensors(server, tmp_path):
+    folder = tmp_path / "dcp" / "big"
+    code = ("import warnings, torch, torch.distributed.checkpoint as dcp\nwarnings.simplefilter('ignore')\n"
+            "dcp.save({f'layer{i}.weight': torch.randn(256, 256) for i in range(8)} | {'step': 7}, "
+            f"checkpoint_id={str(folder)!r})\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    base = serve_folder(server, folder, "dcp-big")
+    before = len(server.requests())
+    remote = scanner.scan_paths([base])
+    # The metadata, a small pickle, is read whole; the data file by its items' ranges.
+    assert cli.exit_code(remote) == 0 and not any(r.remote.whole_file for r in remote if r.path.endswith(".distcp"))
+    log = server.requests()[before:]
+    for name, tensors in dcp_payloads(folder).items():
+        size = (folder / name).stat().st_size
+        fetched = sent_ranges(log, f"/dcp-big/big/{name}", size)
+        assert fetched and sum(map(len, fetched)) < size // 20
+        no_tensor_byte(fetched, tensors)
 
 
 def test_a_full_remote_folder_scan_equals_the_local_full_scan(saved_dcp, tmp_path, server):  # noqa: F811

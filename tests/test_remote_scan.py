@@ -11,7 +11,17 @@ import urllib.parse
 
 import pytest
 from http_servers import Misbehaving, Nginx
-from remote_corpus import CORPUS, TESTS, gpt2_state_dict, hostile, no_tensor_byte, payloads, summary, unsafe_globals
+from remote_corpus import (
+    CORPUS,
+    TESTS,
+    gpt2_state_dict,
+    hostile,
+    no_tensor_byte,
+    payloads,
+    sent_ranges,
+    summary,
+    unsafe_globals,
+)
 from tensorplay import _http, cli, scanner
 from tensorplay.serialization import get_unsafe_globals_in_checkpoint
 
@@ -63,12 +73,7 @@ def _fetched(server: Nginx, before: int, uri: str, size: int) -> list[range]:
     """What nginx sent of ``uri`` since its ``before``-th request, each a 206 of a range."""
     sent = [row for row in server.requests()[before:] if row[1] == uri]
     assert sent and all(row[3] == 206 for row in sent), sent
-    ranges = []
-    for _, _, header, _, body, _ in sent:
-        first, last = header.removeprefix("bytes=").split("-")
-        start = int(first) if first else size - int(last)
-        ranges.append(range(start, start + body))
-    return ranges
+    return sent_ranges(sent, uri, size)
 
 
 def test_a_checkpoint_takes_three_round_trips_and_no_tensor_byte(served):
@@ -214,6 +219,21 @@ def test_a_server_that_misbehaves_makes_the_file_unreadable(checkpoint_bytes, mo
         assert report.verdict == "unreadable", report
         assert [p.kind for p in report.problems] == ["network"] and reason in report.problems[0], report.problems
         assert cli.exit_code([report]) == cli.EXIT_UNREADABLE
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("mode", ["ignore-range", "long-body"])
+def test_a_server_that_sends_the_whole_object_is_not_read_on(mode):
+    """A 200 with the whole body where a range was asked, or a 206 longer than its
+    range: refused before the body is read, so no download happens unasked."""
+    big = b"\0" * (64 << 20)
+    server = Misbehaving(big, mode)
+    try:
+        client = _http.Client(retries=0)
+        report = scanner.scan(server.url, client=client)
+        assert report.verdict == "unreadable" and report.problems[0].kind == "network", report
+        assert client.bytes_read < (1 << 20), client.bytes_read
     finally:
         server.stop()
 

@@ -64,6 +64,36 @@ class RemoteError(OSError):
     and what came back. A scan reports the file UNREADABLE with it."""
 
 
+# A body no range asked for (a folder's index, the Hub's listing, an error page)
+# is read up to this size; past it the answer is refused, not read on.
+MAX_DOCUMENT = 256 << 20
+MAX_ERROR_BODY = 64 << 10
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
+
+
+def _bounded_body(response: http.client.HTTPResponse, asked: str | None) -> tuple[bytes, bool]:
+    """The answer's body, bounded by what was asked, and whether it was read to
+    its end (else the connection is closed, not reused). A ``206`` longer than
+    its range, or a document longer than ``MAX_DOCUMENT``, is refused; a ``200``
+    to a range (the whole object: a server that ignores ``Range``) is not read
+    at all; any other answer to a range (a redirect, an error page) is read up
+    to ``MAX_ERROR_BODY``: a scan by ranges never becomes a download."""
+    match = _RANGE.match(asked) if asked is not None else None
+    if match is not None and response.status == 200:
+        return b"", False
+    if match is not None and response.status != 206:
+        body = response.read(MAX_ERROR_BODY)
+        return body, response.isclosed()
+    most = MAX_DOCUMENT
+    if match is not None:
+        first, last = match.groups()
+        most = int(last) if not first else int(last) - int(first) + 1 if last else MAX_DOCUMENT
+    body = response.read(most + 1)
+    if len(body) > most:
+        raise RemoteError(f"asked for {asked or 'a document'} ({most} bytes at most), the server sent more")
+    return body, response.isclosed()
+
+
 class NotFound(RemoteError):
     """The server has no such object (404, 410): a missing file, as a local
     scan reports one."""
@@ -198,7 +228,7 @@ class Client:
             try:
                 connection.request("GET", target, headers=headers)
                 response = connection.getresponse()
-                body = response.read()
+                body, whole = _bounded_body(response, headers.get("Range"))
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 connection.close()
                 if attempt:
@@ -210,7 +240,7 @@ class Client:
             with self._lock:
                 self.requests += 1
                 self.bytes_read += len(body)
-            if response.will_close:
+            if response.will_close or not whole:
                 connection.close()
             else:
                 self._release(origin, connection)

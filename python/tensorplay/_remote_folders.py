@@ -192,7 +192,7 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
     """Reports on every file of the folder at ``url`` and on what their pointers
     reach, as :func:`tensorplay.scanner.scan_paths` reports on a local folder;
     one UNREADABLE report on ``url`` when it cannot be listed."""
-    from .scanner import GIT_DATA, TENSORDICT_LEAF, Problem, ScanReport, _check_shard_index, _is_leaf
+    from .scanner import GIT_DATA, TENSORDICT_LEAF, Problem, ScanReport, _check_shard_index, _is_leaf, _scan_reading
 
     try:
         entries = listing(url, readers)
@@ -210,42 +210,98 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
         return GIT_DATA if ".git" in e.name.split("/")[:-1] else TENSORDICT_LEAF if _is_leaf(
             base, siblings[folder]) else None
 
-    def scan_entry(e: Entry) -> ScanReport:
-        label = byte_zero_label(e)
-        if label is not None:
-            return _byte_zero(e.url, label, readers, allow, max_file_size, list_globals)
-        return _remote.scan_url(e.url, readers, allow=allow, full=full, max_file_size=max_file_size,
-                                list_globals=list_globals)
-
-    reports: dict[str, ScanReport] = {}
     wanted = [e for e in entries if selection.wants(e.name)]
-    for e, report in zip(wanted, _map(readers.client.concurrency, scan_entry, wanted)):
-        reports[e.name] = report
     # What the walk reads whole, by content: a pointer to it needs no reading of its own.
     read_whole = {e.name for e in wanted if byte_zero_label(e) is None}
     pointing = [e for e in wanted if _pointers.kind_of(e.name) is not None]
-    readings: list[ScanReport] = []
-    if pointing:
-        with tempfile.TemporaryDirectory(prefix="tensorplay-folder-") as mirror:
+    with tempfile.TemporaryDirectory(prefix="tensorplay-folder-") as mirror:
+        if pointing:
             # The listing as empty files: a pointer's reader asks whether the
             # folder holds a name; the pointing files are then filled in.
             for e in entries:
                 local = os.path.join(mirror, *e.name.split("/"))
                 os.makedirs(os.path.dirname(local), exist_ok=True)
                 open(local, "wb").close()
-            for e in pointing:
-                own, unfollowed, found = _follow(e, by_name, read_whole, mirror, readers, allow, full,
-                                                 max_file_size, list_globals)
-                readings += found
-                report = reports.get(e.name)
-                if report is None:
-                    continue
-                if own is not None and e.name.endswith(".index.json") and report.verdict != "unreadable":
-                    report = _check_shard_index(report._replace(path=own))._replace(path=report.path)
-                if unfollowed and report.verdict in ("clean", "skipped"):
-                    report = report._replace(verdict="unreadable", problems=(*report.problems, *unfollowed))
-                reports[e.name] = report
+        followed = {e.name: _follow(e, by_name, mirror, readers) for e in pointing}
+        tiled = _tiled([f for _, _, found in followed.values() for f in found], by_name)
+
+        def scan_entry(e: Entry) -> ScanReport:
+            label = byte_zero_label(e)
+            if label is not None:
+                return _byte_zero(e.url, label, readers, allow, max_file_size, list_globals)
+            if e.name in tiled:
+                return _remote.scan_spans_url(e.url, tiled[e.name], readers, allow=allow, full=full,
+                                              max_file_size=max_file_size, list_globals=list_globals)
+            return _remote.scan_url(e.url, readers, allow=allow, full=full, max_file_size=max_file_size,
+                                    list_globals=list_globals)
+
+        reports = dict(zip((e.name for e in wanted), _map(readers.client.concurrency, scan_entry, wanted)))
+
+        def scan_reading(f: Followed) -> ScanReport | None:
+            reading, pointer = f.reading, f.pointer
+            if reading.outside is not None or reading.problem is not None:
+                return _scan_reading(reading._replace(pointer=pointer), allow, not full, list_globals)._replace(
+                    path=f.url)
+            if reading.spans is None:
+                if f.relative in read_whole:
+                    return None
+                report = _remote.scan_url(f.url, readers, allow=allow, full=full, max_file_size=max_file_size,
+                                          list_globals=list_globals)
+            elif f.relative in reports and tiled.get(f.relative) == _sorted_spans(reading.spans):
+                report = reports[f.relative]  # the file's own reading: these same spans
+            else:
+                report = _remote.scan_spans_url(f.url, reading.spans, readers, allow=allow, full=full,
+                                                max_file_size=max_file_size, list_globals=list_globals)
+            return report._replace(reached_from=pointer)
+
+        readings = [report for _, _, found in followed.values() for f in found
+                    if (report := scan_reading(f)) is not None]
+        for name, (own, unfollowed, _) in followed.items():
+            report = reports[name]
+            if own is not None and name.endswith(".index.json") and report.verdict != "unreadable":
+                report = _check_shard_index(report._replace(path=own))._replace(path=report.path)
+            if unfollowed and report.verdict in ("clean", "skipped"):
+                report = report._replace(verdict="unreadable", problems=(*report.problems, *unfollowed))
+            reports[name] = report
     return [reports[e.name] for e in wanted] + readings
+
+
+Followed = namedtuple("Followed", "reading pointer relative url")
+Followed.__doc__ = """A reading a pointer makes a loader do, with the pointer as the
+report names it (its source a URL), the target's name in the folder and its URL."""
+
+
+def _sorted_spans(spans: list[tuple[int, int, str, list[str]]]) -> list[tuple[int, int, str, list[str]]]:
+    """Spans by offset, each ``(offset, length)`` once."""
+    unique: dict[tuple[int, int], tuple[int, int, str, list[str]]] = {}
+    for span in sorted(spans, key=lambda s: (s[0], s[1])):
+        unique.setdefault((span[0], span[1]), span)
+    return list(unique.values())
+
+
+def _tiled(followed: list[Followed], by_name: dict[str, Entry]) -> dict[str, list[tuple[int, int, str, list[str]]]]:
+    """The files DCP items tile, end to end from byte 0 to the last, none
+    transformed (a ``.distcp`` as ``FileSystemWriter`` writes it), with their
+    spans: such a file is read as its items, each a file of its own, by ranges,
+    not downloaded whole. Its first item holds its byte 0 (what pickle reads),
+    its last its end (the zip ``torch.load`` reads); its every byte is in an item."""
+    spans: dict[str, list[tuple[int, int, str, list[str]]]] = {}
+    for f in followed:
+        if f.reading.spans is not None and f.reading.outside is None and f.reading.problem is None:
+            spans.setdefault(f.relative, []).extend(f.reading.spans)
+    tiled = {}
+    for name, found in spans.items():
+        entry = by_name.get(name)
+        ordered = _sorted_spans(found)
+        end = 0
+        for offset, length, _, transforms in ordered:
+            if offset != end or transforms:
+                break
+            end += length
+        else:
+            if entry is not None and entry.size is not None and end == entry.size > 0:
+                tiled[name] = ordered
+    return tiled
 
 
 def _map(concurrency: int, scan_one: Callable[[Entry], ScanReport], entries: list[Entry]) -> list[ScanReport]:
@@ -294,13 +350,12 @@ def _byte_zero(url: str, label: str, readers: _remote.Readers, allow: list[str],
     return report._replace(remote=read)
 
 
-def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: str, readers: _remote.Readers,
-            allow: list[str], full: bool, max_file_size: int | None, list_globals: bool,
-            ) -> tuple[str | None, tuple[Any, ...], list[ScanReport]]:
+def _follow(e: Entry, by_name: dict[str, Entry], mirror: str, readers: _remote.Readers,
+            ) -> tuple[str | None, tuple[Any, ...], list[Followed]]:
     """The pointers of the file ``e``: its copy in ``mirror`` (None when it could
     not be fetched), the problems that kept them from being followed, and the
-    reports on what they reach that the folder's own scan does not read."""
-    from .scanner import Problem, _scan_reading
+    readings they make loaders do."""
+    from .scanner import Problem
 
     local = os.path.join(mirror, *e.name.split("/"))
     most = _limits.default_limits()["max_pickle_bytes"]
@@ -313,31 +368,18 @@ def _follow(e: Entry, by_name: dict[str, Entry], read_whole: set[str], mirror: s
         f.write(data)
     kind = _pointers.kind_of(local)
     unfollowed: tuple[Any, ...] = ()
-    reports = []
+    found = []
     for reading in _pointers.follow(local, kind) if kind else ():
         if reading.problem is not None and reading.target == local:
             unfollowed += (Problem(reading.problem[0], reading.pointer.item or "", reading.problem[1]),)
             continue
         relative = os.path.relpath(reading.target, mirror).replace(os.sep, "/")
         target = by_name.get(relative)
-        if reading.spans is None and reading.outside is None and reading.problem is None and relative in read_whole:
-            continue
-        pointer = reading.pointer._replace(source=e.url)
         # A name the listing does not hold is still opened by the loader (a
         # server's index hides names starting with a dot): read where it would be.
         url = target.url if target is not None else _url_beside(e.url, e.name, relative)
-        if reading.outside is not None or reading.problem is not None:
-            report = _scan_reading(reading._replace(pointer=pointer), allow, not full, list_globals)
-            reports.append(report._replace(path=url))
-        elif reading.spans is None:
-            report = _remote.scan_url(url, readers, allow=allow, full=full, max_file_size=max_file_size,
-                                      list_globals=list_globals)
-            reports.append(report._replace(reached_from=pointer))
-        else:
-            reports.append(_remote.scan_spans_url(url, reading.spans, readers, allow=allow, full=full,
-                                                  max_file_size=max_file_size,
-                                                  list_globals=list_globals)._replace(reached_from=pointer))
-    return local, unfollowed, reports
+        found.append(Followed(reading, reading.pointer._replace(source=e.url), relative, url))
+    return local, unfollowed, found
 
 
 def _url_beside(url: str, name: str, relative: str) -> str:
