@@ -32,7 +32,7 @@ from test_pointers import (
     saved_dcp,  # noqa: F401 (a fixture)
     sharded,  # noqa: F401 (a fixture)
 )
-from test_remote_folders import _relative, listed_by_an_index, serve_folder
+from test_remote_folders import _relative, listed_by_an_index, read_as_items, serve_folder
 
 TESTS = pathlib.Path(__file__).parent
 MALICIOUS = sorted(p.relative_to(TESTS).as_posix() for p in (TESTS / "malicious" / "files").rglob("*")
@@ -239,10 +239,10 @@ def test_a_listing_scans_on_ray_as_its_files_scan_locally(served, folders, clust
     assert all(len(rows_of[unit]) == 1 for unit in units if unit not in folders)
 
     for unit, (base, folder, hides_dot_names) in folders.items():
-        local = outline_of_reports(scanner.scan_paths([folder], pickles_only=True), str(folder) + "/")
-        if hides_dot_names:
-            local = listed_by_an_index(local)
-        assert outline_of_rows(rows_of[unit], base) == local, unit
+        remote, local = read_as_items(outline_of_rows(rows_of[unit], base),
+                                      outline_of_reports(scanner.scan_paths([folder], pickles_only=True),
+                                                         str(folder) + "/"))
+        assert remote == (listed_by_an_index(local) if hides_dot_names else local), unit
         assert all(json.loads(row["object"])["size"] is not None for row in rows_of[unit]
                    if row["object"] is not None), unit
     # The hostile DCP items are found through the metadata's pointers, each read where it lives.
