@@ -6,9 +6,11 @@ Each hostile folder is first proven by the real loader (it runs the payload),
 then the remote scan must report what the local scan reports, never CLEAN."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
+import pickle
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from test_pointers import (
     PLACEMENTS,
     SHARD_NAMES,
     _copy,
+    _metadata,
     _rename_shard,
     saved_dcp,  # noqa: F401 (a fixture)
     sharded,  # noqa: F401 (a fixture)
@@ -153,6 +156,24 @@ def test_a_dcp_folder_is_judged_without_a_byte_of_its_tensors(server, tmp_path):
         fetched = sent_ranges(log, f"/dcp-big/big/{name}", size)
         assert fetched and sum(map(len, fetched)) < size // 20
         no_tensor_byte(fetched, tensors)
+
+
+def test_items_that_tile_a_file_across_its_zips_are_never_clean(saved_dcp, tmp_path, server):  # noqa: F811
+    """Items tiling a .distcp with edges that cut its records: each item is read as
+    a file of its own, and one whose zip or pickle crosses an edge is not clean."""
+    folder = _copy(saved_dcp, tmp_path)
+    md = _metadata(folder)
+    items = sorted(md.storage_data.items(), key=lambda kv: kv[1].offset)
+    assert len(items) == 2 and items[0][1].relative_path == items[1][1].relative_path
+    (first, a), (second, b) = items
+    md.storage_data[first] = dataclasses.replace(a, length=a.length + 10)
+    md.storage_data[second] = dataclasses.replace(b, offset=b.offset + 10, length=b.length - 10)
+    (folder / ".metadata").write_bytes(pickle.dumps(md))
+    base = serve_folder(server, folder, "cut-items")
+    remote = scanner.scan_paths([base])
+    distcp = [r for r in remote if r.path.endswith(".distcp") and r.reached_from is None]
+    assert [r.format for r in distcp] == ["items"] and distcp[0].verdict != "clean"
+    assert cli.exit_code(remote) != 0
 
 
 def test_a_full_remote_folder_scan_equals_the_local_full_scan(saved_dcp, tmp_path, server):  # noqa: F811
