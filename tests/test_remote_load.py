@@ -90,6 +90,8 @@ def test_a_hostile_remote_file_is_refused_as_the_local_one(served):
     assert type(remote_error.value) is type(local_error.value)
     with pytest.raises(ValueError, match="weights-only"):
         tensorplay.load(url, weights_only=False)
+    with pytest.raises(ValueError, match="names a folder"):
+        tensorplay.load(f"{server.url}/repo/fixtures/torch/")
 
 
 @pytest.mark.parametrize("mode", ["ignore-range", "changing", "short-body"])

@@ -33,6 +33,10 @@ def mirrored(url: str, *, storages: bool, max_file_size: int | None = None,
     """The path of a sparse local copy of the file at ``url`` holding what
     ``inspect`` reads (and, with ``storages``, what ``load`` reads), for the
     life of the context; RemoteError when it cannot be read as asked."""
+    from . import _remote_folders
+
+    if _remote_folders.is_folder(url):
+        raise ValueError(f"{url} names a folder: a URL is loaded or inspected one file at a time")
     own = client is None
     readers = _remote.Readers(client or _http.Client())
     try:
