@@ -394,9 +394,15 @@ fn open_zip(
     if let Some(source) = source {
         source.release_pages();
     }
-    if layout.is_torchscript() {
+    // A TorchScript archive's data.pkl is made of `__torch__` classes, defined
+    // only by the archive's code: stubs stand in for them, so only stub mode
+    // reads one (torch.load refuses one too, unless it may run it).
+    let torchscript = layout.is_torchscript();
+    if torchscript && options.unknown_globals != UnknownGlobals::Stub {
         return Err(Error::unsupported(
-            "a TorchScript archive: weights-only loading cannot run TorchScript; use torch.jit.load on trusted files",
+            "a TorchScript archive: weights-only loading cannot run TorchScript; its tensors load \
+             with unknown_globals=\"stub\" (its modules become stubs) or tensorplay.jit_state_dict; \
+             use torch.jit.load on trusted files",
             Location::entry(&format!("{}/{}", layout.root, records::CONSTANTS_PKL)),
         ));
     }
@@ -418,6 +424,9 @@ fn open_zip(
             IdFormat::Zip,
         )
         .stubbing(options.unknown_globals);
+        if torchscript {
+            hooks = hooks.in_torchscript();
+        }
         let parsed = machine::run(
             &pkl,
             &mut hooks,

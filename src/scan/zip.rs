@@ -9,6 +9,7 @@ use crate::error::code;
 use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
+use crate::torch::policy;
 use crate::torch::records;
 
 /// How a zip's index was read, and where the zip is.
@@ -163,6 +164,7 @@ impl Scan<'_> {
             None
         };
         let loadable = inflated_by_load.is_some();
+        let torchscript = layout.format(&index) == Format::TorchScriptZip;
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
         for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
             if loadable && layout.is_main_pickle(&entry.name) && !self.options.list_allowlisted {
@@ -208,7 +210,11 @@ impl Scan<'_> {
             } else {
                 entry
             };
+            let found_before = self.report.findings.len();
             self.member(data, entry, &here, depth);
+            if torchscript && layout.is_torchscript_pickle(&entry.name) {
+                self.drop_torchscript_builders(found_before, &here);
+            }
         }
         // What other readers of the archive find that its directory does not list.
         for d in &index.disagreements {
@@ -228,6 +234,20 @@ impl Scan<'_> {
                 self.member(data, &entry, &here, depth);
             }
         }
+    }
+
+    /// In a TorchScript archive's own pickle, `torch.jit._pickle`'s builders are
+    /// data (as its unpickler, and a load, treat them): the findings the pickle at
+    /// `here` added since `from` lose them. Those of bytes nested in it keep them.
+    fn drop_torchscript_builders(&mut self, from: usize, here: &str) {
+        let findings = &mut self.report.findings;
+        let mut added = findings.split_off(from.min(findings.len()));
+        added.retain(|f| {
+            let (module, name) = f.name.split_at(f.module_len.min(f.name.len()));
+            let name = name.strip_prefix('.').unwrap_or_default();
+            f.location != here || policy::torchscript_builder(module, name).is_none()
+        });
+        findings.append(&mut added);
     }
 
     /// Account for reading `entry`'s bytes: stored ones are read, others inflated.
@@ -398,6 +418,13 @@ impl ZipLayout {
             (None, _) if index.entries.iter().all(|e| e.name.ends_with(b".npy")) => Format::Npz,
             _ => Format::Zip,
         }
+    }
+
+    /// One of a TorchScript archive's own pickles ([`records::is_torchscript_pickle`]).
+    fn is_torchscript_pickle(&self, name: &[u8]) -> bool {
+        (self.root.as_deref())
+            .and_then(|r| records::record_of(r, name))
+            .is_some_and(records::is_torchscript_pickle)
     }
 
     /// The checkpoint's main pickle, `<root>/data.pkl`.

@@ -13,7 +13,7 @@ use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::numpy;
 use crate::torch::policy::{
-    self, Builtin, FoundGlobal, Global, Resolution, Stubs, UnknownGlobals, UserGlobals,
+    self, Builtin, FoundGlobal, Global, JitBuilder, Resolution, Stubs, UnknownGlobals, UserGlobals,
     COMPUTED_GLOBAL,
 };
 use crate::torch::rebuild;
@@ -62,6 +62,9 @@ pub struct TorchHooks<'u> {
     sizes: HashMap<Vec<i64>, NodeId>,
     /// In stub mode, the globals outside the allowlist that stand in as stubs.
     pub stubs: Option<Stubs>,
+    /// The pickle is a TorchScript archive's own (`data.pkl`, `constants.pkl`):
+    /// `torch.jit._pickle`'s builders are data in it.
+    torchscript: bool,
 }
 
 impl<'u> TorchHooks<'u> {
@@ -85,7 +88,15 @@ impl<'u> TorchHooks<'u> {
             encoded: HashMap::new(),
             sizes: HashMap::new(),
             stubs: None,
+            torchscript: false,
         }
+    }
+
+    /// Hooks for a TorchScript archive's own pickle, where `torch.jit._pickle`'s
+    /// builders are data ([`policy::torchscript_builder`]).
+    pub fn in_torchscript(mut self) -> Self {
+        self.torchscript = true;
+        self
     }
 
     /// Hooks that make a global outside the allowlist a stub, not a refusal.
@@ -354,6 +365,22 @@ impl<'u> TorchHooks<'u> {
             Builtin::NumpyDtype => numpy::dtype(&a)?,
             Builtin::NumpyScalar => numpy::scalar(&a)?,
             Builtin::NumpyFrombuffer => numpy::frombuffer(&a, self.limits.max_ndim)?,
+            // The value itself, as TorchScript's unpickler keeps it (the type tag
+            // only matters to the TorchScript runtime).
+            Builtin::JitBuilder(JitBuilder::RestoreTypeTag) => {
+                a.arity(2, 2)?;
+                if !matches!(a.node(1)?, Node::Str(_)) {
+                    return Err(a.fail(format!("the type tag must be a str, got {}", a.kind(1))));
+                }
+                return a.id(0);
+            }
+            Builtin::JitBuilder(_) => {
+                a.arity(1, 1)?;
+                if !matches!(a.node(0)?, Node::List(_)) {
+                    return Err(a.fail(format!("expects a list, got {}", a.kind(0))));
+                }
+                return a.id(0);
+            }
             Builtin::Parameter => {
                 a.arity(0, 2)?;
                 let items = a.items.to_vec();
@@ -640,6 +667,11 @@ impl Hooks for TorchHooks<'_> {
         at: &Location,
     ) -> Result<NodeId, Error> {
         let (module, name) = policy::map_py2(module, name);
+        if self.torchscript {
+            if let Some(b) = policy::torchscript_builder(&module, &name) {
+                return arena.push(Node::Domain(Torch::Global(Global::Builtin(b))));
+            }
+        }
         let resolution = policy::resolve(&module, &name, self.user);
         if let (Some(allowed), Resolution::Allowed(_)) = (&mut self.allowed, &resolution) {
             allowed.push(FoundGlobal::new(&module, &name, at.offset.unwrap_or(0)));

@@ -91,6 +91,45 @@ pub enum Builtin {
     NumpyScalar,
     /// `numpy._core.numeric._frombuffer`: how protocol 5 pickles arrays.
     NumpyFrombuffer,
+    /// One of `torch.jit._pickle`'s builders, met in a TorchScript archive's own
+    /// pickle (never resolved elsewhere: see [`super::torchscript_builder`]).
+    JitBuilder(JitBuilder),
+}
+
+/// The builders of `torch.jit._pickle` that TorchScript's unpickler treats as
+/// data: each hands back a value it is given, tagged with a static type that
+/// only the TorchScript runtime uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JitBuilder {
+    IntList,
+    DoubleList,
+    BoolList,
+    TensorList,
+    /// `restore_type_tag(value, type_str)`: typed dicts and lists.
+    RestoreTypeTag,
+}
+
+impl JitBuilder {
+    pub const MODULE: &'static str = "torch.jit._pickle";
+    /// `build_tensor_from_id` is not here: it names a tensor in a table that only
+    /// RPC's unpickler has, and torch.jit.load fails on it.
+    pub const ALL: [JitBuilder; 5] = [
+        JitBuilder::IntList,
+        JitBuilder::DoubleList,
+        JitBuilder::BoolList,
+        JitBuilder::TensorList,
+        JitBuilder::RestoreTypeTag,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JitBuilder::IntList => "build_intlist",
+            JitBuilder::DoubleList => "build_doublelist",
+            JitBuilder::BoolList => "build_boollist",
+            JitBuilder::TensorList => "build_tensorlist",
+            JitBuilder::RestoreTypeTag => "restore_type_tag",
+        }
+    }
 }
 
 impl Builtin {
@@ -134,6 +173,7 @@ impl Builtin {
             Builtin::NumpyDtype => "numpy.dtype".into(),
             Builtin::NumpyScalar => "numpy._core.multiarray.scalar".into(),
             Builtin::NumpyFrombuffer => "numpy._core.numeric._frombuffer".into(),
+            Builtin::JitBuilder(j) => Cow::Owned(format!("{}.{}", JitBuilder::MODULE, j.name())),
         }
     }
 

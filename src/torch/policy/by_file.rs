@@ -1,7 +1,10 @@
 //! Globals a file may name because of what the file is, beyond the allowlist:
 //! a distributed checkpoint's `.metadata` pickles `torch.distributed.checkpoint`'s
-//! own metadata classes, which no other file needs. Loads (through
+//! own metadata classes, which no other file needs, and a TorchScript archive's
+//! pickles name `torch.jit._pickle`'s builders. Loads (through
 //! `tensorplay.dcp`) and scans take them from here, so they cannot disagree.
+
+use super::allowlist::{Builtin, JitBuilder};
 
 /// What `torch.distributed.checkpoint` pickles into `.metadata` (torch 2.13 to
 /// 2.15): dataclasses built from their fields, the memory-format enum, and the
@@ -42,9 +45,50 @@ pub fn allowed_in_file(file_name: &str) -> &'static [&'static str] {
     }
 }
 
+/// What `module.name` is in a TorchScript archive's own pickles (`data.pkl`,
+/// `constants.pkl`), beyond the allowlist: one of `torch.jit._pickle`'s builders,
+/// which TorchScript's unpickler treats as data (the value they are given, typed).
+/// Everywhere else they stay denylisted: the module is torch's code runner, and
+/// only in an archive torch.jit.load reads is its meaning pinned to data.
+pub fn torchscript_builder(module: &str, name: &str) -> Option<Builtin> {
+    if module != JitBuilder::MODULE {
+        return None;
+    }
+    (JitBuilder::ALL.iter())
+        .find(|j| j.name() == name)
+        .map(|j| Builtin::JitBuilder(*j))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_data_builders_of_torch_jit_pickle() {
+        for name in [
+            "build_intlist",
+            "build_doublelist",
+            "build_boollist",
+            "build_tensorlist",
+            "restore_type_tag",
+        ] {
+            let b = torchscript_builder("torch.jit._pickle", name).expect(name);
+            assert_eq!(b.full_name(), format!("torch.jit._pickle.{name}"));
+        }
+        for (module, name) in [
+            ("torch.jit._pickle", "build_tensor_from_id"),
+            ("torch.jit._pickle", "torch"),
+            ("torch.jit", "build_intlist"),
+            ("torch.jit._pickle.x", "build_intlist"),
+        ] {
+            assert_eq!(torchscript_builder(module, name), None, "{module}.{name}");
+        }
+        // Outside a TorchScript archive they are refused, and a scan marks them.
+        assert!(super::super::is_dangerous(
+            "torch.jit._pickle",
+            "build_intlist"
+        ));
+    }
 
     #[test]
     fn only_metadata_files_name_dcp_classes() {

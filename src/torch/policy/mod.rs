@@ -10,8 +10,8 @@ mod py2_names;
 
 use std::collections::BTreeMap;
 
-pub use allowlist::{builtin, Builtin, QScheme, RebuildFn};
-pub use by_file::{allowed_in_file, is_dcp_metadata, DCP_METADATA_GLOBALS};
+pub use allowlist::{builtin, Builtin, JitBuilder, QScheme, RebuildFn};
+pub use by_file::{allowed_in_file, is_dcp_metadata, torchscript_builder, DCP_METADATA_GLOBALS};
 pub use denylist::{blocked, family, is_dangerous, Blocked, Family, FAMILIES};
 pub use py2_names::map_py2;
 

@@ -67,6 +67,15 @@ pub fn is_record(root: &[u8], name: &[u8], record: &str) -> bool {
     record_of(root, name).is_some_and(|r| r.eq_ignore_ascii_case(record.as_bytes()))
 }
 
+/// Whether `record` (a name under the root) is one of the pickles a TorchScript
+/// archive's own unpickler reads: `data.pkl`, `constants.pkl`, others of its
+/// `*.pkl` (`traced_inputs.pkl`) and the `code/` folder's `*.debug_pkl`. In
+/// those, `torch.jit._pickle`'s builders are data. Case counts: a mis-cased
+/// name keeps them flagged, the safe side.
+pub fn is_torchscript_pickle(record: &[u8]) -> bool {
+    record.ends_with(b".pkl") || record.ends_with(b".debug_pkl")
+}
+
 /// Storage records and small metadata of a checkpoint: never unpickled.
 /// Inlined: it is asked once per entry, for tens of thousands of entries.
 #[inline(always)]
