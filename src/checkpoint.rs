@@ -765,6 +765,46 @@ impl Checkpoint {
     }
 }
 
+/// The parameter and buffer lists of every module class of the TorchScript
+/// archive `data`, read from its `code/` records by
+/// [`records::torchscript::module_lists`] (nothing else there is read). The code
+/// read is charged to `max_pickle_bytes`, as the archive's pickles are.
+pub fn torchscript_module_lists(
+    data: &[u8],
+    limits: &Limits,
+) -> Result<Vec<records::torchscript::ModuleLists>, Error> {
+    let index = zip::read_index(data, limits.max_zip_entries)?;
+    zip::validate(&index)?;
+    let layout = Layout::new(index, data)?;
+    if !layout.is_torchscript() {
+        return Err(Error::unsupported(
+            format!(
+                "not a TorchScript archive: it has no {} record",
+                records::CONSTANTS_PKL
+            ),
+            Location::entry(&format!("{}/{}", layout.root, records::CONSTANTS_PKL)),
+        ));
+    }
+    let root = layout.root.as_bytes();
+    let mut out = Vec::new();
+    let mut read = 0u64;
+    for entry in &layout.entries {
+        let module = (records::record_of(root, &entry.name))
+            .and_then(|r| std::str::from_utf8(r).ok())
+            .and_then(records::torchscript::code_module);
+        let Some(module) = module else { continue };
+        let name = entry.name_lossy();
+        records::check_method(entry)?;
+        read = read.saturating_add(entry.uncompressed_size);
+        check_limit(Limit::PickleBytes, read, limits.max_pickle_bytes, || {
+            Location::entry(&name)
+        })?;
+        let code = entry.read(data, Limit::PickleBytes, limits.max_pickle_bytes)?;
+        out.extend(records::torchscript::module_lists(&code, &module, &name)?);
+    }
+    Ok(out)
+}
+
 /// Reverse the bytes of every `unit`-sized element.
 pub fn byteswap(bytes: &mut [u8], unit: usize) {
     if unit > 1 {

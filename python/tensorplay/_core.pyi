@@ -287,6 +287,10 @@ class _ZipEntry(TypedDict):
     length: int
 
 def zip_entries(source: _Source, *, limits: _Limits = ...) -> list[_ZipEntry]: ...
+def torchscript_module_lists(source: _Source, *, limits: _Limits = ...) -> dict[str, tuple[list[str], list[str]]]:
+    """``{class: (parameters, buffers)}`` of a TorchScript archive's module classes,
+    from the ``__parameters__``/``__buffers__`` lines of its ``code/`` records."""
+    ...
 
 # `(data_offset, compressed_size, expected_size, method, flags, name)`.
 _InflateRequest: TypeAlias = tuple[int, int, int, int, int, str]

@@ -2,6 +2,8 @@
 //! archive, and its compressed entries decoded in parallel with the GIL released,
 //! each into a fresh writable numpy buffer of exactly the size the caller expects.
 //! `_core.decode_stream`: bytes in a whole-stream compression format, decoded.
+//! `_core.torchscript_module_lists`: a TorchScript archive's module classes'
+//! parameter and buffer names.
 //! The archive is named by an open file descriptor (so it is the very file the
 //! caller checked and mapped), a path, or a bytes object.
 
@@ -90,6 +92,27 @@ pub fn zip_entries<'py>(
         d.set_item("data_offset", e.data_offset)?;
         d.set_item("length", data.bytes().len())?;
         out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// `{class: (parameters, buffers)}` for every module class of the TorchScript
+/// archive `source`, from the two lines of its `code/` records that list them.
+#[pyfunction]
+#[pyo3(signature = (source, *, limits=LimitOverrides::default()))]
+pub fn torchscript_module_lists<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    limits: LimitOverrides,
+) -> PyResult<Bound<'py, PyDict>> {
+    let limits = limits.0;
+    let data = archive_source(py, source, &limits)?;
+    let lists = py
+        .detach(|| crate::checkpoint::torchscript_module_lists(data.bytes(), &limits))
+        .map_err(|e| to_pyerr(py, e))?;
+    let out = PyDict::new(py);
+    for m in lists {
+        out.set_item(m.class, (m.parameters, m.buffers))?;
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 //! and saves all take these from here.
 
 mod layout;
+pub mod torchscript;
 
 use std::borrow::Cow;
 
