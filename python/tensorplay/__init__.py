@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ._stub import Stub as Stub
     from ._stub import StubWarning as StubWarning
     from ._tensordict import load_memmap as load_memmap
+    from ._torchscript import jit_state_dict as jit_state_dict
     from ._types import TensorInfo as TensorInfo
     from ._types import TensorSpec as TensorSpec
     from .serialization import add_safe_globals as add_safe_globals
@@ -71,6 +72,7 @@ _LAZY = {
     "patched_tensordict": ("_patch_tensordict", "patched_tensordict"),
     "unpatch_tensordict": ("_patch_tensordict", "unpatch_tensordict"),
     "load_memmap": ("_tensordict", "load_memmap"),
+    "jit_state_dict": ("_torchscript", "jit_state_dict"),
     "Stub": ("_stub", "Stub"),
     "StubWarning": ("_stub", "StubWarning"),
 }
@@ -80,6 +82,7 @@ __all__ = [
     "Stub",
     "StubWarning",
     "load_memmap",
+    "jit_state_dict",
     "save",
     "patch_torch",
     "patched_torch",
