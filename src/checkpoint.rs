@@ -447,22 +447,67 @@ fn open_zip(
                 },
             ));
         }
-        (parsed, (hooks.storages, hooks.stubs.unwrap_or_default()))
+        // A TorchScript archive's constants.pkl is read as data.pkl is, with the
+        // same policy: its globals are refused as theirs are, and its storages,
+        // in constants/, are checked against their records. Its values are not
+        // returned (they belong to the archive's code), only checked.
+        let data_storages = hooks.storages.decls().len();
+        if let Some(entry) = layout.entry(records::CONSTANTS_PKL).filter(|_| torchscript) {
+            let name = entry.name_lossy();
+            records::check_method(entry)?;
+            let pkl = entry.read(data, Limit::PickleBytes, options.limits.max_pickle_bytes)?;
+            hooks.storages.forget_keys();
+            let constants = machine::run(
+                &pkl,
+                &mut hooks,
+                &mut arena,
+                &options.limits,
+                options.encoding,
+            )
+            .map_err(|e| e.in_entry(&name))?;
+            if constants.end < pkl.len() {
+                return Err(Error::pickle(
+                    format!(
+                        "{} bytes follow the pickle's STOP",
+                        pkl.len() - constants.end
+                    ),
+                    Location {
+                        entry: Some(name),
+                        offset: Some(constants.end as u64),
+                        opcode: None,
+                    },
+                ));
+            }
+        }
+        (
+            parsed,
+            (
+                hooks.storages,
+                hooks.stubs.unwrap_or_default(),
+                data_storages,
+            ),
+        )
     };
-    let (storages, stubs) = storages;
+    let (storages, stubs, data_storages) = storages;
     let file_order = layout.byteorder.unwrap_or(match options.endianness {
         Endianness::Little => ByteOrder::Little,
         Endianness::Big => ByteOrder::Big,
         Endianness::Native => ByteOrder::native(),
     });
     let mut inflated = 0u64;
-    let storages = bind_storages(storages, file_order, |_, decl| {
+    let storages = bind_storages(storages, file_order, |id, decl| {
+        let constant = id.index() >= data_storages;
         let entry = match &decl.key {
+            _ if constant => layout.entry(&format!("{}{}", records::CONSTANTS_FOLDER, decl.key)),
             StorageKey::Number(n) => layout.storage_entry(*n),
             StorageKey::Text(key) => layout.entry(&records::storage_record(key)),
         };
         let entry = entry.ok_or_else(|| {
-            let record = records::storage_record(&decl.key);
+            let record = if constant {
+                format!("{}{}", records::CONSTANTS_FOLDER, decl.key)
+            } else {
+                records::storage_record(&decl.key)
+            };
             Error::archive(
                 format!("storage '{}' has no record {record}", decl.key),
                 Location::entry(&format!("{}/{record}", layout.root)),

@@ -296,3 +296,22 @@ def test_a_bytesio_archive_loads_in_stub_mode(archives):
     with pytest.warns(tensorplay.StubWarning):
         root = tensorplay.load(io.BytesIO((archives / "linear.pt").read_bytes()), unknown_globals="stub")
     assert root.qualname.endswith("Linear")
+
+
+def test_constants_are_read_and_checked_in_stub_mode(archives, tmp_path):
+    """constants.pkl runs under the same policy as data.pkl, its storages checked
+    against constants/ (their values are the code's, not returned)."""
+    with pytest.warns(tensorplay.StubWarning):
+        tensorplay.load(archives / "constant.pt", unknown_globals="stub")
+    path = _rewritten(archives / "constant.pt", tmp_path / "short.pt",
+                      lambda name, data: data[:-4] if name.endswith("/constants/0") else data)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="constants/0"):
+        tensorplay.load(path, unknown_globals="stub")
+
+
+def test_a_payload_in_constants_refuses_a_stub_load(tmp_path):
+    """Whether or not data.pkl needs a stub: the malicious corpus's TorchScript-shaped file."""
+    from conftest import TESTS
+
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="os.system"):
+        tensorplay.load(TESTS / "malicious" / "files" / "torchscript_constants.pt", unknown_globals="stub")

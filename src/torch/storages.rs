@@ -74,6 +74,13 @@ impl Storages {
         self.by_key.reserve(n);
     }
 
+    /// Let the next pickle's keys name storages of their own: a TorchScript
+    /// archive's `constants.pkl` numbers its storages from 0 again, in its own
+    /// folder. Storage ids go on from where the last pickle left them.
+    pub fn forget_keys(&mut self) {
+        self.by_key = StorageKeys::default();
+    }
+
     pub fn into_parts(self) -> (Vec<StorageDecl>, Vec<(StorageId, StorageId, u64)>) {
         (self.decls, self.views)
     }

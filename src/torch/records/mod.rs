@@ -26,6 +26,8 @@ pub const SERIALIZATION_ID: &str = ".data/serialization_id";
 pub const CONSTANTS_PKL: &str = "constants.pkl";
 /// The folder of the storage records, `data/<key>`.
 pub const STORAGE_FOLDER: &str = "data/";
+/// The folder of the storages of a TorchScript archive's `constants.pkl`.
+pub const CONSTANTS_FOLDER: &str = "constants/";
 
 /// The small records torch writes beside data.pkl and the storages.
 const METADATA: [&str; 6] = [
