@@ -37,7 +37,8 @@ WRITER = textwrap.dedent('''
             self.f = 1.5
             self.l = [1, 2]
         def forward(self, x):
-            return self.lin(x) + self.run.sum() + self.tmp.sum() + self.plain.sum() + self.t.sum() + self.k + self.f + self.l[0]
+            y = self.lin(x) + self.run.sum() + self.tmp.sum() + self.plain.sum() + self.t.sum()
+            return y + self.k + self.f + self.l[0]
 
     class Outer(nn.Module):
         def __init__(self):
