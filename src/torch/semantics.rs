@@ -434,6 +434,21 @@ impl<'u> TorchHooks<'u> {
     }
 }
 
+/// A value an allowlisted callable returned, untouched since: what an allowlisted
+/// `getattr(C, name)` fetched (a nested class, a method) is one. A REDUCE or NEWOBJ
+/// on it is kept for the builder, which makes it only when the value it holds is
+/// allowlisted itself, as torch checks `func in allowed.values()`.
+fn made_by_user_call(arena: &Arena, id: NodeId) -> bool {
+    match arena.get(id) {
+        Node::Object(o) => {
+            o.mutations.is_empty()
+                && matches!(o.constructor, Constructor::Call { func, .. }
+                    if matches!(arena.get(func), Node::Domain(Torch::Global(Global::User(_)))))
+        }
+        _ => false,
+    }
+}
+
 /// Payload bytes the arena may still hand out.
 fn arena_budget(a: &Args) -> u64 {
     a.arena.payload_left()
@@ -730,6 +745,9 @@ impl Hooks for TorchHooks<'_> {
             Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
                 self.object(arena, Constructor::Call { func, args })
             }
+            Node::Object(_) if made_by_user_call(arena, func) => {
+                self.object(arena, Constructor::Call { func, args })
+            }
             Node::Opaque => arena.push(Node::Opaque),
             other => Err(Error::forbidden(
                 format!(
@@ -761,6 +779,9 @@ impl Hooks for TorchHooks<'_> {
         }
         let result = match &cls_node {
             Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
+                self.object(arena, Constructor::New { cls, args, kwargs })
+            }
+            Node::Object(_) if made_by_user_call(arena, cls) => {
                 self.object(arena, Constructor::New { cls, args, kwargs })
             }
             Node::Domain(Torch::Global(Global::Builtin(Builtin::Parameter))) if no_kwargs => match arena.tuple(args) {

@@ -99,7 +99,9 @@ pub enum Resolution {
 /// over user entries on a clash, as in torch), then the user's entries.
 pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
     if let Some(b) = blocked(module, name) {
-        return Resolution::Blocked(b);
+        if !getattr_lifted(module, name, user) {
+            return Resolution::Blocked(b);
+        }
     }
     if let Some(b) = builtin(module, name) {
         return Resolution::Allowed(Global::Builtin(b));
@@ -110,6 +112,14 @@ pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
         }
     }
     Resolution::NotAllowed
+}
+
+/// `builtins.getattr` is the one blocked name a user entry lifts, as torch lets
+/// it be allowlisted: the builder then checks every call, which must be
+/// `getattr(C, name)` with `C` and `C.name` both allowlisted (never a module,
+/// a dunder, or a name on the denylist).
+pub fn getattr_lifted(module: &str, name: &str, user: &UserGlobals) -> bool {
+    module == "builtins" && name == "getattr" && user.lookup("builtins.getattr").is_some()
 }
 
 /// How a STACK_GLOBAL whose name was computed at run time is named.
@@ -167,9 +177,26 @@ mod tests {
             Resolution::Blocked(_)
         ));
         assert_eq!(resolve("builtins", "print", &user), Resolution::NotAllowed);
+        assert!(matches!(
+            resolve("builtins", "getattr", &user),
+            Resolution::Blocked(_)
+        ));
         assert_eq!(
             resolve("mymod", "Thing", &user),
             Resolution::Allowed(Global::User(1))
         );
+    }
+
+    #[test]
+    fn getattr_alone_is_lifted_by_a_user_entry() {
+        let user = UserGlobals::new(["builtins.getattr".to_owned(), "builtins.eval".to_owned()]);
+        assert_eq!(
+            resolve("builtins", "getattr", &user),
+            Resolution::Allowed(Global::User(0))
+        );
+        assert!(matches!(
+            resolve("builtins", "eval", &user),
+            Resolution::Blocked(_)
+        ));
     }
 }
