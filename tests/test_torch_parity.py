@@ -255,6 +255,20 @@ def test_getattr_never_fetches_from_a_module():
             tensorplay_loads(program)
 
 
+def test_a_scan_reports_getattr_whatever_the_allowlist():
+    """A scan runs no call, so it cannot hold getattr to the (C, name) shape: a
+    file calling getattr(os, "system") is never clean, getattr allowlisted or not
+    (plain pickle runs it)."""
+    from tensorplay import scanner
+
+    program = b"\x80\x02cbuiltins\ngetattr\ncos\nsep\nX\x06\x00\x00\x00systemq\x00\x86R."
+    for allow in ([], ["builtins.getattr"], ["builtins.getattr", "os.sep"]):
+        for pickles_only in (True, False):
+            report = scanner.scan(program, allow=allow, pickles_only=pickles_only)
+            assert report.verdict == "unsafe", (allow, report)
+            assert any(f.name == "builtins.getattr" and f.dangerous for f in report.findings), report.findings
+
+
 def test_what_getattr_fetched_is_called_only_when_allowlisted():
     # getattr(Outer, "Inner")(5): REDUCE on the fetched class
     program = (b"\x80\x02cbuiltins\ngetattr\nctest_torch_parity\nOuter\nX\x05\x00\x00\x00Inner\x86R"

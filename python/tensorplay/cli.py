@@ -209,11 +209,10 @@ def _size(n: int) -> str:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
+    from ._allow import stubbed
     from ._inspect import inspect
     from ._types import TensorInfo
     from .serialization import safe_globals
-
-    from ._allow import stubbed
 
     status = 0
     allowed = _allowed(args, stub_missing=True)

@@ -617,12 +617,14 @@ impl<'a, 'py> Builder<'a, 'py> {
                             // Allowlisted getattr: only getattr(C, name) with C and C.name
                             // both allowlisted, checked before and after the lookup.
                             let allowlisted = PyTuple::new(py, &self.user_objects)?;
-                            self.helpers.call_method1("allowlisted_getattr", (args, allowlisted))
+                            self.helpers
+                                .call_method1("allowlisted_getattr", (args, allowlisted))
                         } else if made {
                             // What an allowlisted callable returned (getattr's nested class
                             // or method): called only when it is allowlisted itself.
                             let allowlisted = PyTuple::new(py, &self.user_objects)?;
-                            self.helpers.call_method1("call_allowlisted", (func, args, allowlisted))
+                            self.helpers
+                                .call_method1("call_allowlisted", (func, args, allowlisted))
                         } else if user && func.is_instance(&self.helpers.getattr("stub")?)? {
                             // A user entry standing a stub in for a global (`inspect --allow` of
                             // a name this process cannot import): recorded, never called.
@@ -644,11 +646,14 @@ impl<'a, 'py> Builder<'a, 'py> {
                         let made = if returned {
                             // A class an allowlisted getattr fetched: made only when allowlisted.
                             let allowlisted = PyTuple::new(py, &self.user_objects)?;
-                            (self.helpers).call_method1("new_allowlisted", (&cls, args, kwargs, allowlisted))
+                            (self.helpers)
+                                .call_method1("new_allowlisted", (&cls, args, kwargs, allowlisted))
                         } else {
                             match new_plain(&cls, &args, &kwargs) {
                                 Some(made) => made,
-                                None => (self.helpers).call_method1("new_object", (&cls, args, kwargs)),
+                                None => {
+                                    (self.helpers).call_method1("new_object", (&cls, args, kwargs))
+                                }
                             }
                         };
                         self.ran_for_the_file(id, made, || {

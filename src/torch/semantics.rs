@@ -655,7 +655,13 @@ impl Hooks for TorchHooks<'_> {
         at: &Location,
     ) -> Result<NodeId, Error> {
         let (module, name) = policy::map_py2(module, name);
-        let resolution = policy::resolve(&module, &name, self.user);
+        // A scan (refusals recorded) runs no call, so an allowlisted getattr stays a
+        // finding there; a load checks each call of it (see policy::getattr_lifted).
+        let resolution = if self.refusals == Refusals::Record {
+            policy::resolve(&module, &name, self.user)
+        } else {
+            policy::resolve_for_load(&module, &name, self.user)
+        };
         if let (Some(allowed), Resolution::Allowed(_)) = (&mut self.allowed, &resolution) {
             allowed.push(FoundGlobal::new(&module, &name, at.offset.unwrap_or(0)));
         }

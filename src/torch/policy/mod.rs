@@ -99,9 +99,7 @@ pub enum Resolution {
 /// over user entries on a clash, as in torch), then the user's entries.
 pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
     if let Some(b) = blocked(module, name) {
-        if !getattr_lifted(module, name, user) {
-            return Resolution::Blocked(b);
-        }
+        return Resolution::Blocked(b);
     }
     if let Some(b) = builtin(module, name) {
         return Resolution::Allowed(Global::Builtin(b));
@@ -112,6 +110,19 @@ pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
         }
     }
     Resolution::NotAllowed
+}
+
+/// [`resolve`] for a load, whose builder checks each call of an allowlisted
+/// `builtins.getattr` (see [`getattr_lifted`]). A scan runs no call, so it
+/// keeps `getattr` blocked whatever the allowlist: `getattr(os, "system")`
+/// runs under plain pickle.
+pub fn resolve_for_load(module: &str, name: &str, user: &UserGlobals) -> Resolution {
+    if getattr_lifted(module, name, user) {
+        if let Some(i) = user.lookup("builtins.getattr") {
+            return Resolution::Allowed(Global::User(i));
+        }
+    }
+    resolve(module, name, user)
 }
 
 /// `builtins.getattr` is the one blocked name a user entry lifts, as torch lets
@@ -191,11 +202,16 @@ mod tests {
     fn getattr_alone_is_lifted_by_a_user_entry() {
         let user = UserGlobals::new(["builtins.getattr".to_owned(), "builtins.eval".to_owned()]);
         assert_eq!(
-            resolve("builtins", "getattr", &user),
+            resolve_for_load("builtins", "getattr", &user),
             Resolution::Allowed(Global::User(0))
         );
         assert!(matches!(
-            resolve("builtins", "eval", &user),
+            resolve_for_load("builtins", "eval", &user),
+            Resolution::Blocked(_)
+        ));
+        // A scan runs no call: getattr stays blocked whatever the allowlist.
+        assert!(matches!(
+            resolve("builtins", "getattr", &user),
             Resolution::Blocked(_)
         ));
     }
