@@ -130,6 +130,14 @@ impl fmt::Display for Refusal {
                 } else {
                     format!("whose module {blocked} is blocked")
                 };
+                if module == "builtins" && name == "getattr" {
+                    return write!(
+                        f,
+                        "Trying to load unsupported GLOBAL {module}.{name} {why}. \
+                         It loads only when allowlisted, and then only as getattr(C, name) with C and \
+                         C.name both allowlisted."
+                    );
+                }
                 write!(
                     f,
                     "Trying to load unsupported GLOBAL {module}.{name} {why}. \

@@ -376,7 +376,13 @@ def test_allow_on_the_command_line(written, tmp_path):
     for command in (["inspect"], ["scan"]):
         refused = _cli(*command, "--allow", "os.system", root / "namespace.pt")
         assert refused.returncode == 2 and "denylist" in refused.stderr, refused.stderr
-    missing = _cli("inspect", "--allow", "no_such_module_xyz.Thing", root / "namespace.pt")
+    # inspect shows a name it cannot import as a stub (test_torch_parity); convert needs it importable
+    missing = _cli("inspect", "--allow", "no_such_module_xyz.Thing", "--allow", "argparse.Namespace",
+                   root / "namespace.pt")
+    assert missing.returncode == 0 and "cannot import no_such_module_xyz.Thing here" in missing.stderr
+    missing = _cli("convert", "--allow", "no_such_module_xyz.Thing", root / "namespace.pt", tmp_path / "m.st")
     assert missing.returncode == 2 and "no such importable object" in missing.stderr
+    missing = _cli("inspect", "--allow", "no_such_module_xyz.*", root / "namespace.pt")
+    assert missing.returncode == 2 and "cannot import no_such_module_xyz" in missing.stderr
     pattern = _cli("scan", "--allow", "argparse.*", root / "namespace.pt")
     assert pattern.returncode == 2 and "not patterns" in pattern.stderr

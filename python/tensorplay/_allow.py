@@ -40,10 +40,12 @@ def check_names(entries: list[str], patterns: bool = True) -> list[str]:
     return entries
 
 
-def resolve(entries: list[str]) -> list[tuple[Any, str]]:
+def resolve(entries: list[str], stub_missing: bool = False) -> list[tuple[Any, str]]:
     """``(object, "module.qualname")`` for each entry of ``inspect``/``convert``
     ``--allow``: the named object, or for ``pkg.module.*`` every class defined in
-    that module (denylisted ones left out)."""
+    that module (denylisted ones left out). With ``stub_missing`` (``inspect``), a
+    name this process cannot import (``__main__.MyConfig`` of the script that saved
+    the file) is allowed as an inert ``tensorplay.Stub``: shown, never imported or called."""
     allowed: list[tuple[Any, str]] = []
     for entry in check_names(entries):
         if entry.endswith(".*"):
@@ -54,8 +56,23 @@ def resolve(entries: list[str]) -> list[tuple[Any, str]]:
                         and not _core.is_dangerous(module_name, cls.__qualname__)):
                     allowed.append((cls, f"{module_name}.{cls.__qualname__}"))
             continue
-        allowed.append((_lookup(entry), entry))
+        try:
+            allowed.append((_lookup(entry), entry))
+        except AllowError:
+            if not stub_missing:
+                raise
+            from ._stub import Stub
+
+            module, _, name = entry.rpartition(".")
+            allowed.append((Stub(module, name), entry))
     return allowed
+
+
+def stubbed(allowed: list[tuple[Any, str]]) -> list[str]:
+    """The entries of ``resolve(..., stub_missing=True)`` that stand a stub in."""
+    from ._stub import Stub
+
+    return [name for obj, name in allowed if isinstance(obj, Stub)]
 
 
 def _import(module_name: str, entry: str) -> Any:

@@ -4,6 +4,7 @@ that are already built; none of them imports or calls anything a file names."""
 from __future__ import annotations
 
 import sys
+import types
 from collections import OrderedDict
 
 from . import _core, _stub
@@ -19,6 +20,94 @@ def _malformed(what: str, cause: BaseException) -> BaseException:
 
 
 # --- user-allowlisted objects (torch's weights-only semantics) ---------------------
+
+def _is_allowlisted(obj, allowlisted) -> bool:
+    """``obj`` is an allowlist entry's object, or, for a method fetched anew at
+    each access (``zoneinfo.ZoneInfo._unpickle``), bound to the same object as one:
+    torch's ``func in allowed.values()``, without calling any ``__eq__``."""
+    for entry in allowlisted:
+        if obj is entry:
+            return True
+    self = getattr(obj, "__self__", None) if isinstance(obj, (types.MethodType, types.BuiltinMethodType)) else None
+    if self is None or isinstance(self, types.ModuleType):
+        return False
+    name = obj.__name__
+    return any(isinstance(e, type(obj)) and getattr(e, "__self__", None) is self and e.__name__ == name
+               for e in allowlisted)
+
+
+def _full_name(obj) -> tuple[str, str] | None:
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(qualname, str):
+        if not isinstance(module, str):  # a builtin method: its class's module
+            module = getattr(getattr(obj, "__self__", None), "__module__", None)
+        if isinstance(module, str):
+            return module, qualname
+    return None
+
+
+def _dangerous(obj) -> bool:
+    """On the denylist (or blocklist) by its ``module.qualname``, or a module."""
+    if isinstance(obj, types.ModuleType):
+        return True
+    name = _full_name(obj)
+    return name is not None and _core.is_dangerous(*name)
+
+
+def allowlisted_getattr(args, allowlisted):
+    """REDUCE of an allowlisted ``builtins.getattr``: ``getattr(C, name)`` where
+    ``C`` and ``C.name`` are both allowlisted, as a nested class (``A.B``) or a
+    method (``zoneinfo.ZoneInfo._unpickle``) is pickled by protocols 0 to 3. Never
+    a module, a dunder, a default, or a name on the denylist; ``C`` and the name
+    are checked before the lookup, what it found after."""
+    if not isinstance(args, tuple) or len(args) != 2 or type(args[1]) is not str:
+        raise _refuse("Trying to call reduce for builtins.getattr with arguments other than (C, name): "
+                      "tensorplay allows getattr only as getattr(C, name)")
+    owner, name = args
+    shown = _full_name(owner)
+    where = f"{shown[0]}.{shown[1]}" if shown else repr(owner)
+    if isinstance(owner, types.ModuleType):
+        raise _refuse(f"Trying to call getattr on the module {owner.__name__} for {name!r}: "
+                      "tensorplay never fetches an attribute of a module")
+    if not _is_allowlisted(owner, allowlisted):
+        raise _refuse(f"Trying to call getattr for {name!r} on {owner!r}, which is not allowlisted: "
+                      f"getattr(C, name) needs C allowlisted (add_safe_globals([{where}]))")
+    if name.startswith("__") and name.endswith("__"):
+        raise _refuse(f"Trying to call getattr for the dunder {name!r} of {where}: tensorplay never fetches "
+                      "a dunder")
+    if _dangerous(owner) or (shown and _core.is_dangerous(shown[0], f"{shown[1]}.{name}")):
+        raise _refuse(f"Trying to call getattr for {where}.{name}, which is on the denylist")
+    attr = getattr(owner, name)
+    if _dangerous(attr):
+        raise _refuse(f"Trying to call getattr for {where}.{name}, which is {attr!r}, on the denylist")
+    if not _is_allowlisted(attr, allowlisted):
+        # torch's words (its REDUCE of the fetched function), then how to allow it.
+        belongs = f" which belongs to {attr.__self__}" if hasattr(attr, "__self__") else ""
+        raise _refuse(f"Trying to call reduce for unrecognized function {attr}{belongs}: getattr({where}, "
+                      f"{name!r}) fetched it and it is not allowlisted (add_safe_globals([{where}.{name}]) if "
+                      "you trust it)")
+    return attr
+
+
+def _check_returned(obj, allowlisted, what: str) -> None:
+    if _dangerous(obj) or not _is_allowlisted(obj, allowlisted):
+        belongs = f" which belongs to {obj.__self__}" if hasattr(obj, "__self__") else ""
+        raise _refuse(f"Trying to {what} unrecognized function {obj}{belongs}")
+
+
+def call_allowlisted(func, args, allowlisted):
+    """REDUCE on what an allowlisted callable returned (a method getattr fetched):
+    only when it is allowlisted itself, as torch checks every REDUCE."""
+    _check_returned(func, allowlisted, "call reduce for")
+    return func(*args)
+
+
+def new_allowlisted(cls, args, kwargs, allowlisted):
+    """NEWOBJ on what an allowlisted callable returned (a nested class getattr
+    fetched): only when it is allowlisted itself."""
+    _check_returned(cls, allowlisted, "create new object for")
+    return new_object(cls, args, kwargs)
+
 
 # --- stub mode: globals outside the allowlist, recorded and never called ------------
 

@@ -209,14 +209,19 @@ def _size(n: int) -> str:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
+    from ._allow import stubbed
     from ._inspect import inspect
     from ._types import TensorInfo
     from .serialization import safe_globals
 
     status = 0
-    allowed = _allowed(args)
+    allowed = _allowed(args, stub_missing=True)
     if allowed is None:
         return EXIT_UNREADABLE
+    missing = stubbed(allowed)
+    if missing:
+        print(f"tensorplay inspect: cannot import {', '.join(missing)} here: shown as tensorplay.Stub "
+              "(never imported or called)", file=sys.stderr)
     for path in args.paths:
         try:
             with safe_globals(allowed):
@@ -246,12 +251,13 @@ def _inspect(args: argparse.Namespace) -> int:
     return status
 
 
-def _allowed(args: argparse.Namespace) -> list | None:
-    """What ``--allow`` names, imported; None (after saying why) when it cannot be."""
+def _allowed(args: argparse.Namespace, stub_missing: bool = False) -> list | None:
+    """What ``--allow`` names, imported (with ``stub_missing``, a name that cannot be
+    imported as a stub); None (after saying why) when it cannot be."""
     from ._allow import AllowError, resolve
 
     try:
-        return resolve(args.allow)
+        return resolve(args.allow, stub_missing)
     except AllowError as e:
         print(f"tensorplay {args.command}: {e}", file=sys.stderr)
         return None

@@ -211,6 +211,11 @@ impl<'a, 'py> Builder<'a, 'py> {
         })
     }
 
+    /// Whether `func` is the builtin `getattr`, which a user entry may allowlist.
+    fn is_getattr(&self, func: &Bound<'py, PyAny>) -> PyResult<bool> {
+        Ok(func.is(&self.py.import("builtins")?.getattr("getattr")?))
+    }
+
     pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
         let class = match crate::bindings::errors::classes(self.py) {
             Ok(c) => c.malformed.bind(self.py).clone(),
@@ -599,9 +604,30 @@ impl<'a, 'py> Builder<'a, 'py> {
                             self.node(func),
                             Node::Domain(Torch::Global(Global::Stub(_)))
                         );
+                        let user = matches!(
+                            self.node(func),
+                            Node::Domain(Torch::Global(Global::User(_)))
+                        );
+                        let made = matches!(self.node(func), Node::Object(_));
                         let func = self.take(func)?;
                         if stubbed {
                             // Recorded, never called: the global was not imported.
+                            self.helpers.call_method1("stub_call", (func, args))
+                        } else if user && self.is_getattr(&func)? {
+                            // Allowlisted getattr: only getattr(C, name) with C and C.name
+                            // both allowlisted, checked before and after the lookup.
+                            let allowlisted = PyTuple::new(py, &self.user_objects)?;
+                            self.helpers
+                                .call_method1("allowlisted_getattr", (args, allowlisted))
+                        } else if made {
+                            // What an allowlisted callable returned (getattr's nested class
+                            // or method): called only when it is allowlisted itself.
+                            let allowlisted = PyTuple::new(py, &self.user_objects)?;
+                            self.helpers
+                                .call_method1("call_allowlisted", (func, args, allowlisted))
+                        } else if user && func.is_instance(&self.helpers.getattr("stub")?)? {
+                            // A user entry standing a stub in for a global (`inspect --allow` of
+                            // a name this process cannot import): recorded, never called.
                             self.helpers.call_method1("stub_call", (func, args))
                         } else {
                             self.ran_for_the_file(id, func.call1(args), || {
@@ -614,11 +640,21 @@ impl<'a, 'py> Builder<'a, 'py> {
                             Some(k) => self.take(k)?,
                             None => py.None().into_bound(py),
                         };
+                        let returned = matches!(self.node(cls), Node::Object(_));
                         let cls = self.take(cls)?;
                         let args = self.take(args)?;
-                        let made = match new_plain(&cls, &args, &kwargs) {
-                            Some(made) => made,
-                            None => (self.helpers).call_method1("new_object", (&cls, args, kwargs)),
+                        let made = if returned {
+                            // A class an allowlisted getattr fetched: made only when allowlisted.
+                            let allowlisted = PyTuple::new(py, &self.user_objects)?;
+                            (self.helpers)
+                                .call_method1("new_allowlisted", (&cls, args, kwargs, allowlisted))
+                        } else {
+                            match new_plain(&cls, &args, &kwargs) {
+                                Some(made) => made,
+                                None => {
+                                    (self.helpers).call_method1("new_object", (&cls, args, kwargs))
+                                }
+                            }
                         };
                         self.ran_for_the_file(id, made, || {
                             format!("creating a {}", qualified_name(&cls))

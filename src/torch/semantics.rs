@@ -461,6 +461,21 @@ impl<'u> TorchHooks<'u> {
     }
 }
 
+/// A value an allowlisted callable returned, untouched since: what an allowlisted
+/// `getattr(C, name)` fetched (a nested class, a method) is one. A REDUCE or NEWOBJ
+/// on it is kept for the builder, which makes it only when the value it holds is
+/// allowlisted itself, as torch checks `func in allowed.values()`.
+fn made_by_user_call(arena: &Arena, id: NodeId) -> bool {
+    match arena.get(id) {
+        Node::Object(o) => {
+            o.mutations.is_empty()
+                && matches!(o.constructor, Constructor::Call { func, .. }
+                    if matches!(arena.get(func), Node::Domain(Torch::Global(Global::User(_)))))
+        }
+        _ => false,
+    }
+}
+
 /// Payload bytes the arena may still hand out.
 fn arena_budget(a: &Args) -> u64 {
     a.arena.payload_left()
@@ -672,7 +687,13 @@ impl Hooks for TorchHooks<'_> {
                 return arena.push(Node::Domain(Torch::Global(Global::Builtin(b))));
             }
         }
-        let resolution = policy::resolve(&module, &name, self.user);
+        // A scan (refusals recorded) runs no call, so an allowlisted getattr stays a
+        // finding there; a load checks each call of it (see policy::getattr_lifted).
+        let resolution = if self.refusals == Refusals::Record {
+            policy::resolve(&module, &name, self.user)
+        } else {
+            policy::resolve_for_load(&module, &name, self.user)
+        };
         if let (Some(allowed), Resolution::Allowed(_)) = (&mut self.allowed, &resolution) {
             allowed.push(FoundGlobal::new(&module, &name, at.offset.unwrap_or(0)));
         }
@@ -762,6 +783,9 @@ impl Hooks for TorchHooks<'_> {
             Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
                 self.object(arena, Constructor::Call { func, args })
             }
+            Node::Object(_) if made_by_user_call(arena, func) => {
+                self.object(arena, Constructor::Call { func, args })
+            }
             Node::Opaque => arena.push(Node::Opaque),
             other => Err(Error::forbidden(
                 format!(
@@ -793,6 +817,9 @@ impl Hooks for TorchHooks<'_> {
         }
         let result = match &cls_node {
             Node::Domain(Torch::Global(Global::User(_) | Global::Stub(_))) => {
+                self.object(arena, Constructor::New { cls, args, kwargs })
+            }
+            Node::Object(_) if made_by_user_call(arena, cls) => {
                 self.object(arena, Constructor::New { cls, args, kwargs })
             }
             Node::Domain(Torch::Global(Global::Builtin(Builtin::Parameter))) if no_kwargs => match arena.tuple(args) {

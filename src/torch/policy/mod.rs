@@ -112,6 +112,27 @@ pub fn resolve(module: &str, name: &str, user: &UserGlobals) -> Resolution {
     Resolution::NotAllowed
 }
 
+/// [`resolve`] for a load, whose builder checks each call of an allowlisted
+/// `builtins.getattr` (see [`getattr_lifted`]). A scan runs no call, so it
+/// keeps `getattr` blocked whatever the allowlist: `getattr(os, "system")`
+/// runs under plain pickle.
+pub fn resolve_for_load(module: &str, name: &str, user: &UserGlobals) -> Resolution {
+    if getattr_lifted(module, name, user) {
+        if let Some(i) = user.lookup("builtins.getattr") {
+            return Resolution::Allowed(Global::User(i));
+        }
+    }
+    resolve(module, name, user)
+}
+
+/// `builtins.getattr` is the one blocked name a user entry lifts, as torch lets
+/// it be allowlisted: the builder then checks every call, which must be
+/// `getattr(C, name)` with `C` and `C.name` both allowlisted (never a module,
+/// a dunder, or a name on the denylist).
+pub fn getattr_lifted(module: &str, name: &str, user: &UserGlobals) -> bool {
+    module == "builtins" && name == "getattr" && user.lookup("builtins.getattr").is_some()
+}
+
 /// How a STACK_GLOBAL whose name was computed at run time is named.
 pub const COMPUTED_GLOBAL: &str = "<STACK_GLOBAL of a computed name>";
 
@@ -167,9 +188,31 @@ mod tests {
             Resolution::Blocked(_)
         ));
         assert_eq!(resolve("builtins", "print", &user), Resolution::NotAllowed);
+        assert!(matches!(
+            resolve("builtins", "getattr", &user),
+            Resolution::Blocked(_)
+        ));
         assert_eq!(
             resolve("mymod", "Thing", &user),
             Resolution::Allowed(Global::User(1))
         );
+    }
+
+    #[test]
+    fn getattr_alone_is_lifted_by_a_user_entry() {
+        let user = UserGlobals::new(["builtins.getattr".to_owned(), "builtins.eval".to_owned()]);
+        assert_eq!(
+            resolve_for_load("builtins", "getattr", &user),
+            Resolution::Allowed(Global::User(0))
+        );
+        assert!(matches!(
+            resolve_for_load("builtins", "eval", &user),
+            Resolution::Blocked(_)
+        ));
+        // A scan runs no call: getattr stays blocked whatever the allowlist.
+        assert!(matches!(
+            resolve("builtins", "getattr", &user),
+            Resolution::Blocked(_)
+        ));
     }
 }
