@@ -7,6 +7,7 @@ scan of the same files and folders says, and a unit that cannot be read is an
 unreadable row, never a lost one."""
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import pathlib
@@ -81,6 +82,9 @@ def cluster(served, s3_store):
     ``runtime_env``."""
     before = os.environ.get("RAY_USAGE_STATS_ENABLED")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # ray.init replaces builtins.print (ray.experimental.tqdm_ray.safe_print) for
+    # the rest of the process: put it back, for the tests that pickle print.
+    printer = builtins.print
     _, s3_env = s3_store
     ray.init(num_cpus=2, include_dashboard=False,
              runtime_env={"env_vars": {"HF_ENDPOINT": served.url, **s3_env}})
@@ -92,6 +96,7 @@ def cluster(served, s3_store):
         yield
     finally:
         ray.shutdown()
+        builtins.print = printer
         if before is None:
             os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
         else:
