@@ -46,6 +46,7 @@ __all__ = [
     "reader_models",
     "scan_spans",
     "scan_spans_waves",
+    "torchscript_module_lists",
     "scan_waves",
     "unsafe_globals_waves",
     "FIRST_TAIL",
