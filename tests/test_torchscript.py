@@ -316,3 +316,29 @@ def test_a_payload_in_constants_refuses_a_stub_load(tmp_path):
 
     with pytest.raises(tensorplay.UnsafeCheckpointError, match="os.system"):
         tensorplay.load(TESTS / "malicious" / "files" / "torchscript_constants.pt", unknown_globals="stub")
+
+
+def test_a_torchscript_archive_is_never_clean_whatever_its_pickles_name(tmp_path):
+    """torch.load(weights_only=False) hands an archive with constants.pkl to
+    torch.jit.load, which runs its code/: one whose pickles name nothing outside
+    the allowlist is still no clean file."""
+    import io
+    import pickle
+    import zipfile
+
+    from tensorplay import cli, scanner
+
+    path = tmp_path / "scripted.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
+        z.writestr("archive/constants.pkl", pickle.dumps((), protocol=2))
+        z.writestr("archive/code/__torch__.py", "def forward(self):\n  return None\n")
+        z.writestr("archive/version", "3\n")
+    with zipfile.ZipFile(path) as z:
+        assert torch.serialization._is_torchscript_zip(torch._C.PyTorchFileReader(io.BytesIO(path.read_bytes())))
+        assert z.namelist()
+    for pickles_only in (True, False):
+        report = scanner.scan(path, pickles_only=pickles_only)
+        assert report.verdict != "clean", report
+        assert "torchscript" in [p.kind for p in report.problems]
+        assert cli.exit_code([report]) != 0

@@ -95,6 +95,10 @@ pub mod problem_kind {
     /// A pointer one file gives a loader (a DCP item's offset and length) that
     /// reaches past the end of the file it names.
     pub const POINTER_OUT_OF_RANGE: &str = "pointer_out_of_range";
+    /// A TorchScript archive: `torch.load(weights_only=False)` hands it to
+    /// `torch.jit.load`, which compiles and runs the code under `code/`, whatever
+    /// its pickles name. Never clean.
+    pub const TORCHSCRIPT: &str = "torchscript";
 }
 
 /// Why (part of) a file could not be read: a stable `kind` for programs, where,

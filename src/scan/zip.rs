@@ -165,6 +165,14 @@ impl Scan<'_> {
         };
         let loadable = inflated_by_load.is_some();
         let torchscript = layout.format(&index) == Format::TorchScriptZip;
+        if torchscript {
+            self.problem(
+                location,
+                problem_kind::TORCHSCRIPT,
+                "a TorchScript archive: torch.load(weights_only=False) hands it to torch.jit.load, \
+                 which runs the code under code/",
+            );
+        }
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
         for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
             if loadable && layout.is_main_pickle(&entry.name) && !self.options.list_allowlisted {
