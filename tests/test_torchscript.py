@@ -342,3 +342,84 @@ def test_a_torchscript_archive_is_never_clean_whatever_its_pickles_name(tmp_path
         assert report.verdict != "clean", report
         assert "torchscript" in [p.kind for p in report.problems]
         assert cli.exit_code([report]) != 0
+
+
+EFFECT_WRITER = textwrap.dedent('''
+    import sys, zipfile
+    import torch
+
+    class Effect(torch.nn.Module):
+        """Its __setstate__, which torch.jit.load runs, prints the marker."""
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.arange(4.0))
+        def forward(self, x):
+            return self.w * x
+        @torch.jit.export
+        def __getstate__(self):
+            return (self.w, self.training)
+        @torch.jit.export
+        def __setstate__(self, state: tuple[torch.Tensor, bool]):
+            print("MARKER" + "-ran-at-load")
+            self.w = state[0]
+            self.training = state[1]
+
+    out = sys.argv[1]
+    torch.jit.script(Effect()).save(f"{out}/effect.pt")
+    # torch.jit.load finds constants.pkl in any case; torch.load's dispatch to it asks for the exact name.
+    with zipfile.ZipFile(f"{out}/effect.pt") as source, zipfile.ZipFile(f"{out}/miscased.pt", "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            info.filename = info.filename.replace("/constants.pkl", "/CONSTANTS.pkl")
+            target.writestr(info, data)
+''')
+
+TAKE_APART = textwrap.dedent('''
+    import sys, warnings
+    import tensorplay
+    from tensorplay import scanner
+
+    warnings.simplefilter("ignore")
+    path = sys.argv[1]
+    print("verdict", scanner.scan(path).verdict, [p.kind for p in scanner.scan(path).problems])
+    for take in (lambda: tensorplay.load(path, unknown_globals="stub"), lambda: tensorplay.jit_state_dict(path)):
+        try:
+            print("took", type(take()).__name__)
+        except Exception as e:
+            print("refused", type(e).__name__, e)
+''')
+
+
+@pytest.fixture(scope="module")
+def effect_archives(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("effect")
+    writer = folder / "write.py"
+    writer.write_text(EFFECT_WRITER)
+    done = subprocess.run([sys.executable, str(writer), str(folder)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def _stdout(code: str, path) -> str:
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    return done.stdout
+
+
+@pytest.mark.parametrize("name", ["effect", "miscased"])
+def test_code_that_has_an_effect_under_torch_jit_load_has_none_here(effect_archives, name):
+    path = effect_archives / f"{name}.pt"
+    ran = _stdout("import sys, torch; print(list(torch.jit.load(sys.argv[1]).state_dict()))", path)
+    assert "MARKER-ran-at-load" in ran and "['w']" in ran
+    ours = _stdout(TAKE_APART, path)
+    assert "MARKER-ran-at-load" not in ours
+    verdict = ours.splitlines()[0]
+    assert "verdict unsafe" in verdict and "'torchscript'" in verdict, ours
+
+
+@pytest.mark.filterwarnings("ignore::tensorplay.StubWarning")
+def test_a_module_whose_state_goes_to_its_setstate_is_refused_by_name(effect_archives):
+    """Which of a __setstate__ module's values are parameters is decided by its code: not guessed."""
+    module = tensorplay.load(effect_archives / "effect.pt", unknown_globals="stub")
+    assert isinstance(module.state, tuple)
+    with pytest.raises(tensorplay.MalformedCheckpointError, match="__setstate__"):
+        tensorplay.jit_state_dict(effect_archives / "effect.pt")

@@ -45,7 +45,10 @@ def jit_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | None =
         parameters, buffers = lists[module.qualname]
         state = module.state
         if not isinstance(state, dict):
-            raise _error(f"module {prefix or '<root>'} ({module.qualname}) has no attribute dict")
+            # A module whose class defines __setstate__ is rebuilt by that code from a state of its
+            # own shape: which of its values are parameters only running the code would tell.
+            raise _error(f"module {prefix or '<root>'} ({module.qualname}) has no attribute dict but "
+                         f"{_what(state)} its class's __setstate__ code takes apart, which is never run")
         for name in (*parameters, *buffers):
             if name not in state:
                 raise _error(f"module {prefix or '<root>'} ({module.qualname}) lists {name!r} in its code "

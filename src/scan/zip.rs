@@ -169,8 +169,7 @@ impl Scan<'_> {
             self.problem(
                 location,
                 problem_kind::TORCHSCRIPT,
-                "a TorchScript archive: torch.load(weights_only=False) hands it to torch.jit.load, \
-                 which runs the code under code/",
+                "a TorchScript archive: torch.jit.load runs the code under code/",
             );
         }
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
@@ -414,17 +413,15 @@ impl ZipLayout {
         }
     }
 
-    /// What the zip is: a torch checkpoint (TorchScript's when it holds
-    /// constants), an npz, or any zip.
+    /// What the zip is: a torch checkpoint (TorchScript's when `torch.jit.load`
+    /// reads it as such), an npz, or any zip.
     fn format(&self, index: &zip::Index) -> Format {
-        let constants = records::CONSTANTS_PKL.as_bytes();
-        let torchscript = (index.entries.iter())
-            .any(|e| (e.name.strip_suffix(constants)).is_some_and(|folder| folder.ends_with(b"/")));
-        match (&self.root, torchscript) {
-            (Some(_), true) => Format::TorchScriptZip,
-            (Some(_), false) => Format::TorchZip,
-            (None, _) if index.entries.iter().all(|e| e.name.ends_with(b".npy")) => Format::Npz,
-            _ => Format::Zip,
+        let names = || index.entries.iter().map(|e| &e.name[..]);
+        match &self.root {
+            Some(root) if records::is_jit_archive(root, names()) => Format::TorchScriptZip,
+            Some(_) => Format::TorchZip,
+            None if names().all(|n| n.ends_with(b".npy")) => Format::Npz,
+            None => Format::Zip,
         }
     }
 

@@ -70,6 +70,15 @@ pub fn is_record(root: &[u8], name: &[u8], record: &str) -> bool {
     record_of(root, name).is_some_and(|r| r.eq_ignore_ascii_case(record.as_bytes()))
 }
 
+/// Whether the archive rooted at `root` is TorchScript as `torch.jit.load` reads
+/// it: a `constants.pkl` under the root, in any case, as its record lookup finds
+/// it. `torch.load` hands an archive to `torch.jit.load` only when the name is
+/// exactly `constants.pkl` ([`Layout::is_torchscript`]): every archive it hands
+/// over is one of these.
+pub fn is_jit_archive<'n>(root: &[u8], mut names: impl Iterator<Item = &'n [u8]>) -> bool {
+    names.any(|name| is_record(root, name, CONSTANTS_PKL))
+}
+
 /// Whether `record` (a name under the root) is one of the pickles a TorchScript
 /// archive's own unpickler reads: `data.pkl`, `constants.pkl`, others of its
 /// `*.pkl` (`traced_inputs.pkl`) and the `code/` folder's `*.debug_pkl`. In
@@ -137,6 +146,10 @@ mod tests {
         assert!(!is_record(b"archive", b"other/data.pkl", DATA_PKL));
         assert!(!is_record(b"archive", b"archive/data.pkl2", DATA_PKL));
         assert!(is_payload(Some(b"a"), b"a/Data/0"));
+        let names: [&[u8]; 2] = [b"a/data.pkl", b"a/CONSTANTS.pkl"];
+        assert!(is_jit_archive(b"a", names.into_iter()));
+        let names: [&[u8]; 2] = [b"a/data.pkl", b"a/code/constants.pkl"];
+        assert!(!is_jit_archive(b"a", names.into_iter()));
         assert!(is_payload(Some(b"a"), b"a/.DATA/VERSION"));
         assert!(!is_payload(Some(b"a"), b"a/data.pkl"));
         assert_eq!(
