@@ -35,6 +35,7 @@ __all__ = [
     "is_tensordict_leaf",
     "loads",
     "zip_entries",
+    "is_storage_record",
     "decode_stream",
     "dcp_chunks",
     "read_ranges",
@@ -288,6 +289,9 @@ class _ZipEntry(TypedDict):
     length: int
 
 def zip_entries(source: _Source, *, limits: _Limits = ...) -> list[_ZipEntry]: ...
+def is_storage_record(first: bytes, name: bytes) -> bool:
+    """Whether entry ``name`` of a torch zip whose first entry is ``first`` holds a storage's bytes."""
+    ...
 def torchscript_module_lists(source: _Source, *, limits: _Limits = ...) -> dict[str, tuple[list[str], list[str]]]:
     """``{class: (parameters, buffers)}`` of a TorchScript archive's module classes,
     from the ``__parameters__``/``__buffers__`` lines of its ``code/`` records."""

@@ -106,20 +106,14 @@ def _fill(url: str, readers: _remote.Readers, path: str, storages: bool, max_fil
             name_len, extra_len = struct.unpack_from("<HH", header, 26)
             lengths.append(name_len + extra_len)
         fetch([(e.header_offset + _LOCAL_HEADER, n) for e, n in zip(entries, lengths)])
+        first = entries[0].filename.encode() if entries else b""
         # The records a load reads besides the storages (version, byteorder...),
         # and with ``storages``, those too.
         records = [(e.header_offset + _LOCAL_HEADER + n, e.compress_size) for e, n in zip(entries, lengths)
-                   if storages or not _is_storage(e.filename)]
+                   if storages or not _core.is_storage_record(first, e.filename.encode())]
         while records:
             wave, total = [], 0
             while records and (not wave or total + records[0][1] <= _WAVE_BYTES):
                 wave.append(records.pop(0))
                 total += wave[-1][1]
             fetch(wave)
-
-
-def _is_storage(name: str) -> bool:
-    """Whether a torch zip's entry holds a storage's bytes: ``ARCHIVE/data/KEY``,
-    a key of digits, as ``torch.save`` names them."""
-    parts = name.split("/")
-    return len(parts) == 3 and parts[1] == "data" and parts[2].isdigit()

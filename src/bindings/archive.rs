@@ -20,6 +20,7 @@ use crate::archive::streams::{Compression, StreamError};
 use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
+use crate::torch::records;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::LimitOverrides;
 use crate::error::{check_limit, Error, Location};
@@ -62,6 +63,15 @@ fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>, limits: &Limits) ->
         return py.detach(|| map_fd(fd)).map_err(|e| to_pyerr(py, e));
     }
     open_source(py, source, MapMode::ReadOnly, limits.max_inflated_bytes)
+}
+
+/// Whether entry `name` of a torch zip whose first entry is `first` holds a
+/// storage's bytes (`<root>/data/...`, as a load finds them).
+#[pyfunction]
+pub fn is_storage_record(first: &[u8], name: &[u8]) -> bool {
+    records::root_of(first)
+        .and_then(|root| records::record_of(root, name))
+        .is_some_and(records::is_storage_record)
 }
 
 /// Every entry of the archive, validated as a load validates an archive (no

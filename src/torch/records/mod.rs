@@ -95,15 +95,21 @@ pub fn is_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
     let Some(record) = root.and_then(|r| record_of(r, name)) else {
         return false;
     };
+    is_storage_record(record)
+        || METADATA
+            .iter()
+            .any(|m| m.as_bytes().eq_ignore_ascii_case(record))
+}
+
+/// Whether `record` (a name under the root) lies in the storages' folder, in any case.
+#[inline(always)]
+pub fn is_storage_record(record: &[u8]) -> bool {
     let folder = STORAGE_FOLDER.as_bytes();
     // The exact prefix first: most records are storages, named as torch names them.
     record.starts_with(folder)
         || record
             .get(..folder.len())
             .is_some_and(|p| p.eq_ignore_ascii_case(folder))
-        || METADATA
-            .iter()
-            .any(|m| m.as_bytes().eq_ignore_ascii_case(record))
 }
 
 /// A record of the checkpoint, as [`crate::archive::zip::find_record`] looks for it.
