@@ -103,7 +103,7 @@ def test_the_sarif_log_is_valid_sarif_with_a_result_per_finding(folder, tmp_path
     assert raw["version"] == "2.1.0"
     (run,) = raw["runs"]
     rules = run["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == ["TP001", "TP002", "TP003", "TP004"]
+    assert [r["id"] for r in rules] == ["TP001", "TP002", "TP003", "TP004", "TP005"]
     by_rule: dict[str, list[dict]] = {}
     for r in run["results"]:
         assert rules[r["ruleIndex"]]["id"] == r["ruleId"]

@@ -7,6 +7,7 @@ are data only in a TorchScript archive's own pickles; and of `code/` only the
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import subprocess
 import sys
@@ -339,9 +340,16 @@ def test_a_torchscript_archive_is_never_clean_whatever_its_pickles_name(tmp_path
         assert z.namelist()
     for pickles_only in (True, False):
         report = scanner.scan(path, pickles_only=pickles_only)
-        assert report.verdict != "clean", report
-        assert "torchscript" in [p.kind for p in report.problems]
-        assert cli.exit_code([report]) != 0
+        assert report.verdict == "unsafe", report
+        assert [p.runs_code for p in report.problems if p.kind == "torchscript"] == [True]
+        # Unsafe as a dangerous global is, under every policy.
+        for fail_on in scanner.FAIL_ON:
+            assert cli.exit_code([report], scanner.Policy(fail_on=fail_on)) == cli.EXIT_UNSAFE
+    sarif = json.loads(subprocess.run([sys.executable, "-m", "tensorplay", "scan", "--format", "sarif", "--fail-on",
+                                       "dangerous", str(path)], capture_output=True, text=True).stdout)
+    (run,) = sarif["runs"]
+    levels = {r["ruleId"]: r["level"] for r in run["results"]}
+    assert levels["TP005"] == "error", run["results"]
 
 
 EFFECT_WRITER = textwrap.dedent('''

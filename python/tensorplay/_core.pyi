@@ -52,12 +52,15 @@ __all__ = [
     "unsafe_globals_waves",
     "FIRST_TAIL",
     "FIRST_BLOCK",
+    "RUNS_CODE_KINDS",
     "__version__",
 ]
 
 __version__: Final[str]
 FIRST_TAIL: Final[int]
 FIRST_BLOCK: Final[int]
+# Scan problem kinds of a file whose reader runs code the file carries (``torchscript``).
+RUNS_CODE_KINDS: Final[list[str]]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or
 # the file's bytes (a bytes object, or another contiguous buffer such as a

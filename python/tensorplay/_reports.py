@@ -48,6 +48,10 @@ RULES = [
     ("TP004", "parser-disagreement", "Readers of the file would read different things",
      "Two readers of the same bytes (zip readers, pickle readers) would find different contents: a way to show "
      "one reader a benign file and another a hostile one."),
+    ("TP005", "runs-its-code", "A file whose reader runs code the file carries",
+     "The file is an archive of code as well as data (a TorchScript archive: torch.jit.load compiles and runs "
+     "the code under code/), so whatever its pickles name, loading it with its reader runs what it says. Take "
+     "its tensors out with tensorplay (jit_state_dict, unknown_globals='stub') and load those."),
 ]
 _RULE_INDEX = {rule_id: i for i, (rule_id, *_) in enumerate(RULES)}
 
@@ -82,8 +86,8 @@ def _finding_result(report: ScanReport, f: GlobalFinding, policy: Policy) -> dic
 
 
 def _problem_result(report: ScanReport, p: Problem, policy: Policy) -> dict[str, Any]:
-    rule_id = "TP004" if p.kind == "parser_disagreement" else "TP003"
-    return _result(rule_id, policy.fails(None), str(p), report.path,
+    rule_id = "TP005" if p.runs_code else "TP004" if p.kind == "parser_disagreement" else "TP003"
+    return _result(rule_id, policy.fails(p), str(p), report.path,
                    {"kind": p.kind, "entry": p.location, "format": report.format})
 
 

@@ -70,7 +70,7 @@ def exit_code(reports: list[scanner.ScanReport], policy: scanner.Policy | None =
     """1 if a global fails the policy (it outranks unreadable), 2 if an unreadable
     file does or there was nothing to scan, else 0."""
     policy = policy or scanner.Policy()
-    if any(policy.fails(f) for r in reports for f in r.findings):
+    if any(policy.fails(f) for r in reports for f in (*r.findings, *(p for p in r.problems if p.runs_code))):
         return EXIT_UNSAFE
     if not reports or (policy.fails(None) and any(r.verdict == "unreadable" for r in reports)):
         return EXIT_UNREADABLE

@@ -95,10 +95,18 @@ pub mod problem_kind {
     /// A pointer one file gives a loader (a DCP item's offset and length) that
     /// reaches past the end of the file it names.
     pub const POINTER_OUT_OF_RANGE: &str = "pointer_out_of_range";
-    /// A TorchScript archive: `torch.load(weights_only=False)` hands it to
-    /// `torch.jit.load`, which compiles and runs the code under `code/`, whatever
-    /// its pickles name. Never clean.
+    /// A TorchScript archive: `torch.jit.load` compiles and runs the code under
+    /// `code/`, whatever its pickles name (and `torch.load(weights_only=False)`
+    /// hands the archive to it).
     pub const TORCHSCRIPT: &str = "torchscript";
+
+    /// The kinds of a file whose reader runs code the file carries: unsafe, as a
+    /// dangerous global is, under every policy.
+    pub const RUNS_CODE: [&str; 1] = [TORCHSCRIPT];
+
+    pub fn runs_code(kind: &str) -> bool {
+        RUNS_CODE.contains(&kind)
+    }
 }
 
 /// Why (part of) a file could not be read: a stable `kind` for programs, where,
@@ -158,10 +166,13 @@ impl Report {
     }
 
     /// Unsafe outranks unreadable: a malformed file with a dangerous global before
-    /// the break is unsafe. A file that holds no pickle and is no model format
-    /// (text, an image, nothing at all) is skipped.
+    /// the break is unsafe, and so is one whose reader runs its code. A file that
+    /// holds no pickle and is no model format (text, an image, nothing at all) is
+    /// skipped.
     pub fn verdict(&self) -> Verdict {
-        if !self.findings.is_empty() {
+        if !self.findings.is_empty()
+            || (self.problems.iter()).any(|p| problem_kind::runs_code(p.kind))
+        {
             Verdict::Unsafe
         } else if !self.problems.is_empty() {
             Verdict::Unreadable

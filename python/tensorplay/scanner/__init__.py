@@ -92,8 +92,10 @@ class Problem(str):
     ``too_large`` (over the scan's ``max_file_size``), ``shard_index`` (a
     sharded checkpoint's index names what cannot be loaded), ``dcp_metadata``
     (a DCP metadata file whose items cannot be listed), ``pointer_out_of_range``
-    (an item's span past its file's end) or ``pointer_outside_folder`` (a
-    pointer out of the folder scanned, also a dangerous finding)."""
+    (an item's span past its file's end), ``pointer_outside_folder`` (a
+    pointer out of the folder scanned, also a dangerous finding) or
+    ``torchscript`` (an archive ``torch.jit.load`` runs the code of: one of the
+    kinds that make a file unsafe under every policy, ``runs_code``)."""
 
     kind: str
     location: str
@@ -106,6 +108,11 @@ class Problem(str):
 
     def __reduce__(self) -> tuple[type[Problem], tuple[str, str, str]]:
         return Problem, (self.kind, self.location, self.reason)
+
+    @property
+    def runs_code(self) -> bool:
+        """Whether the file's reader runs code the file carries (a TorchScript archive)."""
+        return self.kind in _core.RUNS_CODE_KINDS
 
     def to_json(self) -> dict[str, str]:
         return {"kind": self.kind, "location": self.location, "message": self.reason}
@@ -272,10 +279,13 @@ class Policy:
         self.fail_on, self.allow, self.selection, self.pickles_only = fail_on, list(allow), selection, pickles_only
         self.settings_file = settings_file
 
-    def fails(self, finding: GlobalFinding | None) -> bool:
-        """Whether the policy fails a scan for this finding (None: a file not read to its end)."""
+    def fails(self, finding: GlobalFinding | Problem | None) -> bool:
+        """Whether the policy fails a scan for this finding or problem (None: a
+        file not read to its end). A file whose reader runs its code fails every policy."""
         if finding is None:
             return self.fail_on == "unreadable"
+        if isinstance(finding, Problem):
+            return finding.runs_code or self.fail_on == "unreadable"
         return finding.dangerous or self.fail_on != "dangerous"
 
     def to_json(self) -> dict[str, Any]:
@@ -537,7 +547,9 @@ def _check_shard_index(report: ScanReport) -> ScanReport:
         problem = _io_problem(e)
     except _core.CheckpointError as e:
         problem = Problem("shard_index", "", str(e))
-    return report._replace(verdict="unreadable", problems=(*report.problems, problem))
+    # Unsafe outranks unreadable.
+    verdict = "unsafe" if report.verdict == "unsafe" else "unreadable"
+    return report._replace(verdict=verdict, problems=(*report.problems, problem))
 
 
 def _report(path: str, scanning: Callable[..., tuple], args: tuple, pickles_only: bool,
