@@ -400,7 +400,8 @@ fn open_zip(
     let torchscript = layout.is_torchscript();
     if torchscript && options.unknown_globals != UnknownGlobals::Stub {
         return Err(Error::unsupported(
-            "a TorchScript archive: weights-only loading cannot run TorchScript; its tensors load \
+            "a TorchScript archive: Cannot use ``weights_only=True`` with TorchScript archives \
+             passed to ``torch.load`` (weights-only loading cannot run TorchScript); its tensors load \
              with unknown_globals=\"stub\" (its modules become stubs) or tensorplay.jit_state_dict; \
              use torch.jit.load on trusted files",
             Location::entry(&format!("{}/{}", layout.root, records::CONSTANTS_PKL)),

@@ -194,8 +194,9 @@ REFUSED_ON_PURPOSE = (
 # items (Python pickles a Counter as Counter(dict)); set(), OrderedDict(), bytes()
 # or bytearray() of a non-empty iterable other than a list or tuple (a dict's
 # keys, a string's characters), and OrderedDict() of pairs that are not lists or
-# tuples (2-character strings); BUILD on a tensor (torch calls `set_` with the
-# state) or setting attributes of a storage or a Counter; REDUCE or NEWOBJ
+# tuples (2-character strings); BUILD on a tensor other than a pre-1.0 empty one
+# with `(storage, offset, size, stride)` (torch calls `set_` or `__setstate__`
+# with any state) or setting attributes of a storage or a Counter; REDUCE or NEWOBJ
 # arguments other than a tuple (torch unpacks any iterable); backward hooks other
 # than an empty dict or None (torch sets whatever is there as the tensor's hooks,
 # which it never saves); a storage key other than a str or an int (torch takes

@@ -187,7 +187,7 @@ def _resolve_backend(backend: _Backend | None) -> _Backend:
     return backend
 
 
-def _source(f: Any, mmap: bool) -> tuple[str | int | bytes, int | None]:
+def _source(f: Any, mmap: bool) -> tuple[str | int | bytes | memoryview, int | None]:
     """A path to map; for a file object, the descriptor of the regular file it
     reads from its start (mapped, not copied), or else its bytes from its current
     position. With it, where the checkpoint starts in a seekable file object (None
@@ -212,10 +212,35 @@ def _source(f: Any, mmap: bool) -> tuple[str | int | bytes, int | None]:
         f.seek(0, os.SEEK_END)
         return fd, 0
     start = _position(f)
-    data = read()
+    data = _read_into(f) or read()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("f must be opened in binary mode")
-    return bytes(data), start
+    return (data if isinstance(data, memoryview) else bytes(data)), start
+
+
+def _read_into(f: Any) -> memoryview | None:
+    """The rest of a file object read with its ``readinto`` into one buffer of the
+    size its ``seek`` tells, as ``torch.load`` reads one that has ``readinto``
+    (no copy of each chunk); None when it has no ``readinto`` or cannot tell."""
+    readinto = getattr(f, "readinto", None)
+    if not callable(readinto):
+        return None
+    try:
+        here = f.tell()
+        size = f.seek(0, os.SEEK_END) - here
+        f.seek(here)
+    except (AttributeError, OSError, ValueError, TypeError):
+        return None
+    if not isinstance(size, int) or size <= 0:
+        return None
+    view = memoryview(bytearray(size))
+    filled = 0
+    while filled < size:
+        n = readinto(view[filled:])
+        if not n:
+            break
+        filled += n
+    return view[:filled]
 
 
 def _position(f: Any) -> int | None:

@@ -9,7 +9,7 @@ use crate::torch::policy::{Builtin, Global, QScheme, RebuildFn};
 use crate::torch::semantics::TorchHooks;
 use crate::torch::storages::IdFormat;
 use crate::torch::tensor::{numel_fits, numel_overflow, Dense, QParams, TensorKind, TensorNode};
-use crate::torch::value::{Arena, Node, Torch};
+use crate::torch::value::{Arena, Node, TensorId, Torch};
 use crate::value::NodeId;
 
 pub fn call(
@@ -326,6 +326,45 @@ pub(crate) fn tensor_dtype(arena: &Arena, mut id: NodeId) -> Option<DType> {
 }
 
 /// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
+/// `Tensor.__setstate__` of a pre-1.0 file: an empty tensor (`torch.Tensor()`,
+/// `torch.FloatTensor()`) built with `(storage, storage_offset, size, stride)`
+/// becomes that view of the storage, as torch's `set_` makes it, which takes
+/// only a storage of the tensor's own dtype.
+pub fn set_state(
+    h: &mut TorchHooks,
+    arena: &mut Arena,
+    t: TensorId,
+    state: NodeId,
+    at: &Location,
+) -> Result<(), Error> {
+    let TensorKind::Empty { dtype } = arena.tensor(t).kind else {
+        return Err(Error::unsupported("BUILD on a tensor that already has data", at.clone()));
+    };
+    let dense = {
+        let a = Args::new(arena, state, at, "torch.Tensor.__setstate__")?;
+        if a.len() != 4 {
+            // Five items are a pre-1.0 Variable's state, which carries its data as a tensor.
+            return Err(Error::unsupported(
+                "BUILD on a tensor with a state other than (storage, storage_offset, size, stride) (a pre-1.0 pickle format)",
+                at.clone(),
+            ));
+        }
+        let dense = dense(h, &a, None)?;
+        if dense.dtype != dtype {
+            return Err(a.fail(format!(
+                "expected a storage of dtype {}, got one of dtype {}",
+                dtype.name(),
+                dense.dtype.name()
+            )));
+        }
+        dense
+    };
+    if let Some(node) = arena.tensor_mut(t) {
+        node.kind = TensorKind::Dense(dense);
+    }
+    Ok(())
+}
+
 fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Error> {
     let storage = a.storage(0)?;
     let offset = a.uint(1, "storage_offset")?;

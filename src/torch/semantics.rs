@@ -901,6 +901,10 @@ impl Hooks for TorchHooks<'_> {
                     }
                 })
             }
+            Node::Domain(Torch::Tensor(t)) if matches!(arena.tensor(*t).kind, TensorKind::Empty { .. }) => {
+                let t = *t;
+                rebuild::set_state(self, arena, t, state, at)
+            }
             _ => build_container(arena, inst, state, at),
         };
         match result {

@@ -162,6 +162,12 @@ impl Arena {
         self.pool.get(id)
     }
 
+    /// Tensor `id`'s description, to change in place: a pre-1.0 BUILD gives an
+    /// empty tensor its storage after the tensor was made.
+    pub fn tensor_mut(&mut self, id: TensorId) -> Option<&mut TensorNode> {
+        self.pool.0.get_mut(id.index())
+    }
+
     /// Every tensor node, in the order the file made them.
     pub fn tensors(&self) -> impl Iterator<Item = (TensorId, &TensorNode)> {
         (self.pool.0.iter().enumerate()).map(|(i, t)| (TensorId(i as u32), t))
