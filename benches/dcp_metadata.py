@@ -80,8 +80,8 @@ def render(results: dict) -> str:
         "Peak RSS Δ is `VmHWM` (reset through `/proc/self/clear_refs` just before the call) minus the RSS "
         "just before it: it counts every allocator the same way, the Rust core's and torch's C++ ones "
         "included, which tracemalloc (Python's allocators only) would not. Anon Δ is the anonymous memory "
-        "still held after the call: the result's objects. The ratios are tensorplay ÷ torch, so below 1 "
-        "tensorplay is faster or smaller.", "",
+        "the process holds after the call more than before: the result, and freed heap the allocators kept. "
+        "The ratios are tensorplay ÷ torch, so below 1 tensorplay is faster or smaller.", "",
         "| reader | median ms | min ms | peak RSS Δ MiB | highest peak MiB | anon Δ MiB | time ÷ torch "
         "| peak ÷ torch |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
