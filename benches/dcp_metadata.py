@@ -8,8 +8,8 @@ here when missing).
 Every run of every reader is a fresh process (``_child.py``): imports first, then
 the peak-RSS counter reset, then the timed call. Runs go round-robin over the
 readers, the folder read once before each round (warm page cache). Writes the
-section "DCP .metadata" of RESULTS.md (``run.py`` keeps it) and
-``out/dcp_metadata.json``. With ``--check``, exits 1 when tensorplay's median
+section "DCP .metadata" of RESULTS.md (``run.py`` keeps it; full scale only) and
+``out/dcp_metadata.json`` (``dcp_metadata_small.json``). With ``--check``, exits 1 when tensorplay's median
 peak is above torch's.
 """
 from __future__ import annotations
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         if e["n"] and e["result"] != f"{items} items":
             e["errors"].append(f"returned {e['result']}, expected {items} items")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dcp_metadata.json").write_text(json.dumps(results, indent=1) + "\n")
+    raw = "dcp_metadata.json" if args.scale == "full" else f"dcp_metadata_{args.scale}.json"
+    (args.out / raw).write_text(json.dumps(results, indent=1) + "\n")
     section = render(results)
     print(section)
     if args.scale == "full":
