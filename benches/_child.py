@@ -49,6 +49,10 @@ IMPORTS = {
     # The torch backend makes .metadata's objects of torch's own DCP classes.
     "tp_dcp_full": ["torch", "torch.distributed.checkpoint", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
     "tp_dcp_full_numpy": ["numpy", "ml_dtypes", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
+    # A folder's .metadata alone (benches/dcp_metadata.py).
+    "torch_dcp_metadata": ["torch", "torch.distributed.checkpoint"],
+    "tp_dcp_metadata": ["torch", "torch.distributed.checkpoint", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
+    "tp_dcp_metadata_numpy": ["numpy", "ml_dtypes", "tensorplay", "tensorplay._build", "tensorplay.dcp"],
 }
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -336,11 +340,24 @@ def _dcp_operation(op: str, folder: str):
 
         load, backend = tensorplay.load, "numpy" if op.endswith("_numpy") else "torch"
         return lambda: load(folder, backend=backend)
+    if op in ("tp_dcp_metadata", "tp_dcp_metadata_numpy"):
+        import tensorplay.dcp
+
+        backend = "numpy" if op.endswith("_numpy") else "torch"
+        if backend == "torch":
+            # The class .metadata's TensorProperties become, built on first access (from
+            # torch's, imported already): an import's work, not the read's.
+            tensorplay.dcp.TorchTensorProperties  # noqa: B018
+        read_metadata = tensorplay.dcp.read_metadata
+        return lambda: read_metadata(folder, backend=backend)
     import torch.distributed.checkpoint as dcp  # not before: the numpy backend's load needs no torch
 
     # Without a process group dcp.load warns that it assumes one process, which is
     # the case measured; printing the warning is no part of either reader's cost.
     warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+    if op == "torch_dcp_metadata":
+        reader_class = dcp.FileSystemReader
+        return lambda: reader_class(folder).read_metadata()
     if op == "torch_dcp_full":
         # Exactly what torch 2.13's format_utils.dcp_to_torch_save runs before its torch.save.
         from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, _load_state_dict
@@ -428,6 +445,8 @@ def describe(result) -> str:
         return f"{len(result.globals)} globals, {result.issues_count} issues, scan_err={result.scan_err}"
     if isinstance(result, list):
         return f"{len(result)} unsafe globals"
+    if hasattr(result, "state_dict_metadata"):  # a DCP folder's Metadata
+        return f"{len(result.state_dict_metadata)} items"
     if hasattr(result, "verdict"):  # tensorplay.scanner
         return f"{result.verdict}, {len(result.globals)} unsafe globals"
     if isinstance(result, (bytearray, bytes, mmap.mmap)):

@@ -566,9 +566,9 @@ def ratio_tables(results: dict) -> list[str]:
     return lines
 
 
-# Sections of RESULTS.md that other benchmarks' runs wrote (benches/remote.py),
+# Sections of RESULTS.md that other benchmarks' runs wrote (benches/dcp_metadata.py, remote.py),
 # from the first of these headings to the end: a rewrite of the report keeps them.
-KEPT_SECTIONS = ("## Remote scans by ranges",)
+KEPT_SECTIONS = ("## DCP `.metadata`", "## Remote scans by ranges")
 
 
 def kept_sections(path: Path) -> str:
