@@ -568,7 +568,7 @@ def ratio_tables(results: dict) -> list[str]:
 
 # Sections of RESULTS.md that other benchmarks' runs wrote (benches/dcp_metadata.py, remote.py),
 # from the first of these headings to the end: a rewrite of the report keeps them.
-KEPT_SECTIONS = ("## DCP `.metadata`", "## Remote scans by ranges")
+KEPT_SECTIONS = ("## DCP `.metadata`", "## Remote scans by ranges", "## Repeated loads, from the second")
 
 
 def kept_sections(path: Path) -> str:

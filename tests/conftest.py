@@ -31,8 +31,7 @@ def torch_manifest() -> list[dict]:
 def views_the_mapped_file(array) -> bool:
     """Whether a numpy-backend array lies in a mapping tensorplay made (its
     storage's array views a MappedFile), not in memory numpy allocated. For the
-    small files tested with it that is the checkpoint itself: only copies of
-    4 MiB and more get an (anonymous) mapping of their own."""
+    small files tested with it that is the checkpoint itself."""
     storage = array.base
     return storage is not None and type(storage.base).__name__ == "MappedFile"
 

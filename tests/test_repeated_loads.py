@@ -2,9 +2,7 @@
 load leaves the heap it freed for the next load to reuse (giving it back to the
 system made every next load fault each 4 KiB page of its storages again), and
 a big one gives its scaffolding back, so memory stays bounded over many loads.
-Each case runs in a fresh process, where page faults and RSS are its own. (The
-numpy backend gives each storage of 4 MiB and more a mapping of its own, which
-every load faults in anew: not covered here.)"""
+Each case runs in a fresh process, where page faults and RSS are its own."""
 from __future__ import annotations
 
 import json
@@ -23,11 +21,11 @@ def rss_kib():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
-path, times = sys.argv[1], int(sys.argv[2])
+paths, times = sys.argv[1].split(","), int(sys.argv[2])
 faults, held, freed = [], [], []
-for _ in range(times):
+for i in range(times):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    loaded = tensorplay.load(path, backend=sys.argv[3])
+    loaded = tensorplay.load(paths[i % len(paths)], backend=sys.argv[3])
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     held.append(rss_kib())
     del loaded
@@ -38,7 +36,9 @@ print(json.dumps({"faults": faults, "held": held, "freed": freed}))
 
 
 def _repeat(path, times: int, backend: str = "torch") -> dict:
-    result = subprocess.run([sys.executable, "-c", REPEAT, str(path), str(times), backend], capture_output=True,
+    """Load ``path`` (or each of a list of paths, round-robin) ``times`` times."""
+    paths = ",".join(map(str, path)) if isinstance(path, list) else str(path)
+    result = subprocess.run([sys.executable, "-c", REPEAT, paths, str(times), backend], capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
@@ -60,6 +60,25 @@ def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_
     # leave room here: in 8 runs it reused on every load from the third on.)
     fresh = [n for n in faults[2:] if n >= pages // 8]
     assert len(fresh) < len(faults[2:]) // 2, faults
+
+
+@pytest.mark.parametrize("mib", [4, 16])
+@pytest.mark.parametrize("files", [1, 5])
+def test_the_numpy_backend_reuses_the_last_loads_storage(tmp_path, mib, files):
+    # A big storage used to get a mapping of its own, unmapped when dropped:
+    # every load faulted in each of its pages. Its heap block now serves the
+    # next load of the same size (the same file, or a dataset's next sample).
+    # The second load is glibc's first from the heap (it mapped the first load's
+    # storage and raised its mmap threshold when that was freed), as torch's is.
+    g = torch.Generator().manual_seed(mib)
+    paths = []
+    for i in range(files):
+        paths.append(tmp_path / f"{i}.pt")
+        torch.save({"w": torch.randn(mib << 18, generator=g)}, paths[-1])
+    faults = _repeat(paths, 15, "numpy")["faults"]
+    pages = (mib << 20) // 4096
+    fresh = [n for n in faults[2:] if n >= pages // 8]
+    assert len(fresh) <= 1, faults
 
 
 def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):

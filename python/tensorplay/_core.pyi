@@ -21,6 +21,7 @@ __all__ = [
     "LimitExceededError",
     "UnsupportedCheckpointError",
     "MappedFile",
+    "HeapMemory",
     "load",
     "allowed_in_file",
     "is_dangerous",
@@ -115,6 +116,15 @@ class MappedFile:
     # `__buffer__` attribute (tests/typing/stubtest-allowlist.txt).
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+# --- the memory a numpy-backend storage of 4 MiB and more is copied into (heap_memory.rs) --
+
+@final
+class HeapMemory:
+    """A block of the C heap that a storage's arrays keep as their base. Only
+    ``load`` makes one."""
+
+    def __len__(self) -> int: ...
 
 # --- functions ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ mod build;
 mod dcp;
 mod errors;
 mod gc;
+mod heap_memory;
 mod huge_pages;
 mod inspect;
 mod load;
@@ -107,6 +108,7 @@ type DenylistRow = (
 fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<mapping::MappedFile>()?;
+    m.add_class::<heap_memory::HeapMemory>()?;
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(huge_pages::huge_pages, m)?)?;

@@ -11,8 +11,7 @@ use numpy::npyffi::{self, npy_intp, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
 use numpy::{PyArray1, PyArrayDescr, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::archive::source::Source;
-use crate::bindings::mapping::MappedFile;
+use crate::bindings::heap_memory::HeapMemory;
 use crate::torch::dtype::{DType, NumpyDType};
 
 pub struct NumpyApi<'py> {
@@ -61,25 +60,20 @@ impl<'py> NumpyApi<'py> {
     /// starts. Allocation failure is a Python MemoryError, never a panic.
     ///
     /// numpy asks for transparent huge pages on arrays of 4 MiB and more, whatever
-    /// the machine makes of them. Big storages get an anonymous mapping of their
-    /// own instead, which an eager load's copy advises as `huge_pages` decides.
+    /// the machine makes of them. Big storages get a heap block of our own
+    /// instead, which an eager load's copy advises as `huge_pages` decides.
     pub fn alloc(&self, n: usize) -> PyResult<Buffer<'py>> {
-        const OWN_MAPPING_FROM: usize = 4 << 20;
+        const NUMPY_ADVISES_FROM: usize = 4 << 20;
         let py = self.py;
-        if n >= OWN_MAPPING_FROM {
-            let source = Source::anonymous(n).map_err(|e| {
-                pyo3::exceptions::PyMemoryError::new_err(format!(
-                    "cannot allocate {n} bytes for a storage: {e}"
-                ))
-            })?;
-            let (memory, _) = MappedFile::new(source);
+        if n >= NUMPY_ADVISES_FROM {
+            let memory = HeapMemory::new(n)?;
             let ptr = memory.ptr();
-            let mapping = Buffer {
+            let block = Buffer {
                 base: Bound::new(py, memory)?.into_any(),
                 ptr,
                 writable: true,
             };
-            return self.storage_array(&mapping, n);
+            return self.storage_array(&block, n);
         }
         let descr = self.uint8()?;
         let mut dims = [n as npy_intp];
