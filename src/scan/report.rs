@@ -99,6 +99,12 @@ pub mod problem_kind {
     /// `torch.jit.load`, which compiles and runs the code under `code/`, whatever
     /// its pickles name. Never clean.
     pub const TORCHSCRIPT: &str = "torchscript";
+    /// A `torch.package` archive: `torch.package.PackageImporter` imports the
+    /// Python modules it carries to unpickle it. Never clean.
+    pub const TORCH_PACKAGE: &str = "torch_package";
+    /// Mobile (lite interpreter) bytecode, in a zip's `bytecode.pkl` or as a
+    /// flatbuffer: torch's mobile loader runs it. Never clean.
+    pub const MOBILE_BYTECODE: &str = "mobile_bytecode";
 }
 
 /// Why (part of) a file could not be read: a stable `kind` for programs, where,

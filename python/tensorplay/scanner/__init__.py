@@ -92,8 +92,12 @@ class Problem(str):
     ``too_large`` (over the scan's ``max_file_size``), ``shard_index`` (a
     sharded checkpoint's index names what cannot be loaded), ``dcp_metadata``
     (a DCP metadata file whose items cannot be listed), ``pointer_out_of_range``
-    (an item's span past its file's end) or ``pointer_outside_folder`` (a
-    pointer out of the folder scanned, also a dangerous finding)."""
+    (an item's span past its file's end), ``pointer_outside_folder`` (a
+    pointer out of the folder scanned, also a dangerous finding), ``torchscript``
+    (a TorchScript archive, whose code torch.jit.load runs), ``torch_package``
+    (a torch.package archive, whose modules PackageImporter imports) or
+    ``mobile_bytecode`` (lite interpreter bytecode, which torch's mobile loader
+    runs): the last three are never clean."""
 
     kind: str
     location: str
