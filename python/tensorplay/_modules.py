@@ -71,7 +71,8 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
         on_path.add(id(module))
         pending.append((prefix, module, False))
         state = _attributes(module, where)
-        parameters, buffers, children = (_dict_of(state, key, module, where) for key in (_PARAMETERS, _BUFFERS, _MODULES))
+        parameters, buffers, children = (_dict_of(state, key, module, where)
+                                         for key in (_PARAMETERS, _BUFFERS, _MODULES))
         # Modules pickled before torch had non-persistent buffers lack the set; torch's
         # __setstate__ gives them an empty one.
         not_persistent = state.get(_NOT_PERSISTENT, set())
