@@ -24,10 +24,10 @@ pub const MOBILE_REASON: &str = "mobile (lite interpreter) bytecode: torch's mob
 /// Is `data` mobile bytecode in flatbuffer form: the root table's offset (inside
 /// the file), then `PTMF`?
 pub fn is_mobile_flatbuffer(data: &[u8]) -> bool {
-    let (Some(offset), Some(id)) = (data.get(..4), data.get(4..8)) else {
+    let (Some(offset), Some(id)) = (data.first_chunk::<4>(), data.get(4..8)) else {
         return false;
     };
-    let offset = u32::from_le_bytes([offset[0], offset[1], offset[2], offset[3]]);
+    let offset = u32::from_le_bytes(*offset);
     id == FLATBUFFER_ID && offset >= 8 && (offset as u64) < data.len() as u64
 }
 
