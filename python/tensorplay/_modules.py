@@ -101,7 +101,7 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
     return out
 
 
-def _attributes(module: Stub, where: str) -> dict:
+def _attributes(module: Stub, where: str) -> dict[str, Any]:
     """The attribute dict a module's BUILD gave it (a ``(dict, slots)`` pair merged)."""
     state = module.state
     if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict) and (
@@ -113,7 +113,7 @@ def _attributes(module: Stub, where: str) -> dict:
     return state
 
 
-def _dict_of(state: dict, key: str, module: Stub, where: str) -> dict:
+def _dict_of(state: dict[str, Any], key: str, module: Stub, where: str) -> dict[str, Any]:
     value = state.get(key)
     if not isinstance(value, dict):
         got = "no" if key not in state else f"a {type(value).__name__}"
