@@ -299,6 +299,7 @@ fn read_format(
         refuse_legacy_tar(data)?;
         return open_legacy(data, options);
     }
+    records::foreign::refuse_flatbuffer(data)?;
     if tar::may_be_tar(data) {
         return Err(Error::unsupported(
             "a legacy .tar checkpoint: weights-only loading refuses this format (CVE-2025-32434); \
@@ -394,6 +395,7 @@ fn open_zip(
     if let Some(source) = source {
         source.release_pages();
     }
+    records::foreign::refuse_in_zip(&layout)?;
     // A TorchScript archive's data.pkl is made of `__torch__` classes, defined
     // only by the archive's code: stubs stand in for them, so only stub mode
     // reads one (torch.load refuses one too, unless it may run it).
@@ -819,9 +821,11 @@ pub fn torchscript_module_lists(
     data: &[u8],
     limits: &Limits,
 ) -> Result<Vec<records::torchscript::ModuleLists>, Error> {
+    records::foreign::refuse_flatbuffer(data)?;
     let index = zip::read_index(data, limits.max_zip_entries)?;
     zip::validate(&index)?;
     let layout = Layout::new(index, data)?;
+    records::foreign::refuse_in_zip(&layout)?;
     if !layout.is_torchscript() {
         return Err(Error::unsupported(
             format!(

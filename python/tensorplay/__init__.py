@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from . import utils as utils
     from ._inspect import Inspection as Inspection
     from ._inspect import inspect as inspect
+    from ._modules import module_state_dict as module_state_dict
     from ._patch import patch_torch as patch_torch
     from ._patch import patched_torch as patched_torch
     from ._patch import unpatch_torch as unpatch_torch
@@ -73,6 +74,7 @@ _LAZY = {
     "unpatch_tensordict": ("_patch_tensordict", "unpatch_tensordict"),
     "load_memmap": ("_tensordict", "load_memmap"),
     "jit_state_dict": ("_torchscript", "jit_state_dict"),
+    "module_state_dict": ("_modules", "module_state_dict"),
     "Stub": ("_stub", "Stub"),
     "StubWarning": ("_stub", "StubWarning"),
 }
@@ -83,6 +85,7 @@ __all__ = [
     "StubWarning",
     "load_memmap",
     "jit_state_dict",
+    "module_state_dict",
     "save",
     "patch_torch",
     "patched_torch",

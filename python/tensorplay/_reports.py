@@ -49,9 +49,10 @@ RULES = [
      "Two readers of the same bytes (zip readers, pickle readers) would find different contents: a way to show "
      "one reader a benign file and another a hostile one."),
     ("TP005", "runs-its-code", "A file whose reader runs code the file carries",
-     "The file is an archive of code as well as data (a TorchScript archive: torch.jit.load compiles and runs "
-     "the code under code/), so whatever its pickles name, loading it with its reader runs what it says. Take "
-     "its tensors out with tensorplay (jit_state_dict, unknown_globals='stub') and load those."),
+     "The file is an archive of code as well as data (a TorchScript archive, whose code/ torch.jit.load compiles "
+     "and runs; a torch.package archive, whose modules PackageImporter imports; mobile bytecode, which torch's "
+     "lite interpreter runs), so whatever its pickles name, its reader runs what it says. Take the tensors of a "
+     "TorchScript archive out with tensorplay (jit_state_dict, unknown_globals='stub') and load those."),
 ]
 _RULE_INDEX = {rule_id: i for i, (rule_id, *_) in enumerate(RULES)}
 

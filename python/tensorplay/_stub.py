@@ -21,11 +21,13 @@ class Stub:
     ``module`` and ``name`` name the global; ``args`` and ``kwargs`` are what the
     file called it with (``None`` when it was only named, never called);
     ``state`` what BUILD gave it (a list when BUILD came more than once);
-    ``items`` what APPEND added (a list) or SETITEM set (a dict). Tensors and
-    every allowlisted value inside are built as a load builds them.
+    ``items`` what APPEND added (a list) or SETITEM set (a dict); ``source`` the
+    class source a legacy whole-module file recorded for an ``nn.Module`` class
+    (text, never compiled or run; ``None`` elsewhere). Tensors and every
+    allowlisted value inside are built as a load builds them.
     """
 
-    __slots__ = ("module", "name", "args", "kwargs", "state", "items")
+    __slots__ = ("module", "name", "args", "kwargs", "state", "items", "source")
 
     def __init__(self, module: str, name: str, args: tuple | None = None, kwargs: dict | None = None):
         self.module = module
@@ -34,6 +36,7 @@ class Stub:
         self.kwargs = kwargs
         self.state: Any = None
         self.items: list | dict | None = None
+        self.source: str | None = None
 
     @property
     def qualname(self) -> str:
@@ -41,7 +44,9 @@ class Stub:
 
     # What the builder does to an object made by an allowlisted class, recorded.
     def _called(self, args: tuple, kwargs: dict | None = None) -> Stub:
-        return Stub(self.module, self.name, tuple(args), dict(kwargs) if kwargs else {})
+        made = Stub(self.module, self.name, tuple(args), dict(kwargs) if kwargs else {})
+        made.source = self.source
+        return made
 
     def __setstate__(self, state: Any) -> None:
         # More than one BUILD is rare (a subclass adding slots): keep each.

@@ -585,7 +585,11 @@ impl<'a, 'py> Builder<'a, 'py> {
                 let (module, name) = (self.checkpoint.stubs.names())
                     .get(*i as usize)
                     .ok_or_else(|| self.fail(id, "unknown stubbed global"))?;
-                self.helpers.call_method1("stub", (module, name))?
+                let stub = self.helpers.call_method1("stub", (module, name))?;
+                if let Some(source) = self.checkpoint.stubs.source(*i) {
+                    stub.setattr("source", source)?;
+                }
+                stub
             }
             Node::Domain(Torch::Global(Global::Builtin(b))) => self.tensors.builtin(self, *b)?,
             Node::Domain(Torch::Size(dims)) => self.tensors.size(self, dims)?,

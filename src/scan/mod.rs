@@ -31,7 +31,7 @@ use crate::error::{code, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::opcodes;
 use crate::torch::policy::UserGlobals;
-use crate::torch::records::{self, Record};
+use crate::torch::records::{self, foreign, Record};
 use crate::torch::storages::IdFormat;
 
 pub use budget::{Budget, Work, MAX_DEFLATE_RATIO, WORK_PER_FILE_BYTE};
@@ -298,6 +298,11 @@ impl<'o> Scan<'o> {
         };
         let named_model = name.is_some_and(|n| named_like_a_model(n.as_bytes()));
         match NotAPickle::of(data) {
+            _ if foreign::is_mobile_flatbuffer(data) => self.problem(
+                location,
+                problem_kind::MOBILE_BYTECODE,
+                foreign::MOBILE_REASON,
+            ),
             // A clone of a model repository without its large files: what a
             // loader would read was never fetched, so it was not scanned either.
             _ if named_model && data.starts_with(GIT_LFS_POINTER) => self.problem(

@@ -99,10 +99,16 @@ pub mod problem_kind {
     /// `code/`, whatever its pickles name (and `torch.load(weights_only=False)`
     /// hands the archive to it).
     pub const TORCHSCRIPT: &str = "torchscript";
+    /// A `torch.package` archive: `torch.package.PackageImporter` imports the
+    /// Python modules it carries to unpickle it. Never clean.
+    pub const TORCH_PACKAGE: &str = "torch_package";
+    /// Mobile (lite interpreter) bytecode, in a zip's `bytecode.pkl` or as a
+    /// flatbuffer: torch's mobile loader runs it. Never clean.
+    pub const MOBILE_BYTECODE: &str = "mobile_bytecode";
 
     /// The kinds of a file whose reader runs code the file carries: unsafe, as a
     /// dangerous global is, under every policy.
-    pub const RUNS_CODE: [&str; 1] = [TORCHSCRIPT];
+    pub const RUNS_CODE: [&str; 3] = [TORCHSCRIPT, TORCH_PACKAGE, MOBILE_BYTECODE];
 
     pub fn runs_code(kind: &str) -> bool {
         RUNS_CODE.contains(&kind)

@@ -10,7 +10,7 @@ use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
-use crate::torch::records;
+use crate::torch::records::{self, foreign};
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {
@@ -170,6 +170,21 @@ impl Scan<'_> {
                 location,
                 problem_kind::TORCHSCRIPT,
                 "a TorchScript archive: torch.jit.load runs the code under code/",
+            );
+        }
+        let (package, mobile) = foreign::in_names(index.entries.iter().map(|e| &e.name[..]));
+        if package {
+            self.problem(
+                location,
+                problem_kind::TORCH_PACKAGE,
+                foreign::PACKAGE_REASON,
+            );
+        }
+        if mobile {
+            self.problem(
+                location,
+                problem_kind::MOBILE_BYTECODE,
+                foreign::MOBILE_REASON,
             );
         }
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());

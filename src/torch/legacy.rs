@@ -5,10 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::{Error, Location};
+use crate::error::{Error, ErrorKind, Location, Refusal};
 use crate::limits::Limits;
 use crate::pickle::machine::{self, Parsed, StringEncoding};
 use crate::pickle::opcodes;
+use crate::torch::module_ids;
 use crate::torch::policy::{Stubs, UnknownGlobals, UserGlobals};
 use crate::torch::semantics::{Refusals, TorchHooks};
 use crate::torch::storage_keys::StorageKey;
@@ -126,6 +127,24 @@ fn aux_pickle(
     Ok((arena, parsed))
 }
 
+/// When the main pickle is a whole pickled module that stub mode reads, the
+/// first module class it names: a load refused for a module class then says what
+/// the file is and how its tensors load. Run only on that refusal.
+fn whole_module(
+    data: &[u8],
+    user: &UserGlobals,
+    limits: &Limits,
+    encoding: StringEncoding,
+) -> Option<String> {
+    let mut hooks = TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy)
+        .stubbing(UnknownGlobals::Stub);
+    let mut arena = Arena::new(limits);
+    machine::run(data, &mut hooks, &mut arena, limits, encoding).ok()?;
+    let stubs = hooks.stubs?;
+    let (module, name) = stubs.module_classes().next()?;
+    Some(format!("{module}.{name}"))
+}
+
 /// Make an error's offset absolute in the file, and say which pickle it was in.
 fn shift(mut e: Error, base: u64, what: &str) -> Error {
     if let Some(loc) = e.location_mut() {
@@ -196,8 +215,23 @@ pub fn parse(
     let mut hooks =
         TorchHooks::new(Refusals::Raise, user, *limits, IdFormat::Legacy).stubbing(unknown);
     let mut arena = Arena::new(limits);
-    let main = machine::run(rest(data, pos), &mut hooks, &mut arena, limits, encoding)
-        .map_err(|e| shift(e, main_at, "main"))?;
+    let main = match machine::run(rest(data, pos), &mut hooks, &mut arena, limits, encoding) {
+        Ok(main) => main,
+        Err(e) => {
+            let e = shift(e, main_at, "main");
+            let refused_class = matches!(
+                e.kind(),
+                ErrorKind::Unsafe(Refusal::UnsupportedGlobal { .. })
+            );
+            if refused_class && unknown == UnknownGlobals::Refuse {
+                let at = e.location().cloned().unwrap_or_default();
+                if let Some(class) = whole_module(rest(data, pos), user, limits, encoding) {
+                    return Err(module_ids::refusal(Some(&class), at));
+                }
+            }
+            return Err(e);
+        }
+    };
     pos += main.end as u64;
     let storages = hooks.storages;
     let stubs = hooks.stubs.unwrap_or_default();

@@ -5,6 +5,7 @@ pub mod args;
 pub mod dtype;
 pub mod invariants;
 pub mod legacy;
+pub mod module_ids;
 pub mod numpy;
 pub mod policy;
 pub mod rebuild;

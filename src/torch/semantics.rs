@@ -11,6 +11,7 @@ use crate::pickle::decoder::Divergence;
 use crate::pickle::machine::Hooks;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
+use crate::torch::module_ids;
 use crate::torch::numpy;
 use crate::torch::policy::{
     self, Builtin, FoundGlobal, Global, JitBuilder, Resolution, Stubs, UnknownGlobals, UserGlobals,
@@ -924,6 +925,12 @@ impl Hooks for TorchHooks<'_> {
         }
         if let Some(why) = self.no_storages {
             return Err(Error::forbidden(why, at.clone()));
+        }
+        if self.id_format == IdFormat::Legacy && module_ids::is_module_id(arena, pid) {
+            return match self.stubs.as_mut() {
+                Some(stubs) => module_ids::load(arena, pid, stubs, at),
+                None => Err(module_ids::refusal(None, at.clone())),
+            };
         }
         let id = self
             .storages

@@ -31,6 +31,18 @@ def loading(path: str) -> None:
     tensorplay.load(path, backend="jax")  # type: ignore[arg-type]
 
 
+def whole_modules(path: str, data: bytes) -> None:
+    state = tensorplay.module_state_dict(path)
+    assert_type(state, dict[str, Any])
+    root = tensorplay.load(path, unknown_globals="stub")
+    if isinstance(root, tensorplay.Stub):
+        assert_type(root.source, str | None)
+        tensorplay.module_state_dict(root, backend="numpy", limits={"max_nodes": 10_000})
+    tensorplay.module_state_dict(Path(data.decode()))
+    tensorplay.jit_state_dict(path)
+    tensorplay.module_state_dict(path, backend="jax")  # type: ignore[arg-type]
+
+
 def saving(path: str, obj: dict[str, Any]) -> None:
     tensorplay.save(obj, path)
     tensorplay.save(obj, Path(path), pickle_protocol=4)

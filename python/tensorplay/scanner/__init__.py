@@ -93,9 +93,11 @@ class Problem(str):
     sharded checkpoint's index names what cannot be loaded), ``dcp_metadata``
     (a DCP metadata file whose items cannot be listed), ``pointer_out_of_range``
     (an item's span past its file's end), ``pointer_outside_folder`` (a
-    pointer out of the folder scanned, also a dangerous finding) or
-    ``torchscript`` (an archive ``torch.jit.load`` runs the code of: one of the
-    kinds that make a file unsafe under every policy, ``runs_code``)."""
+    pointer out of the folder scanned, also a dangerous finding), ``torchscript``
+    (a TorchScript archive, whose code torch.jit.load runs), ``torch_package``
+    (a torch.package archive, whose modules PackageImporter imports) or
+    ``mobile_bytecode`` (lite interpreter bytecode, which torch's mobile loader
+    runs): the last three make a file unsafe under every policy (``runs_code``)."""
 
     kind: str
     location: str

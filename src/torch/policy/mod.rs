@@ -40,6 +40,9 @@ pub enum UnknownGlobals {
 pub struct Stubs {
     names: Vec<(String, String)>,
     by_name: BTreeMap<(String, String), u32>,
+    /// The class source a legacy whole-module file recorded for a stub, by index
+    /// (`None`: the file recorded none). Text, never compiled.
+    sources: BTreeMap<u32, Option<String>>,
 }
 
 impl Stubs {
@@ -58,6 +61,28 @@ impl Stubs {
 
     pub fn names(&self) -> &[(String, String)] {
         &self.names
+    }
+
+    /// Record the source a module persistent id gave stub `index`; false when
+    /// one was recorded for it before.
+    pub fn set_source(&mut self, index: u32, source: Option<String>) -> bool {
+        match self.sources.entry(index) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(source);
+                true
+            }
+        }
+    }
+
+    /// The classes a module persistent id named, in the order the file first named them.
+    pub fn module_classes(&self) -> impl Iterator<Item = &(String, String)> {
+        (self.sources.keys()).filter_map(|i| self.names.get(*i as usize))
+    }
+
+    /// The class source recorded for stub `index`, if any.
+    pub fn source(&self, index: u32) -> Option<&str> {
+        self.sources.get(&index).and_then(|s| s.as_deref())
     }
 }
 

@@ -3,6 +3,7 @@
 //! and the checks it makes of the layout on every load ([`Layout`]). Loads, scans
 //! and saves all take these from here.
 
+pub mod foreign;
 mod layout;
 pub mod torchscript;
 

@@ -1,0 +1,127 @@
+//! Archives torch writes that hold code a reader would run, beside or instead
+//! of a checkpoint: `torch.package` archives (`PackageImporter` imports the
+//! Python modules they carry, and their pickles name those modules' classes)
+//! and mobile (lite interpreter) bytecode (`_save_for_lite_interpreter`; torch's
+//! mobile loader runs it). Recognised here, once: loads refuse them by name and
+//! scans never call them clean.
+
+use crate::error::{Error, Location};
+use crate::torch::records::{Layout, DATA_PKL};
+
+/// The record a `torch.package` archive always has (beside `.data/version`).
+pub const PACKAGE_EXTERN_MODULES: &str = ".data/extern_modules";
+/// The mobile bytecode of a zip written for the lite interpreter.
+pub const MOBILE_BYTECODE_PKL: &str = "bytecode.pkl";
+/// The file identifier of the flatbuffer form (`_use_flatbuffer=True`), after
+/// the root table's offset.
+const FLATBUFFER_ID: &[u8] = b"PTMF";
+
+pub const PACKAGE_REASON: &str =
+    "a torch.package archive: torch.package.PackageImporter imports the \
+     Python modules it carries to unpickle it, so it runs the archive's code";
+pub const MOBILE_REASON: &str = "mobile (lite interpreter) bytecode: torch's mobile loader runs it";
+
+/// Is `data` mobile bytecode in flatbuffer form: the root table's offset (inside
+/// the file), then `PTMF`?
+pub fn is_mobile_flatbuffer(data: &[u8]) -> bool {
+    let (Some(offset), Some(id)) = (data.first_chunk::<4>(), data.get(4..8)) else {
+        return false;
+    };
+    let offset = u32::from_le_bytes(*offset);
+    id == FLATBUFFER_ID && offset >= 8 && (offset as u64) < data.len() as u64
+}
+
+/// A load's refusal of a flatbuffer of mobile bytecode.
+pub fn refuse_flatbuffer(data: &[u8]) -> Result<(), Error> {
+    if is_mobile_flatbuffer(data) {
+        return Err(refusal(
+            "mobile (lite interpreter) bytecode in flatbuffer form",
+            "tensorplay scan reports it",
+            Location::at(0),
+        ));
+    }
+    Ok(())
+}
+
+/// A load's refusal of a zip that is a `torch.package` archive, or mobile
+/// bytecode with no full TorchScript archive beside it. A lite-interpreter zip
+/// as torch writes it is also a TorchScript archive (`data.pkl`, `constants.pkl`,
+/// `code/`), which `torch.jit.load` reads: that part is read as TorchScript.
+pub fn refuse_in_zip(layout: &Layout) -> Result<(), Error> {
+    let at = |record: &str| Location::entry(&format!("{}/{record}", layout.root));
+    if layout.entry(PACKAGE_EXTERN_MODULES).is_some() {
+        return Err(refusal(
+            "a torch.package archive",
+            READS_PICKLES,
+            at(PACKAGE_EXTERN_MODULES),
+        ));
+    }
+    let full_torchscript = layout.is_torchscript() && layout.entry(DATA_PKL).is_some();
+    if layout.entry(MOBILE_BYTECODE_PKL).is_some() && !full_torchscript {
+        return Err(refusal(
+            "mobile (lite interpreter) bytecode with no TorchScript archive beside it",
+            READS_PICKLES,
+            at(MOBILE_BYTECODE_PKL),
+        ));
+    }
+    Ok(())
+}
+
+const READS_PICKLES: &str = "tensorplay scan reads every pickle in it";
+
+fn refusal(what: &str, scan: &str, at: Location) -> Error {
+    Error::unsupported(
+        format!(
+            "{what}: out of scope for weights-only loading, which never runs or imports code \
+             from a file; {scan}"
+        ),
+        at,
+    )
+}
+
+/// What a scan says of a zip with these entry names (the root is the first
+/// entry's folder): whether it is a `torch.package` archive and whether it
+/// holds mobile bytecode.
+pub fn in_names<'n>(mut names: impl Iterator<Item = &'n [u8]>) -> (bool, bool) {
+    let Some(first) = names.next() else {
+        return (false, false);
+    };
+    let Some(root) = super::root_of(first) else {
+        return (false, false);
+    };
+    let (mut package, mut mobile) = (false, false);
+    for name in std::iter::once(first).chain(names) {
+        package |= super::is_record(root, name, PACKAGE_EXTERN_MODULES);
+        mobile |= super::is_record(root, name, MOBILE_BYTECODE_PKL);
+    }
+    (package, mobile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flatbuffer_is_known_by_its_identifier_and_a_root_inside_it() {
+        let mut fb = vec![16, 0, 0, 0];
+        fb.extend_from_slice(b"PTMF");
+        fb.resize(32, 0);
+        assert!(is_mobile_flatbuffer(&fb));
+        assert!(!is_mobile_flatbuffer(&fb[..12]));
+        assert!(!is_mobile_flatbuffer(b"abc PTMF is text"));
+    }
+
+    #[test]
+    fn package_and_mobile_records_are_found_under_the_root() {
+        let names: [&[u8]; 3] = [
+            b"pkg/.data/version",
+            b"pkg/.data/extern_modules",
+            b"pkg/x.py",
+        ];
+        assert_eq!(in_names(names.into_iter()), (true, false));
+        let names: [&[u8]; 2] = [b"lite/data.pkl", b"lite/BYTECODE.pkl"];
+        assert_eq!(in_names(names.into_iter()), (false, true));
+        let names: [&[u8]; 2] = [b"a/data.pkl", b"b/bytecode.pkl"];
+        assert_eq!(in_names(names.into_iter()), (false, false));
+    }
+}
