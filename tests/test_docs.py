@@ -104,6 +104,14 @@ _API_PAGES = {"tensorplay": "tensorplay.md", "tensorplay.serialization": "serial
               "tensorplay.dcp": "dcp.md", "tensorplay.utils": "utils.md", "tensorplay.utils.serialization": "utils.md"}
 
 
+def test_the_benchmark_chart_is_drawn_from_the_committed_results() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benches" / "chart.py"), "--check"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    svg = (DOCS / "assets" / "bench_ratios.svg").read_text()
+    assert svg.count("<rect") >= 4 * 5 and "CPU:" in svg
+
+
 # --- the examples on the pages -------------------------------------------------------
 
 _SETUP = re.compile(r"^<!-- test-setup\n(.*?)^-->$", re.M | re.S)
