@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fail on a `use` in src/ that points up the data path, or sideways into a layer
 that is not below: each top-level module of the crate may use only modules of a
-lower layer (and itself). The layers, lowest first, are the README's graph."""
+lower layer (and itself). The layers, lowest first, are the graph of docs/contributing/layout.md."""
 from __future__ import annotations
 
 import re

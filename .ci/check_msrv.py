@@ -46,7 +46,7 @@ def main() -> int:
         for v, name, ver in above:
             print(f"check_msrv: {name} {ver} needs Rust {'.'.join(map(str, v))}, above the declared "
                   f"rust-version {declared}")
-        print("check_msrv: raise rust-version in Cargo.toml (and the README's Install section), or lock older versions")
+        print("check_msrv: raise rust-version in Cargo.toml (and docs/install.md), or lock older versions")
         return 1
     top = needs[0] if needs else None
     print(f"check_msrv: rust-version {declared} covers the {len(seen) - 1} locked dependencies of the library"

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import chart  # benches/chart.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CHILD = HERE / "_child.py"
@@ -899,6 +901,8 @@ def main(argv: list[str] | None = None) -> int:
     raw.write_text(json.dumps(results, indent=1) + "\n")
     report = render(results)
     args.results.write_text(report.rstrip("\n") + "\n" + kept_sections(args.results))
+    if args.scale == "full":  # the chart on the docs' Performance page (benches/chart.py)
+        chart.CHART.write_text(chart.draw(args.results.read_text()))
 
     if args.smoke:
         problems = smoke_problems(results)

@@ -18,7 +18,8 @@ PY="$VENV/bin/python"
 # The distribution was named tensorplay before it became tensorplay-serialization:
 # in a used environment, the old one would hold the same files.
 "$PY" -m pip uninstall --quiet --yes tensorplay 2>/dev/null || true
-"$PY" -m pip install --quiet ".[test]"
+# The docs extra: tests/test_docs.py builds the site (mkdocs build --strict).
+"$PY" -m pip install --quiet ".[test,docs]"
 
 # The remote-scan tests serve files with a real nginx (Debian's nginx-light).
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then

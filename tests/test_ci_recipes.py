@@ -1,4 +1,4 @@
-"""The integrations the README gives CI engineers, run for real: the pre-commit
+"""The integrations the docs (docs/scanning/ci.md) give CI engineers, run for real: the pre-commit
 hook (`.pre-commit-hooks.yaml`) through `pre-commit try-repo` on a temporary
 git repository, and the command lines of the GitHub Actions recipe."""
 from __future__ import annotations
@@ -59,8 +59,8 @@ def test_the_pre_commit_hook_passes_clean_files_and_blocks_a_hostile_one(models,
 
 
 def _recipe() -> str:
-    readme = (ROOT / "README.md").read_text()
-    (workflow,) = re.findall(r"```yaml\n(# \.github/workflows/scan-models\.yml\n.*?)```", readme, re.S)
+    page = (ROOT / "docs" / "scanning" / "ci.md").read_text()
+    (workflow,) = re.findall(r"```yaml\n(# \.github/workflows/scan-models\.yml\n.*?)```", page, re.S)
     return workflow
 
 

@@ -1,5 +1,5 @@
 """`tensorplay scan --format json|sarif` and `-o FILE`: the JSON document has
-every field the README's schema lists, and the SARIF log is valid SARIF 2.1.0,
+every field the docs' schema (docs/scanning/index.md) lists, and the SARIF log is valid SARIF 2.1.0,
 checked with sarif-pydantic (a typed model of the 2.1.0 schema, the one such
 package on the index: none ships the OASIS JSON schema itself), with no field
 the model does not know."""
@@ -145,9 +145,9 @@ def test_json_is_an_alias_and_the_output_file_replaces_the_old_one(folder, tmp_p
     assert result.returncode == 2 and "cannot write" in result.stderr
 
 
-def test_the_readers_the_scan_models_are_listed_in_the_readme_and_the_json_summary(tmp_path):
-    """One list (src/scan/readers.rs): the README's table and every JSON summary are it."""
-    readme = (TESTS.parent / "README.md").read_text()
+def test_the_readers_the_scan_models_are_listed_in_the_docs_and_the_json_summary(tmp_path):
+    """One list (src/scan/readers.rs): the Scanning page's table and every JSON summary are it."""
+    readme = (TESTS.parent / "docs" / "scanning" / "index.md").read_text()
     models = _core.reader_models()
     assert {name for name, *_ in models} >= {"pickle", "torch.load", "zipfile", "tarfile", "compression", "7z",
                                              "numpy", "joblib", "pandas", "dcp", "sharded", "tensordict"}

@@ -13,6 +13,15 @@ from .scanner import STDIN, GlobalFinding, Policy, Problem, ScanReport
 # Raised when a field changes meaning or goes; new fields keep it.
 SCHEMA_VERSION = 1
 
+# The documentation site (pyproject.toml's Documentation URL, mkdocs' site_url):
+# each SARIF rule's helpUri is its page there (tests/test_docs.py checks both).
+DOCS_URL = "https://tensorplay.github.io/tensorplay-serialization/"
+
+
+def rule_page(rule_id: str) -> str:
+    """The rule's page on the documentation site, relative to it."""
+    return f"rules/{rule_id}/"
+
 
 def json_document(reports: Sequence[ScanReport], policy: Policy, started: str, seconds: float,
                   exit_code: int, passed_over: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
@@ -99,7 +108,7 @@ def sarif(reports: Sequence[ScanReport], policy: Policy, exit_code: int) -> dict
         results += [_finding_result(report, f, policy) for f in report.findings]
         results += [_problem_result(report, p, policy) for p in report.problems]
     rules = [{"id": rule_id, "name": name, "shortDescription": {"text": short}, "fullDescription": {"text": full},
-              "defaultConfiguration": {"level": "error"}}
+              "helpUri": DOCS_URL + rule_page(rule_id), "defaultConfiguration": {"level": "error"}}
              for rule_id, name, short, full in RULES]
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",

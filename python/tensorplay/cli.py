@@ -344,8 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "listed and scanned as a local one")
     scan.add_argument("--format", choices=("text", "json", "jsonl", "sarif"), default="text", metavar="FORMAT",
                       help="text (a table), json (one document: a summary and a record per file; the schema is in "
-                           "the README), jsonl (a file's record per line, each written as soon as it is scanned: "
-                           "for streams of many URLs) or sarif (SARIF 2.1.0, for GitHub code scanning)")
+                           "the documentation's Scanning page), jsonl (a file's record per line, each written as soon "
+                           "as it is scanned: for streams of many URLs) or sarif (SARIF 2.1.0, for GitHub code "
+                           "scanning)")
     scan.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
     scan.add_argument("-o", "--output", metavar="FILE",
                       help="write the report to FILE (through a temporary file renamed over it) instead of "

@@ -26,7 +26,13 @@ from typing import Any
 from . import _allowlist, _core, _limits, _paths, _refusal, _strides
 from ._core import MalformedCheckpointError, UnsupportedCheckpointError
 
+# FileSystemReader needs torch: it is made on first use (__getattr__).
+__all__ = ["FileSystemReader", "METADATA_FILE", "TensorProperties", "is_dcp_folder", "load",  # noqa: F822
+           "read_metadata",
+           "structure"]
+
 METADATA_FILE = ".metadata"
+"""The name of a DCP folder's metadata file."""
 
 
 def is_dcp_folder(path: str | os.PathLike[str]) -> bool:

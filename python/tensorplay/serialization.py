@@ -72,6 +72,7 @@ class LoadEndianness(enum.Enum):
 
 
 def get_default_load_endianness() -> LoadEndianness | None:
+    """The byte order ``set_default_load_endianness`` set (None: little-endian)."""
     return config.load.endianness
 
 
@@ -99,6 +100,7 @@ def _endianness_name(setting: Any) -> _Endianness:
 
 
 def get_default_mmap_options() -> int | None:
+    """The mmap flags ``set_default_mmap_options`` set (None: ``mmap.MAP_PRIVATE``)."""
     return config.load.mmap_flags
 
 
@@ -124,6 +126,7 @@ class set_default_mmap_options:
 
 
 def get_crc32_options() -> bool:
+    """Whether ``save`` computes each record's CRC-32 (``set_crc32_options``)."""
     return bool(config.save.compute_crc32)
 
 

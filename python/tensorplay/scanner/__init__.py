@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import _core, _limits, _paths, _pointers
 from .._pointers import Pointer
 
+__all__ = ["EVERYTHING", "FAIL_ON", "STDIN", "GlobalFinding", "Pointer", "Policy", "Problem", "ScanReport",
+           "Selection", "Settings", "SettingsError", "byte_size", "denylist", "iter_files", "scan", "scan_paths"]
+
 # Records are named tuples, not dataclasses (`dataclasses` imports `inspect`), made
 # by collections.namedtuple, not typing.NamedTuple (`typing` took 3 ms of a 28 ms
 # `tensorplay scan FILE` process, which hubs start once per upload). Type checkers
@@ -227,10 +230,12 @@ def scan(f: str | os.PathLike[str] | bytes, *, allow: Iterable[str] = (), pickle
 
 
 STDIN = "-"
+"""The path that names standard input (``tensorplay scan -``), read as a stream."""
 
 
 # What fails a scan, from the most lenient policy to the strictest (the default).
 FAIL_ON = ("dangerous", "unsafe", "unreadable")
+"""The levels of ``--fail-on`` (``Policy.fail_on``), most lenient first."""
 
 
 class Selection:
@@ -266,6 +271,7 @@ class Selection:
 
 
 EVERYTHING = Selection()
+"""The selection that scans every file: no pattern, no size limit."""
 
 
 class Policy:

@@ -34,6 +34,8 @@ except ImportError as e:
 from .. import _http, _remote
 from . import Problem, ScanReport, Selection, scan_paths
 
+__all__ = ["FORMATS", "SCHEMA", "ScanUnits", "scan_listing", "to_row"]
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -56,8 +58,10 @@ SCHEMA = pa.schema([
     ("round_trips", pa.int64()),
     ("whole_file", pa.bool_()),
 ])
+"""The columns and types of every row ``scan_listing`` writes."""
 
 FORMATS = ("jsonl", "parquet")
+"""The output formats of ``scan_listing``."""
 
 
 class ScanUnits:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..serialization import LoadEndianness
 
+__all__ = ["Config", "LoadConfig", "SaveConfig", "config"]
+
 
 class _Section:
     _fields: dict[str, Any] = {}
@@ -74,6 +76,9 @@ class SaveConfig(_Section):
 
 
 class Config:
+    """The two sections of options: ``load`` (a :class:`LoadConfig`) and ``save``
+    (a :class:`SaveConfig`), as ``torch.utils.serialization.config`` has them."""
+
     def __init__(self) -> None:
         self.load = LoadConfig()
         self.save = SaveConfig()
@@ -98,3 +103,4 @@ class Config:
 
 
 config = Config()
+"""The process's defaults: ``config.load.mmap``, ``config.save.compute_crc32``..."""
