@@ -1,5 +1,5 @@
 """The runner of torch's own test_serialization.py (tests/torch_serialization_suite.py):
-it finds the tests patching breaks, counts outcomes, and the README shows its one
+it finds the tests patching breaks, counts outcomes, and the Testing page shows its one
 list of exceptions. torch's file is not kept here, so the runner runs a small test
 file of this test's own, which patching breaks in one place."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 
 import torch_serialization_suite as suite  # noqa: E402
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+TESTING_PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "contributing" / "testing.md"
 
 SAMPLE = textwrap.dedent('''
     import io
@@ -57,9 +57,9 @@ def test_the_runner_finds_the_test_patching_breaks(tmp_path):
     assert suite.regressions(unpatched, patched, {"TestSample::test_sees_torchs_own_function": "why"}) == []
 
 
-def test_the_readme_shows_every_exception_with_its_reason():
-    readme = README.read_text()
-    section = readme.split("### torch's own test suite", 1)[1].split("\n### ", 1)[0]
+def test_the_testing_page_shows_every_exception_with_its_reason():
+    page = TESTING_PAGE.read_text()
+    section = page.split("## torch's own test suite", 1)[1].split("\n## ", 1)[0]
     listed = [line for line in section.splitlines() if line.startswith("- `")]
     assert len(listed) == len(suite.EXCEPTIONS)
     for name, reason in suite.EXCEPTIONS.items():

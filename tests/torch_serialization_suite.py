@@ -2,7 +2,7 @@
 subprocesses: with ``torch.load`` as torch has it, and with ``tensorplay.patch_torch()``
 applied (the plugin ``torch_suite_patch``, loaded only then). Every test that
 passes unpatched must pass patched, except the ones in ``EXCEPTIONS``: the one list
-of tests of torch's internals, each with why, which the README shows.
+of tests of torch's internals, each with why, which docs/contributing/testing.md shows.
 
 torch's test file is not in the wheel, and it is not kept in this repository (the
 copies the project may read are for reading, not committing): take it at the
@@ -22,7 +22,7 @@ from collections import Counter
 TESTS = pathlib.Path(__file__).resolve().parent
 PYTHON_PACKAGE = TESTS.parent / "python"
 
-# "Class::test" -> why it may pass unpatched and fail patched (Markdown: the README
+# "Class::test" -> why it may pass unpatched and fail patched (Markdown: the Testing page
 # shows each as "- `name`: reason").
 EXCEPTIONS: dict[str, str] = {
     "TestSerialization::test_weights_only_error_unsafe_global_False": (
