@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from . import scanner as scanner
     from . import serialization as serialization
     from . import utils as utils
+    from ._export import export_constants as export_constants
+    from ._export import export_state_dict as export_state_dict
     from ._inspect import Inspection as Inspection
     from ._inspect import inspect as inspect
     from ._patch import patch_torch as patch_torch
@@ -73,6 +75,8 @@ _LAZY = {
     "unpatch_tensordict": ("_patch_tensordict", "unpatch_tensordict"),
     "load_memmap": ("_tensordict", "load_memmap"),
     "jit_state_dict": ("_torchscript", "jit_state_dict"),
+    "export_state_dict": ("_export", "export_state_dict"),
+    "export_constants": ("_export", "export_constants"),
     "Stub": ("_stub", "Stub"),
     "StubWarning": ("_stub", "StubWarning"),
 }
@@ -83,6 +87,8 @@ __all__ = [
     "StubWarning",
     "load_memmap",
     "jit_state_dict",
+    "export_state_dict",
+    "export_constants",
     "save",
     "patch_torch",
     "patched_torch",
