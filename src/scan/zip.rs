@@ -219,7 +219,9 @@ impl Scan<'_> {
                 entry
             };
             let found_before = self.report.findings.len();
-            let tensor_record = layout.is_pt2_tensor_record(&entry.name).then(|| here.clone());
+            let tensor_record = layout
+                .is_pt2_tensor_record(&entry.name)
+                .then(|| here.clone());
             let outer = std::mem::replace(&mut self.tensor_record, tensor_record);
             self.member(data, entry, &here, depth);
             self.tensor_record = outer;
