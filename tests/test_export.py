@@ -395,3 +395,22 @@ def test_an_aotinductor_package_is_refused_naming_it():
                  lambda p: tensorplay.load(p, unknown_globals="stub")):
         with pytest.raises(tensorplay.UnsupportedCheckpointError, match="an AOTInductor package"):
             read(AOTI)
+
+
+def test_an_empty_record_reads_as_zeros_as_torch_reads_it(tmp_path):
+    # What torch writes for a fake tensor: no bytes; its reader makes zeros of the entry's sizes.
+    with zipfile.ZipFile(FIXTURE) as z:
+        config = json.loads(z.read(WEIGHTS_CONFIG))
+    record = config["config"]["lin.bias"]["path_name"]
+    path = rewritten(tmp_path, {f"model/data/weights/{record}": b""})
+    (reference,) = torch_reads(path)
+    assert "error" not in reference, reference
+    assert_same(describe(tensorplay.export_state_dict(path), "torch"), reference["state_dict"], "torch")
+    assert not tensorplay.export_state_dict(path, backend="numpy")["lin.bias"].any()
+
+
+def test_an_archive_without_the_model_program_says_so(tmp_path):
+    # package_pt2 of a dict of programs names them; torch.export.load reads only "model".
+    path = rewritten(tmp_path, {"model/models/model.json": None, "model/models/encoder.json": b"{}"})
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match=r"no program named 'model'.*\['encoder'\]"):
+        tensorplay.export_state_dict(path)

@@ -189,6 +189,16 @@ class _Archive:
         if self.has("byteorder") and bytes(self.read("byteorder")) != b"little":
             raise _core.error("unsupported", "a big-endian torch.export archive", entry=self.root + "byteorder")
 
+    def check_model(self) -> None:
+        """An archive of programs none of which is ``model`` (``package_pt2`` of a
+        dict) holds nothing ``torch.export.load`` reads."""
+        if self.has(f"models/{_MODEL}.json"):
+            return
+        names = sorted(n[len(self.root) + len("models/"):-len(".json")] for n in self.entries
+                       if n.startswith(self.root + "models/") and n.endswith(".json"))
+        raise _core.error("unsupported", f"the archive holds no program named {_MODEL!r} (torch.export.load "
+                          f"reads only that one); its programs: {names}", entry=self.root + f"models/{_MODEL}.json")
+
     # --- the three parts -----------------------------------------------------------------
 
     def state_dict(self, backend: str, unknown: _Unknown) -> dict[str, Any]:
@@ -197,6 +207,7 @@ class _Archive:
             return self.pickled_dict("serialized_state_dict.pt", backend, unknown)
         if self.has(f"data/weights/{_MODEL}.pt"):  # the first pt2 layout: one torch.save'd dict
             return self.pickled_dict(f"data/weights/{_MODEL}.pt", backend, unknown)
+        self.check_model()
         return self.configured("data/weights/", f"data/weights/{_MODEL}_weights_config.json", backend, unknown,
                                constants=False)
 
@@ -206,6 +217,7 @@ class _Archive:
             return self.pickled_dict("serialized_constants.pt", backend, unknown)
         if self.has(f"data/constants/{_MODEL}.pt"):
             return self.pickled_dict(f"data/constants/{_MODEL}.pt", backend, unknown)
+        self.check_model()
         return self.configured("data/constants/", f"data/constants/{_MODEL}_constants_config.json", backend,
                                unknown, constants=True)
 
