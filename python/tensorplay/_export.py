@@ -19,6 +19,7 @@ from . import _core, _limits, _strides
 
 _Source = str | os.PathLike[str] | bytes | memoryview
 _Unknown = Literal["error", "stub"]
+_Backend = Literal["torch", "numpy"]
 
 # torch/_export/serde/schema.py `ScalarType`: the config's dtype numbers, by the
 # names the core's dtype table (`_core.dtypes()`) uses.
@@ -40,7 +41,7 @@ _ARCHIVE_VERSIONS = {0}
 _OLD_PROGRAM = "serialized_exported_program.json"
 
 
-def export_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | None = None,
+def export_state_dict(path: _Source, *, backend: _Backend | None = None,
                       limits: dict[str, int] | None = None, unknown_globals: _Unknown = "error") -> dict[str, Any]:
     """The weights (parameters and persistent buffers) of the torch.export archive
     at ``path`` (a path, or its bytes), named and ordered as
@@ -54,7 +55,7 @@ def export_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | Non
         return archive.state_dict(_backend(backend), unknown_globals)
 
 
-def export_constants(path: _Source, *, backend: Literal["torch", "numpy"] | None = None,
+def export_constants(path: _Source, *, backend: _Backend | None = None,
                      limits: dict[str, int] | None = None, unknown_globals: _Unknown = "error") -> dict[str, Any]:
     """The constants of the torch.export archive at ``path`` (tensor attributes
     and non-persistent buffers), named and ordered as
@@ -83,7 +84,7 @@ def refusal(source: _Source | int, limits: dict[str, int] | None) -> _core.Unsup
                        "state dict", entry=archive.where)
 
 
-def contents(source: _Source | int, backend: str, limits: dict[str, int] | None) -> dict[str, Any]:
+def contents(source: _Source | int, backend: _Backend, limits: dict[str, int] | None) -> dict[str, Any]:
     """What ``load(path, unknown_globals="stub")`` gives for a torch.export archive."""
     with _Archive(source, limits) as archive:
         archive.check_loadable()
@@ -96,7 +97,7 @@ def contents(source: _Source | int, backend: str, limits: dict[str, int] | None)
         }
 
 
-def _backend(backend: str | None) -> str:
+def _backend(backend: _Backend | None) -> _Backend:
     from .serialization import _resolve_backend
 
     return _resolve_backend(backend)
@@ -129,7 +130,7 @@ class _Archive:
         self.limits = _limits.merged(limits)
         # The values the checks made here compare with.
         self.bounds = {**_limits.default_limits(), **(limits or {})}
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, Any] = {}
         for entry in _core.zip_entries(self.source, limits=self.limits):
             try:
                 self.entries[entry["name"].decode("utf-8")] = entry
@@ -156,7 +157,8 @@ class _Archive:
     def has(self, record: str) -> bool:
         return self.root + record in self.entries
 
-    def read(self, record: str) -> bytes:
+    def read(self, record: str) -> Any:
+        """The record's bytes, as a numpy uint8 array."""
         name = self.root + record
         entry = self.entries.get(name)
         if entry is None:
@@ -201,7 +203,7 @@ class _Archive:
 
     # --- the three parts -----------------------------------------------------------------
 
-    def state_dict(self, backend: str, unknown: _Unknown) -> dict[str, Any]:
+    def state_dict(self, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         self.check_loadable()
         if self.kind == "zip":
             return self.pickled_dict("serialized_state_dict.pt", backend, unknown)
@@ -211,7 +213,7 @@ class _Archive:
         return self.configured("data/weights/", f"data/weights/{_MODEL}_weights_config.json", backend, unknown,
                                constants=False)
 
-    def constants(self, backend: str, unknown: _Unknown) -> dict[str, Any]:
+    def constants(self, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         self.check_loadable()
         if self.kind == "zip":
             return self.pickled_dict("serialized_constants.pt", backend, unknown)
@@ -221,7 +223,7 @@ class _Archive:
         return self.configured("data/constants/", f"data/constants/{_MODEL}_constants_config.json", backend,
                                unknown, constants=True)
 
-    def sample_inputs(self, backend: str) -> Any:
+    def sample_inputs(self, backend: _Backend) -> Any:
         record = "serialized_example_inputs.pt" if self.kind == "zip" else f"data/sample_inputs/{_MODEL}.pt"
         if not self.has(record):
             return None
@@ -229,7 +231,7 @@ class _Archive:
 
     # --- pickled parts -----------------------------------------------------------------
 
-    def nested(self, record: str, backend: str, unknown: _Unknown) -> Any:
+    def nested(self, record: str, backend: _Backend, unknown: _Unknown) -> Any:
         """A record holding a ``torch.save`` archive, loaded as ``tensorplay.load`` loads one."""
         from .serialization import load
 
@@ -238,7 +240,7 @@ class _Archive:
             return {}  # torch reads an empty payload as an empty dict
         return load(data.tobytes(), backend=backend, limits=self.user_limits, unknown_globals=unknown)
 
-    def pickled_dict(self, record: str, backend: str, unknown: _Unknown) -> dict[str, Any]:
+    def pickled_dict(self, record: str, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         value = self.nested(record, backend, unknown)
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise _malformed(self.root + record, f"holds a {type(value).__name__}, not a dict of names")
@@ -246,7 +248,7 @@ class _Archive:
 
     # --- raw records and their config ----------------------------------------------------
 
-    def configured(self, folder: str, config_record: str, backend: str, unknown: _Unknown,
+    def configured(self, folder: str, config_record: str, backend: _Backend, unknown: _Unknown,
                    constants: bool) -> dict[str, Any]:
         where = self.root + config_record
         config = _config(self.read(config_record), where, self.bounds)
@@ -289,8 +291,10 @@ class _Archive:
             out[fqn] = view
         return out
 
-    def storage(self, record: str, tensor_meta: dict, backend: str, at: str) -> tuple[Any, str]:
+    def storage(self, record: str, tensor_meta: dict, backend: _Backend, at: str) -> tuple[Any, str]:
         """The flat storage of a raw record, of the dtype the first entry reading it names."""
+        import numpy as np
+
         name = tensor_meta["dtype"]
         itemsize, spec, from_ml_dtypes, _ = _core.dtypes()[name]
         if self.root + record not in self.entries:
@@ -304,7 +308,7 @@ class _Archive:
             if numel * itemsize > self.bounds["max_inflated_bytes"]:
                 raise _core.error("limit", f"{at}: {numel} zero elements", entry=self.root + record,
                                   limit="max_inflated_bytes", maximum=self.bounds["max_inflated_bytes"])
-            data = bytearray(numel * itemsize)
+            data = np.zeros(numel * itemsize, dtype=np.uint8)
         if backend == "torch":
             import torch
 
@@ -312,8 +316,6 @@ class _Archive:
             if not len(data):
                 return torch.empty(0, dtype=dtype), name
             return torch.frombuffer(data, dtype=dtype), name
-        import numpy as np
-
         if spec is None:
             raise _core.error("unsupported", f"{at}: numpy has no {name}", entry=self.root + record)
         if from_ml_dtypes:
@@ -324,7 +326,7 @@ class _Archive:
             np_dtype = np.dtype(spec)
         return np.frombuffer(data, dtype=np.uint8).view(np_dtype), name
 
-    def opaque(self, record: str, backend: str, unknown: _Unknown) -> Any:
+    def opaque(self, record: str, backend: _Backend, unknown: _Unknown) -> Any:
         """An opaque constant: a plain pickle (``pickle.dumps``), read by the safe VM."""
         from . import _allowlist, _stub
 
@@ -335,7 +337,7 @@ class _Archive:
                                user_objects=objects, limits=self.limits, stub=unknown == "stub")
 
 
-def _is_tensor(value: Any, backend: str) -> bool:
+def _is_tensor(value: Any, backend: _Backend) -> bool:
     if backend == "torch":
         import torch
 
@@ -345,7 +347,7 @@ def _is_tensor(value: Any, backend: str) -> bool:
     return isinstance(value, np.ndarray)
 
 
-def _view(storage: Any, meta: dict, backend: str, at: str) -> Any:
+def _view(storage: Any, meta: dict, backend: _Backend, at: str) -> Any:
     """``torch.as_strided`` of the storage as the entry's metadata says, after
     checking that every element it reaches lies inside the storage."""
     shape, stride, offset = tuple(meta["sizes"]), tuple(meta["strides"]), meta["storage_offset"]
