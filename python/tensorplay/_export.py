@@ -37,7 +37,7 @@ _AOTI_FOLDER = "data/aotinductor/"
 _CODE_SUFFIXES = (".so", ".dll", ".dylib", ".cpp", ".wrapper", ".cubin")
 # The archive versions torch 2.6 to 2.15 write (docs/pt2_format.md).
 _ARCHIVE_VERSIONS = {0}
-# Torch up to 2.6 wrote a zip without a root folder (torch.export.load still reads it).
+# Torch 2.6 and 2.7 wrote a zip without a root folder (torch.export.load still reads it).
 _OLD_PROGRAM = "serialized_exported_program.json"
 
 
@@ -78,10 +78,12 @@ def refusal(source: _Source | int, limits: dict[str, int] | None) -> _core.Unsup
     """What ``load`` says of an archive ``is_export_archive`` recognised."""
     with _Archive(source, limits) as archive:
         archive.check_loadable()
-    return _core.error("unsupported", "a torch.export archive (.pt2): torch.load refuses it and torch.export.load "
-                       "runs the program it holds; tensorplay.load(path, unknown_globals=\"stub\") gives its "
-                       "weights, constants and sample inputs as data, and tensorplay.export_state_dict(path) its "
-                       "state dict", entry=archive.where)
+    return _core.error(
+        "unsupported",
+        "a torch.export archive (.pt2): torch.load refuses it and torch.export.load rebuilds the program it "
+        "holds, unpickling its parts with weights_only=False; tensorplay.load(path, unknown_globals=\"stub\") "
+        "gives its weights, constants and sample inputs as data, and tensorplay.export_state_dict(path) its "
+        "state dict", entry=archive.where)
 
 
 def contents(source: _Source | int, backend: _Backend, limits: dict[str, int] | None) -> dict[str, Any]:
@@ -104,7 +106,7 @@ def _backend(backend: _Backend | None) -> _Backend:
 
 
 def _kind(names: list[bytes]) -> str | None:
-    """``"aoti"``, ``"pt2"`` (torch 2.7 on), ``"zip"`` (torch 2.6) or None."""
+    """``"aoti"``, ``"pt2"`` (torch 2.8 on), ``"zip"`` (torch 2.6 and 2.7) or None."""
     text = [n.decode("utf-8", "replace") for n in names]
     if not text:
         return None
