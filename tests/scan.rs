@@ -1381,3 +1381,35 @@ fn a_scan_in_waves_fetches_no_tensor_byte_in_three_waves_and_reports_as_the_loca
     }
     assert_eq!(summary(&report), summary(&scan_bytes(&data, &options)));
 }
+
+#[test]
+fn a_torch_export_archives_tensor_records_are_tensor_bytes_and_its_pickles_are_read() {
+    // lin.bias of a real torch 2.13 archive: binary of no known format elsewhere.
+    let bias: &[u8] = b"\x00\x00\x00\xc0\x00\x00\x80\xbf\x00\x00\x00\x00\x00\x00\x80\x3f";
+    let entries = |extra: Vec<Entry>| {
+        let mut all = vec![
+            Entry::new("m/data/weights/weight_0", bias),
+            Entry::new("m/data/constants/tensor_0", bias),
+            Entry::new("m/archive_format", b"pt2"),
+            Entry::new("m/archive_version", b"0"),
+        ];
+        all.extend(extra);
+        zipw::write(&all, Options::default())
+    };
+    let clean = scan(&entries(vec![]));
+    assert_eq!(clean.verdict(), Verdict::Clean, "{:?}", clean.problems);
+    // A pickle in a weight record (use_pickle) or anywhere else is read as ever.
+    let planted = scan(&entries(vec![Entry::new(
+        "m/data/weights/weight_1",
+        OS_SYSTEM,
+    )]));
+    assert_eq!(names(&planted), ["os.system"]);
+    // Outside those two folders, or without archive_format, the bytes stay unknown.
+    let elsewhere = scan(&entries(vec![Entry::new("m/data/other/x", bias)]));
+    assert_eq!(elsewhere.verdict(), Verdict::Unreadable);
+    let not_pt2 = zipw::write(
+        &[Entry::new("m/data/weights/weight_0", bias)],
+        Options::default(),
+    );
+    assert_eq!(scan(&not_pt2).verdict(), Verdict::Unreadable);
+}

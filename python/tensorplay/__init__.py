@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from . import scanner as scanner
     from . import serialization as serialization
     from . import utils as utils
+    from ._export import export_constants as export_constants
+    from ._export import export_state_dict as export_state_dict
     from ._inspect import Inspection as Inspection
     from ._inspect import inspect as inspect
     from ._modules import module_state_dict as module_state_dict
@@ -75,6 +77,8 @@ _LAZY = {
     "load_memmap": ("_tensordict", "load_memmap"),
     "jit_state_dict": ("_torchscript", "jit_state_dict"),
     "module_state_dict": ("_modules", "module_state_dict"),
+    "export_state_dict": ("_export", "export_state_dict"),
+    "export_constants": ("_export", "export_constants"),
     "Stub": ("_stub", "Stub"),
     "StubWarning": ("_stub", "StubWarning"),
 }
@@ -86,6 +90,8 @@ __all__ = [
     "load_memmap",
     "jit_state_dict",
     "module_state_dict",
+    "export_state_dict",
+    "export_constants",
     "save",
     "patch_torch",
     "patched_torch",

@@ -194,16 +194,6 @@ def _transforms(info: Any) -> list[str]:
 _READ_AHEAD = 4096
 
 
-def _strided(storage: Any, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, backend: str) -> Any:
-    """A view of a flat ``storage`` (elements) with ``shape``, ``stride`` and ``offset``."""
-    if backend == "torch":
-        return storage.as_strided(shape, stride, offset)
-    import numpy as np
-
-    item = storage.itemsize
-    return np.lib.stride_tricks.as_strided(storage[offset:], shape, tuple(st * item for st in stride))
-
-
 class _Files:
     """A folder's ``.distcp`` files, each mapped once, private and copy-on-write
     (a write to a tensor viewing it never reaches the file), and the items in them."""
@@ -370,7 +360,7 @@ class _Files:
                 return tensor, False
             storage = empty((nbytes // size,), dtype=dtype)
             targets.append((relative, data_offset, as_bytes(storage)))
-            return _strided(storage, shape, stride, storage_offset, backend), False
+            return _strides.strided(storage, shape, stride, storage_offset, backend), False
         if nbytes == 0:
             return empty(shape, dtype=dtype), False
         if backend == "torch":

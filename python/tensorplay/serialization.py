@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from . import _allowlist, _core, _limits, _paths, _refusal, _stub
+from . import _allowlist, _core, _export, _limits, _paths, _refusal, _stub
 from .utils.serialization import config
 
 __all__ = [
@@ -496,6 +496,13 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
     except _core.UnsafeCheckpointError as refused:
         # One error naming every global the file needs, not the first of them.
         raise _refusal.complete(refused, source, names, _limits.merged(limits), api) from None
+    except _core.MalformedCheckpointError:
+        # Asked only of a zip the checkpoint reader refused: a torch.export archive has no data.pkl.
+        if start not in (None, 0) or not _export.is_export_archive(source, limits):
+            raise
+        if not stub:
+            raise _export.refusal(source, limits) from None
+        return _export.contents(source, backend, limits)
     except IsADirectoryError:
         # Asked of the core's open, not of every path first: a folder is the rare case.
         if path is None:

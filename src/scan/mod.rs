@@ -82,6 +82,9 @@ struct Scan<'o> {
     stopped_short: usize,
     /// Reading bytes a refused call hands on (see [`Scan::payload`]).
     in_payload: bool,
+    /// The location of the torch.export tensor record being read, if one is:
+    /// bytes there that are no pickle are a tensor's, not of an unknown format.
+    tensor_record: Option<String>,
 }
 
 impl<'o> Scan<'o> {
@@ -97,6 +100,7 @@ impl<'o> Scan<'o> {
             pending_refusal: None,
             stopped_short: 0,
             in_payload: false,
+            tensor_record: None,
         }
     }
 
@@ -315,6 +319,7 @@ impl<'o> Scan<'o> {
                 problem_kind::UNKNOWN_FORMAT,
                 "named like a model or a pickle, yet no pickle, archive or compressed file",
             ),
+            NotAPickle::Unknown if self.tensor_record.as_deref() == Some(location) => {}
             NotAPickle::Unknown => self.problem(
                 location,
                 problem_kind::UNKNOWN_FORMAT,

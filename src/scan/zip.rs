@@ -233,7 +233,12 @@ impl Scan<'_> {
                 entry
             };
             let found_before = self.report.findings.len();
+            let tensor_record = layout
+                .is_pt2_tensor_record(&entry.name)
+                .then(|| here.clone());
+            let outer = std::mem::replace(&mut self.tensor_record, tensor_record);
             self.member(data, entry, &here, depth);
+            self.tensor_record = outer;
             if torchscript && layout.is_torchscript_pickle(&entry.name) {
                 self.drop_torchscript_builders(found_before, &here);
             }
@@ -400,6 +405,8 @@ pub struct ZipLayout {
     root: Option<Vec<u8>>,
     /// Per entry of the index, in order: whether a reader may unpickle it.
     unpickled: Vec<bool>,
+    /// The root folder of a torch.export archive: one with an `archive_format` record.
+    pt2_root: Option<Vec<u8>>,
 }
 
 impl ZipLayout {
@@ -420,12 +427,33 @@ impl ZipLayout {
                     is_tensordict_leaf(&String::from_utf8_lossy(name), |n| names.contains(n))
                 })
         };
+        let pt2_root = (index.entries.first())
+            .and_then(|e| records::root_of(&e.name))
+            .filter(|&r| {
+                (index.entries.iter())
+                    .any(|e| records::is_record(r, &e.name, records::PT2_ARCHIVE_FORMAT))
+            });
         ZipLayout {
             unpickled: (index.entries.iter())
                 .map(|e| !never_unpickled(&e.name))
                 .collect(),
             root: root.map(<[u8]>::to_vec),
+            pt2_root: pt2_root.map(<[u8]>::to_vec),
         }
+    }
+
+    /// A torch.export archive's weight or constant record: tensor bytes unless
+    /// they are a pickle (which the scan reads as any other).
+    fn is_pt2_tensor_record(&self, name: &[u8]) -> bool {
+        (self.pt2_root.as_deref())
+            .and_then(|r| records::record_of(r, name))
+            .is_some_and(|record| {
+                (records::PT2_TENSOR_FOLDERS.iter()).any(|f| {
+                    record
+                        .strip_prefix(f.as_bytes())
+                        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+                })
+            })
     }
 
     /// What the zip is: a torch checkpoint (TorchScript's when `torch.jit.load`

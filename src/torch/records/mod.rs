@@ -30,6 +30,12 @@ pub const STORAGE_FOLDER: &str = "data/";
 /// The folder of the storages of a TorchScript archive's `constants.pkl`.
 pub const CONSTANTS_FOLDER: &str = "constants/";
 
+/// torch.export's archives (`.pt2`) say what they are in this record, beside no data.pkl.
+pub const PT2_ARCHIVE_FORMAT: &str = "archive_format";
+/// The folders of a `.pt2`'s weights and constants: raw tensor bytes, or a
+/// `torch.save` archive where the archive's JSON config says `use_pickle`.
+pub const PT2_TENSOR_FOLDERS: [&str; 2] = ["data/weights/", "data/constants/"];
+
 /// The small records torch writes beside data.pkl and the storages.
 const METADATA: [&str; 6] = [
     VERSION,
