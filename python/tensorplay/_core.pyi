@@ -37,6 +37,7 @@ __all__ = [
     "loads",
     "zip_entries",
     "is_storage_record",
+    "archive_kind",
     "decode_stream",
     "dcp_chunks",
     "read_ranges",
@@ -302,6 +303,11 @@ class _ZipEntry(TypedDict):
     length: int
 
 def zip_entries(source: _Source, *, limits: _Limits = ...) -> list[_ZipEntry]: ...
+def archive_kind(
+    source: _Source, *, limits: _Limits = ...
+) -> Literal["torchscript", "pt2", "pt2_zip", "aoti", "torch_package", "mobile_bytecode"] | None:
+    """What the zip ``source`` is for by its entries' names; ``None`` for a checkpoint, another zip or no zip."""
+    ...
 def is_storage_record(first: bytes, name: bytes) -> bool:
     """Whether entry ``name`` of a torch zip whose first entry is ``first`` holds a storage's bytes."""
     ...

@@ -32,13 +32,12 @@ _SERDE_DTYPES = {
 _STRIDED_LAYOUT = 7  # schema.py `Layout.Strided`
 # torch.export.load reads the program saved under this name (torch.export.save's).
 _MODEL = "model"
-# What marks an AOTInductor package: compiled code, which only running it reads.
-_AOTI_FOLDER = "data/aotinductor/"
-_CODE_SUFFIXES = (".so", ".dll", ".dylib", ".cpp", ".wrapper", ".cubin")
 # The archive versions torch 2.6 to 2.15 write (docs/pt2_format.md).
 _ARCHIVE_VERSIONS = {0}
-# Torch 2.6 and 2.7 wrote a zip without a root folder (torch.export.load still reads it).
+# Torch 2.6 and 2.7 wrote a zip without a root folder (torch.export.load still reads it);
+# which layout a zip has is the core's to say (`_core.archive_kind`).
 _OLD_PROGRAM = "serialized_exported_program.json"
+_KINDS = {"pt2": "pt2", "pt2_zip": "zip", "aoti": "aoti"}
 
 
 def export_state_dict(path: _Source, *, backend: _Backend | None = None,
@@ -68,10 +67,9 @@ def is_export_archive(source: _Source | int, limits: dict[str, int] | None) -> b
     """Whether ``source`` is a zip laid out as torch.export writes its archives
     (an AOTInductor package too): asked only of a file the checkpoint loader refused."""
     try:
-        names = [e["name"] for e in _core.zip_entries(source, limits=_limits.merged(limits))]
+        return _core.archive_kind(source, limits=_limits.merged(limits)) in _KINDS
     except _core.CheckpointError:
         return False
-    return _kind(names) is not None
 
 
 def refusal(source: _Source | int, limits: dict[str, int] | None) -> _core.UnsupportedCheckpointError:
@@ -105,24 +103,6 @@ def _backend(backend: _Backend | None) -> _Backend:
     return _resolve_backend(backend)
 
 
-def _kind(names: list[bytes]) -> str | None:
-    """``"aoti"``, ``"pt2"`` (torch 2.8 on), ``"zip"`` (torch 2.6 and 2.7) or None."""
-    text = [n.decode("utf-8", "replace") for n in names]
-    if not text:
-        return None
-    root = text[0].split("/", 1)[0]
-    inside = {n.split("/", 1)[1] for n in text if "/" in n and n.split("/", 1)[0] == root}
-    if any(n.startswith(_AOTI_FOLDER) for n in inside):
-        return "aoti"
-    if "archive_format" in inside:
-        if any(n.lower().endswith(_CODE_SUFFIXES) for n in inside):
-            return "aoti"
-        return "pt2"
-    if _OLD_PROGRAM in text and "version" in text:
-        return "zip"
-    return None
-
-
 class _Archive:
     """One archive's entries and its layout."""
 
@@ -138,8 +118,7 @@ class _Archive:
                 self.entries[entry["name"].decode("utf-8")] = entry
             except UnicodeDecodeError:
                 continue  # no record torch reads is named so
-        names = [e.encode() for e in self.entries]
-        self.kind = _kind(names)
+        self.kind = _KINDS.get(_core.archive_kind(self.source, limits=self.limits) or "")
         if self.kind is None:
             raise _malformed("archive_format", "not a torch.export archive: it has no archive_format record "
                              f"and no {_OLD_PROGRAM}")
@@ -174,7 +153,7 @@ class _Archive:
         """Refuse what this reader does not read: compiled code, unknown versions."""
         if self.kind == "aoti":
             raise _core.error("unsupported", "an AOTInductor package (.pt2 holding compiled code under "
-                              f"{_AOTI_FOLDER}): its weights are read by running that code, which tensorplay "
+                              "data/aotinductor/): its weights are read by running that code, which tensorplay "
                               "never does; load it with torch._inductor.aoti_load_package on trusted files only",
                               entry=self.where)
         if self.kind == "zip":

@@ -60,8 +60,9 @@ RULES = [
     ("TP005", "runs-its-code", "A file whose reader runs code the file carries",
      "The file is an archive of code as well as data (a TorchScript archive, whose code/ torch.jit.load compiles "
      "and runs; a torch.package archive, whose modules PackageImporter imports; mobile bytecode, which torch's "
-     "lite interpreter runs), so whatever its pickles name, its reader runs what it says. Take the tensors of a "
-     "TorchScript archive out with tensorplay (jit_state_dict, unknown_globals='stub') and load those."),
+     "lite interpreter runs; an AOTInductor package, whose compiled code aoti_load_package runs), so whatever "
+     "its pickles name, its reader runs what it says. Take the tensors of a TorchScript archive out with "
+     "tensorplay (jit_state_dict, unknown_globals='stub') and load those."),
 ]
 _RULE_INDEX = {rule_id: i for i, (rule_id, *_) in enumerate(RULES)}
 

@@ -65,6 +65,25 @@ fn archive_source(py: Python<'_>, source: &Bound<'_, PyAny>, limits: &Limits) ->
     open_source(py, source, MapMode::ReadOnly, limits.max_inflated_bytes)
 }
 
+/// What the zip `source` is for by its entries' names (`"torchscript"`, `"pt2"`,
+/// `"pt2_zip"`, `"aoti"`, `"torch_package"`, `"mobile_bytecode"`), or `None`: a
+/// checkpoint, another zip, or no zip at all.
+#[pyfunction]
+#[pyo3(signature = (source, *, limits=LimitOverrides::default()))]
+pub fn archive_kind<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    limits: LimitOverrides,
+) -> PyResult<Option<&'static str>> {
+    let limits = limits.0;
+    let data = archive_source(py, source, &limits)?;
+    let kind = py.detach(|| {
+        let index = zip::read_index(data.bytes(), limits.max_zip_entries).ok()?;
+        records::foreign::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
+    });
+    Ok(kind.map(records::foreign::ArchiveKind::name))
+}
+
 /// Whether entry `name` of a torch zip whose first entry is `first` holds a
 /// storage's bytes (`<root>/data/...`, as a load finds them).
 #[pyfunction]

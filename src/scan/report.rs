@@ -105,10 +105,13 @@ pub mod problem_kind {
     /// Mobile (lite interpreter) bytecode, in a zip's `bytecode.pkl` or as a
     /// flatbuffer: torch's mobile loader runs it. Never clean.
     pub const MOBILE_BYTECODE: &str = "mobile_bytecode";
+    /// An AOTInductor package (a `.pt2` holding compiled code):
+    /// `aoti_load_package` loads that code and runs it.
+    pub const AOTI_PACKAGE: &str = "aoti_package";
 
     /// The kinds of a file whose reader runs code the file carries: unsafe, as a
     /// dangerous global is, under every policy.
-    pub const RUNS_CODE: [&str; 3] = [TORCHSCRIPT, TORCH_PACKAGE, MOBILE_BYTECODE];
+    pub const RUNS_CODE: [&str; 4] = [TORCHSCRIPT, TORCH_PACKAGE, MOBILE_BYTECODE, AOTI_PACKAGE];
 
     pub fn runs_code(kind: &str) -> bool {
         RUNS_CODE.contains(&kind)

@@ -10,7 +10,8 @@ use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
-use crate::torch::records::{self, foreign};
+use crate::torch::records::foreign::{self, ArchiveKind};
+use crate::torch::records;
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {
@@ -186,6 +187,9 @@ impl Scan<'_> {
                 problem_kind::MOBILE_BYTECODE,
                 foreign::MOBILE_REASON,
             );
+        }
+        if layout.kind == Some(ArchiveKind::AotInductor) {
+            self.problem(location, problem_kind::AOTI_PACKAGE, foreign::AOTI_REASON);
         }
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
         for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
@@ -407,6 +411,8 @@ pub struct ZipLayout {
     unpickled: Vec<bool>,
     /// The root folder of a torch.export archive: one with an `archive_format` record.
     pt2_root: Option<Vec<u8>>,
+    /// What the zip is for, when it is no checkpoint ([`ArchiveKind::of`]).
+    kind: Option<ArchiveKind>,
 }
 
 impl ZipLayout {
@@ -427,18 +433,17 @@ impl ZipLayout {
                     is_tensordict_leaf(&String::from_utf8_lossy(name), |n| names.contains(n))
                 })
         };
+        let kind = ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]));
         let pt2_root = (index.entries.first())
             .and_then(|e| records::root_of(&e.name))
-            .filter(|&r| {
-                (index.entries.iter())
-                    .any(|e| records::is_record(r, &e.name, records::PT2_ARCHIVE_FORMAT))
-            });
+            .filter(|_| matches!(kind, Some(ArchiveKind::Export | ArchiveKind::AotInductor)));
         ZipLayout {
             unpickled: (index.entries.iter())
                 .map(|e| !never_unpickled(&e.name))
                 .collect(),
             root: root.map(<[u8]>::to_vec),
             pt2_root: pt2_root.map(<[u8]>::to_vec),
+            kind,
         }
     }
 

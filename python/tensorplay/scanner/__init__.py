@@ -100,7 +100,9 @@ class Problem(str):
     (a TorchScript archive, whose code torch.jit.load runs), ``torch_package``
     (a torch.package archive, whose modules PackageImporter imports) or
     ``mobile_bytecode`` (lite interpreter bytecode, which torch's mobile loader
-    runs): the last three make a file unsafe under every policy (``runs_code``)."""
+    runs) or ``aoti_package`` (a ``.pt2`` of compiled code, which
+    ``aoti_load_package`` runs): the last four make a file unsafe under every
+    policy (``runs_code``)."""
 
     kind: str
     location: str

@@ -6,7 +6,9 @@
 //! scans never call them clean.
 
 use crate::error::{Error, Location};
-use crate::torch::records::{Layout, DATA_PKL};
+use crate::torch::records::{
+    is_record, record_of, root_of, Layout, CONSTANTS_PKL, DATA_PKL, PT2_ARCHIVE_FORMAT,
+};
 
 /// The record a `torch.package` archive always has (beside `.data/version`).
 pub const PACKAGE_EXTERN_MODULES: &str = ".data/extern_modules";
@@ -77,6 +79,86 @@ fn refusal(what: &str, scan: &str, at: Location) -> Error {
         ),
         at,
     )
+}
+
+/// The folder of an AOTInductor package's compiled model, inside a `.pt2`.
+pub const AOTI_FOLDER: &str = "data/aotinductor/";
+/// Compiled code or its source, which only an AOTInductor package holds.
+const AOTI_CODE_SUFFIXES: [&str; 6] = [".so", ".dll", ".dylib", ".cpp", ".wrapper", ".cubin"];
+/// The program of the archives torch 2.6 and 2.7 wrote, at the zip's top level beside `version`.
+pub const OLD_EXPORT_PROGRAM: &str = "serialized_exported_program.json";
+
+pub const AOTI_REASON: &str = "an AOTInductor package: torch._inductor.aoti_load_package loads the \
+     compiled code it carries and runs it to read its weights";
+
+/// What a zip torch wrote is for, by its entries' names, as each reader decides
+/// (the root is the first entry's folder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveKind {
+    /// `torch.package` (`PackageImporter` imports its modules).
+    TorchPackage,
+    /// A `.pt2` holding compiled code (`aoti_load_package` runs it).
+    AotInductor,
+    /// A torch.export `.pt2` (torch 2.8 on: an `archive_format` record under the root).
+    Export,
+    /// A torch.export archive of torch 2.6 and 2.7 (its program at the top level).
+    OldExport,
+    /// TorchScript as `torch.load` hands it to `torch.jit.load` (`constants.pkl`, exactly).
+    TorchScript,
+    /// Lite interpreter bytecode with no full TorchScript archive beside it.
+    MobileBytecode,
+}
+
+impl ArchiveKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchiveKind::TorchPackage => "torch_package",
+            ArchiveKind::AotInductor => "aoti",
+            ArchiveKind::Export => "pt2",
+            ArchiveKind::OldExport => "pt2_zip",
+            ArchiveKind::TorchScript => "torchscript",
+            ArchiveKind::MobileBytecode => "mobile_bytecode",
+        }
+    }
+
+    /// What `names` are the entries of; `None` for a checkpoint or any other zip.
+    pub fn of<'n>(names: impl Iterator<Item = &'n [u8]> + Clone) -> Option<ArchiveKind> {
+        let first = names.clone().next()?;
+        let records = || {
+            let root = root_of(first);
+            names
+                .clone()
+                .filter_map(move |n| root.and_then(|r| record_of(r, n)))
+        };
+        let (package, mobile) = in_names(names.clone());
+        if package {
+            return Some(ArchiveKind::TorchPackage);
+        }
+        if records().any(|r| r.starts_with(AOTI_FOLDER.as_bytes())) {
+            return Some(ArchiveKind::AotInductor);
+        }
+        if records().any(|r| r == PT2_ARCHIVE_FORMAT.as_bytes()) {
+            let code = |r: &[u8]| {
+                let lower = r.to_ascii_lowercase();
+                AOTI_CODE_SUFFIXES.iter().any(|s| lower.ends_with(s.as_bytes()))
+            };
+            return Some(if records().any(code) {
+                ArchiveKind::AotInductor
+            } else {
+                ArchiveKind::Export
+            });
+        }
+        let top = |wanted: &str| names.clone().any(|n| n == wanted.as_bytes());
+        if top(OLD_EXPORT_PROGRAM) && top("version") {
+            return Some(ArchiveKind::OldExport);
+        }
+        let torchscript = records().any(|r| r == CONSTANTS_PKL.as_bytes());
+        let data = root_of(first).is_some_and(|root| names.clone().any(|n| is_record(root, n, DATA_PKL)));
+        if torchscript && data {
+            return Some(ArchiveKind::TorchScript);
+        }
+        mobile.then_some(ArchiveKind::MobileBytecode)
+    }
 }
 
 /// What a scan says of a zip with these entry names (the root is the first
