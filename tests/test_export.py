@@ -397,6 +397,20 @@ def test_an_aotinductor_package_is_refused_naming_it():
             read(AOTI)
 
 
+def test_a_scan_calls_an_aotinductor_package_unsafe_under_every_policy():
+    """aoti_load_package loads the compiled code it carries and runs it."""
+    from tensorplay import cli, scanner
+
+    for pickles_only in (False, True):
+        report = scanner.scan(AOTI, pickles_only=pickles_only)
+        assert report.verdict == "unsafe", report
+        assert [p.kind for p in report.problems if p.runs_code] == ["aoti_package"]
+        for fail_on in scanner.FAIL_ON:
+            assert cli.exit_code([report], scanner.Policy(fail_on=fail_on)) == cli.EXIT_UNSAFE
+    assert tensorplay._core.archive_kind(AOTI) == "aoti"
+    assert tensorplay._core.archive_kind(FIXTURE) == "pt2"
+
+
 def test_an_empty_record_reads_as_zeros_as_torch_reads_it(tmp_path):
     # What torch writes for a fake tensor: no bytes; its reader makes zeros of the entry's sizes.
     with zipfile.ZipFile(FIXTURE) as z:

@@ -20,11 +20,11 @@ use crate::archive::streams::{Compression, StreamError};
 use crate::archive::zip;
 use crate::bindings::errors::to_pyerr;
 use crate::bindings::load::open_source;
-use crate::torch::records;
 use crate::bindings::numpy_api::NumpyApi;
 use crate::bindings::options::LimitOverrides;
 use crate::error::{check_limit, Error, Location};
 use crate::limits::{Limit, Limits};
+use crate::torch::records;
 
 /// Map a file descriptor the caller keeps open, read-only.
 #[cfg(unix)]

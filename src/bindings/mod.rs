@@ -143,7 +143,10 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // What a scan by ranges of a file far away reads first, in one round trip:
     // the end records (their size tells the file's) and the first block.
     m.add("FIRST_TAIL", crate::archive::zip::END_RECORDS_LEN)?;
-    m.add("RUNS_CODE_KINDS", crate::scan::problem_kind::RUNS_CODE.to_vec())?;
+    m.add(
+        "RUNS_CODE_KINDS",
+        crate::scan::problem_kind::RUNS_CODE.to_vec(),
+    )?;
     m.add("FIRST_BLOCK", crate::archive::tar::BLOCK)?;
     Ok(())
 }

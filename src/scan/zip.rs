@@ -10,8 +10,8 @@ use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
-use crate::torch::records::foreign::{self, ArchiveKind};
 use crate::torch::records;
+use crate::torch::records::foreign::{self, ArchiveKind};
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {

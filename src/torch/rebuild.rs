@@ -338,7 +338,10 @@ pub fn set_state(
     at: &Location,
 ) -> Result<(), Error> {
     let TensorKind::Empty { dtype } = arena.tensor(t).kind else {
-        return Err(Error::unsupported("BUILD on a tensor that already has data", at.clone()));
+        return Err(Error::unsupported(
+            "BUILD on a tensor that already has data",
+            at.clone(),
+        ));
     };
     let dense = {
         let a = Args::new(arena, state, at, "torch.Tensor.__setstate__")?;

@@ -902,7 +902,9 @@ impl Hooks for TorchHooks<'_> {
                     }
                 })
             }
-            Node::Domain(Torch::Tensor(t)) if matches!(arena.tensor(*t).kind, TensorKind::Empty { .. }) => {
+            Node::Domain(Torch::Tensor(t))
+                if matches!(arena.tensor(*t).kind, TensorKind::Empty { .. }) =>
+            {
                 let t = *t;
                 rebuild::set_state(self, arena, t, state, at)
             }

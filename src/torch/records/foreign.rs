@@ -88,7 +88,8 @@ const AOTI_CODE_SUFFIXES: [&str; 6] = [".so", ".dll", ".dylib", ".cpp", ".wrappe
 /// The program of the archives torch 2.6 and 2.7 wrote, at the zip's top level beside `version`.
 pub const OLD_EXPORT_PROGRAM: &str = "serialized_exported_program.json";
 
-pub const AOTI_REASON: &str = "an AOTInductor package: torch._inductor.aoti_load_package loads the \
+pub const AOTI_REASON: &str =
+    "an AOTInductor package: torch._inductor.aoti_load_package loads the \
      compiled code it carries and runs it to read its weights";
 
 /// What a zip torch wrote is for, by its entries' names, as each reader decides
@@ -140,7 +141,9 @@ impl ArchiveKind {
         if records().any(|r| r == PT2_ARCHIVE_FORMAT.as_bytes()) {
             let code = |r: &[u8]| {
                 let lower = r.to_ascii_lowercase();
-                AOTI_CODE_SUFFIXES.iter().any(|s| lower.ends_with(s.as_bytes()))
+                AOTI_CODE_SUFFIXES
+                    .iter()
+                    .any(|s| lower.ends_with(s.as_bytes()))
             };
             return Some(if records().any(code) {
                 ArchiveKind::AotInductor
@@ -153,7 +156,8 @@ impl ArchiveKind {
             return Some(ArchiveKind::OldExport);
         }
         let torchscript = records().any(|r| r == CONSTANTS_PKL.as_bytes());
-        let data = root_of(first).is_some_and(|root| names.clone().any(|n| is_record(root, n, DATA_PKL)));
+        let data =
+            root_of(first).is_some_and(|root| names.clone().any(|n| is_record(root, n, DATA_PKL)));
         if torchscript && data {
             return Some(ArchiveKind::TorchScript);
         }
@@ -182,6 +186,51 @@ pub fn in_names<'n>(mut names: impl Iterator<Item = &'n [u8]>) -> (bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kind(names: &[&str]) -> Option<ArchiveKind> {
+        ArchiveKind::of(names.iter().map(|n| n.as_bytes()))
+    }
+
+    #[test]
+    fn each_kind_is_known_by_its_records() {
+        use ArchiveKind::*;
+        assert_eq!(kind(&["a/data.pkl", "a/version", "a/data/0"]), None);
+        assert_eq!(
+            kind(&["a/data.pkl", "a/constants.pkl", "a/code/x.py"]),
+            Some(TorchScript)
+        );
+        // torch.load hands over only the exact name; the scanner asks more (is_jit_archive).
+        assert_eq!(kind(&["a/data.pkl", "a/CONSTANTS.pkl"]), None);
+        assert_eq!(
+            kind(&["a/data.pkl", "a/constants.pkl", "a/bytecode.pkl"]),
+            Some(TorchScript)
+        );
+        assert_eq!(
+            kind(&["a/data.pkl", "a/bytecode.pkl"]),
+            Some(MobileBytecode)
+        );
+        assert_eq!(
+            kind(&["p/.data/extern_modules", "p/.data/version", "p/m/x.pkl"]),
+            Some(TorchPackage)
+        );
+        assert_eq!(
+            kind(&["m/archive_format", "m/models/model.json"]),
+            Some(Export)
+        );
+        assert_eq!(
+            kind(&["m/archive_format", "m/data/aotinductor/model/x.SO"]),
+            Some(AotInductor)
+        );
+        assert_eq!(
+            kind(&["m/archive_format", "m/data/x.cpp"]),
+            Some(AotInductor)
+        );
+        assert_eq!(
+            kind(&["serialized_exported_program.json", "version"]),
+            Some(OldExport)
+        );
+        assert_eq!(kind(&[]), None);
+    }
 
     #[test]
     fn a_flatbuffer_is_known_by_its_identifier_and_a_root_inside_it() {
