@@ -1,5 +1,9 @@
 """``tensorplay convert IN OUT.safetensors``: any checkpoint ``load`` reads, as
 safetensors, through the safetensors package's numpy writer. No torch, no code.
+The archives whose own readers run code convert to the state dict those readers
+give, taken out without running any of it: a TorchScript archive
+(``jit_state_dict``), a torch.export ``.pt2`` (``export_state_dict``), and, in
+stub mode, a whole pickled module (``module_state_dict``, wherever it sits in the tree).
 
 Nested containers flatten to dotted keys. Tensors that are the same view of one
 storage (tied weights) are written once; the other names go into the metadata as
@@ -18,6 +22,7 @@ import numpy as np
 
 from . import _core
 from ._atomic import replacing
+from ._modules import is_module, module_state_dict
 from ._stub import Stub
 from .serialization import load
 
@@ -46,6 +51,8 @@ def _flatten(obj: Any, prefix: str, tensors: dict, others: dict) -> None:
         elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
             for i, item in reversed(list(enumerate(value))):
                 stack.append((f"{path}.{i}" if path else str(i), item))
+        elif is_module(value):
+            stack.append((path, module_state_dict(value)))
         elif isinstance(value, Stub):
             parts = {"__stub__": value.qualname, "args": value.args, "kwargs": value.kwargs, "state": value.state,
                      "items": value.items}
@@ -101,9 +108,24 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
     target = os.fspath(target)
     if os.path.exists(target) and not force:
         raise FileExistsError(f"{target} exists; pass force=True (--force) to overwrite it")
-    state = load(source, backend="numpy", unknown_globals=unknown_globals)
-    summary, _ = _write(state, target, metadata, progress, report)
+    summary, _ = _write(_state(source, unknown_globals), target, metadata, progress, report)
     return summary
+
+
+def _state(source: Any, unknown_globals: Literal["error", "stub"]) -> Any:
+    """What converts: the state dict the reader of an archive of code gives (its
+    tensors only, as torch's ``state_dict`` has them), else what ``load`` gives."""
+    from ._export import export_state_dict
+    from ._torchscript import jit_state_dict
+
+    kind = None
+    if isinstance(source, (str, os.PathLike, bytes, memoryview)):
+        kind = _core.archive_kind(os.fspath(source) if isinstance(source, os.PathLike) else source)
+    if kind == "torchscript":
+        return jit_state_dict(source, backend="numpy")
+    if kind in ("pt2", "pt2_zip"):
+        return export_state_dict(source, backend="numpy", unknown_globals=unknown_globals)
+    return load(source, backend="numpy", unknown_globals=unknown_globals)
 
 
 def _sharded_index(source: Any) -> str | None:

@@ -101,6 +101,18 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
     return out
 
 
+def is_module(value: Any) -> bool:
+    """Whether ``value`` is the stub of a pickled ``nn.Module``: its attribute dict
+    holds the three dicts every module has (``_parameters``, ``_buffers``, ``_modules``)."""
+    if not isinstance(value, Stub) or value.module.startswith("__torch__"):
+        return False
+    try:
+        state = _attributes(value, "")
+    except _core.CheckpointError:
+        return False
+    return all(isinstance(state.get(key), dict) for key in (_PARAMETERS, _BUFFERS, _MODULES))
+
+
 def _attributes(module: Stub, where: str) -> dict[str, Any]:
     """The attribute dict a module's BUILD gave it (a ``(dict, slots)`` pair merged)."""
     state = module.state
