@@ -388,6 +388,14 @@ def test_an_opaque_constant_is_read_by_the_safe_vm(tmp_path, monkeypatch):
 
 # --- AOTInductor packages -----------------------------------------------------------
 
+def test_inspect_says_what_a_pt2_is_and_what_reads_it():
+    for stub in ("error", "stub"):
+        with pytest.raises(tensorplay.UnsupportedCheckpointError, match="torch.export archive.*export_state_dict"):
+            tensorplay.inspect(FIXTURE, unknown_globals=stub)
+    with pytest.raises(tensorplay.UnsupportedCheckpointError, match="an AOTInductor package"):
+        tensorplay.inspect(AOTI)
+
+
 def test_an_aotinductor_package_is_refused_naming_it():
     # Written by aoti_compile_and_package with the pinned torch, its compiled
     # library's bytes left out (tests/fixtures/README.md).

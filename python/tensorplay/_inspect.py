@@ -104,4 +104,11 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None,
             _refusal.refuse_hostile(source, names, _limits.merged(limits))
     except _core.UnsafeCheckpointError as refused:
         raise _refusal.complete(refused, source, names, _limits.merged(limits)) from None
+    except _core.MalformedCheckpointError:
+        from . import _export
+
+        # A torch.export archive has no data.pkl: say what it is and what reads it.
+        if _export.is_export_archive(source, limits):
+            raise _export.refusal(source, limits) from None
+        raise
     return Inspection(fmt, tree, tuple(stubbed))
