@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -363,6 +364,76 @@ def test_scan_reports_the_planted_payload(tmp_path, case):
     report = scanner.scan(_planted(tmp_path, case))
     assert report.verdict == "unsafe", report
     assert any(f.name == "posix.system" and f.dangerous for f in report.findings), report
+
+
+def _with_a_main_pickle(path: Path, out: Path) -> Path:
+    """``path`` with a harmless ``data.pkl`` under its root, first: a root torch.load would call a checkpoint."""
+    with zipfile.ZipFile(path) as z, zipfile.ZipFile(out, "w") as w:
+        root = z.namelist()[0].split("/", 1)[0]
+        w.writestr(f"{root}/data.pkl", pickle.dumps({}, protocol=2))
+        for name in z.namelist():
+            w.writestr(name, z.read(name))
+    return out
+
+
+@pytest.mark.parametrize("case", [c for c, (source, _, _) in PLANTED.items() if source == FIXTURE])
+def test_a_main_pickle_beside_them_hides_no_planted_payload(tmp_path, case):
+    """torch.export.load still reads data/weights/ and the rest: they are no checkpoint's storages."""
+    path = _with_a_main_pickle(_planted(tmp_path, case), tmp_path / "with_data_pkl.pt2")
+    if case == "pickled weight":
+        assert sandboxed.runs_payload("import torch; torch.export.load(path)", path=str(path))
+    for pickles_only in (False, True):
+        report = scanner.scan(path, pickles_only=pickles_only)
+        assert report.verdict == "unsafe", report
+        assert any(f.name == "posix.system" and f.dangerous for f in report.findings), report
+
+
+def test_a_main_pickle_beside_it_keeps_an_aotinductor_package_unsafe(tmp_path):
+    path = _with_a_main_pickle(AOTI, tmp_path / "aoti_with_data_pkl.pt2")
+    for pickles_only in (False, True):
+        report = scanner.scan(path, pickles_only=pickles_only)
+        assert report.verdict == "unsafe", report
+        assert "aoti_package" in [p.kind for p in report.problems], report
+
+
+def test_stub_mode_salvages_no_archive_that_carries_a_payload(tmp_path, monkeypatch):
+    """A stubbed class handed a pickle holding os.system: stubs stand in, the payload refuses the file."""
+    constants = "model/data/constants/model_constants_config.json"
+    with zipfile.ZipFile(FIXTURE) as z:
+        config = json.loads(z.read(constants))
+    config["config"]["table"] = {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True,
+                                 "tensor_meta": None}
+    inner = sandboxed.protocol_0_payload()
+    outer = b"\x80\x03cmymod\nFoo\nC" + bytes([len(inner)]) + inner + b"\x85R."
+    path = rewritten(tmp_path, {constants: json.dumps(config).encode(), "model/data/constants/opaque_obj_0": outer})
+    monkeypatch.chdir(tmp_path)
+    for read in (lambda: tensorplay.export_constants(path, unknown_globals="stub"),
+                 lambda: tensorplay.load(path, unknown_globals="stub")):
+        with pytest.raises(tensorplay.UnsafeCheckpointError, match="system"):
+            read()
+    assert not (tmp_path / sandboxed.MARKER).exists()
+
+
+def test_an_entry_name_that_is_not_utf8_is_refused(tmp_path):
+    path = tmp_path / "latin.pt2"
+    with zipfile.ZipFile(FIXTURE) as z, zipfile.ZipFile(path, "w") as w:
+        for name in z.namelist():
+            w.writestr(name, z.read(name))
+        w.writestr(zipfile.ZipInfo("model/extra"), b"")
+    raw = path.read_bytes().replace(b"model/extra", b"model/\xe9xtra")
+    path.write_bytes(raw)
+    with pytest.raises(tensorplay.MalformedCheckpointError):
+        tensorplay.export_state_dict(path)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_stride_too_large_to_address_is_refused(tmp_path, backend):
+    def edit(config):
+        meta = config["h16"]["tensor_meta"]
+        meta["sizes"] = [{"as_int": 1} for _ in meta["sizes"]]
+        meta["strides"] = [{"as_int": 2**62} for _ in meta["strides"]]
+    with pytest.raises(tensorplay.CheckpointError, match="too large"):
+        tensorplay.export_state_dict(with_config(tmp_path, edit), backend=backend)
 
 
 def test_an_opaque_constant_is_read_by_the_safe_vm(tmp_path, monkeypatch):

@@ -115,16 +115,17 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
 def _state(source: Any, unknown_globals: Literal["error", "stub"]) -> Any:
     """What converts: the state dict the reader of an archive of code gives (its
     tensors only, as torch's ``state_dict`` has them), else what ``load`` gives."""
-    from ._export import export_state_dict
+    from . import _export
     from ._torchscript import jit_state_dict
 
     kind = None
-    if isinstance(source, (str, os.PathLike, bytes, memoryview)):
+    if isinstance(source, (bytes, memoryview)) or (isinstance(source, (str, os.PathLike))
+                                                   and os.path.isfile(source)):
         kind = _core.archive_kind(os.fspath(source) if isinstance(source, os.PathLike) else source)
     if kind == "torchscript":
         return jit_state_dict(source, backend="numpy")
-    if kind in ("pt2", "pt2_zip"):
-        return export_state_dict(source, backend="numpy", unknown_globals=unknown_globals)
+    if _export.reads(kind):
+        return _export.export_state_dict(source, backend="numpy", unknown_globals=unknown_globals)
     return load(source, backend="numpy", unknown_globals=unknown_globals)
 
 

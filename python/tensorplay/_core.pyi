@@ -61,7 +61,8 @@ __all__ = [
 __version__: Final[str]
 FIRST_TAIL: Final[int]
 FIRST_BLOCK: Final[int]
-# Scan problem kinds of a file whose reader runs code the file carries (``torchscript``).
+# Scan problem kinds of a file whose reader runs code the file carries (``torchscript``,
+# ``torch_package``, ``mobile_bytecode``, ``aoti_package``).
 RUNS_CODE_KINDS: Final[list[str]]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 from . import _core, _limits, _strides
@@ -40,6 +41,11 @@ _OLD_PROGRAM = "serialized_exported_program.json"
 _KINDS = {"pt2": "pt2", "pt2_zip": "zip", "aoti": "aoti"}
 
 
+def reads(kind: str | None) -> bool:
+    """Whether an archive of this ``_core.archive_kind`` is one this module reads (or refuses by name)."""
+    return kind in _KINDS
+
+
 def export_state_dict(path: _Source, *, backend: _Backend | None = None,
                       limits: dict[str, int] | None = None, unknown_globals: _Unknown = "error") -> dict[str, Any]:
     """The weights (parameters and persistent buffers) of the torch.export archive
@@ -51,7 +57,7 @@ def export_state_dict(path: _Source, *, backend: _Backend | None = None,
     loads them. The constants (tensor attributes, non-persistent buffers) are
     ``export_constants``'s."""
     with _Archive(path, limits) as archive:
-        return archive.state_dict(_backend(backend), unknown_globals)
+        return _salvaged(archive, lambda: archive.state_dict(_backend(backend), unknown_globals), unknown_globals)
 
 
 def export_constants(path: _Source, *, backend: _Backend | None = None,
@@ -60,14 +66,28 @@ def export_constants(path: _Source, *, backend: _Backend | None = None,
     and non-persistent buffers), named and ordered as
     ``torch.export.load(path).constants`` names them; as ``export_state_dict``."""
     with _Archive(path, limits) as archive:
-        return archive.constants(_backend(backend), unknown_globals)
+        return _salvaged(archive, lambda: archive.constants(_backend(backend), unknown_globals), unknown_globals)
+
+
+def _salvaged(archive: _Archive, read: Callable[[], Any], unknown_globals: _Unknown) -> Any:
+    """What ``read`` gives, unless stubs stood in while it read and the archive
+    carries a dangerous global somewhere: stub mode salvages data, never a file
+    with a payload."""
+    if unknown_globals != "stub":
+        return read()
+    from . import _allowlist, _refusal, _stub
+
+    with _stub.collecting():
+        value = read()
+        _refusal.refuse_hostile(archive.source, _allowlist.resolved()[0], archive.limits)
+    return value
 
 
 def is_export_archive(source: _Source | int, limits: dict[str, int] | None) -> bool:
     """Whether ``source`` is a zip laid out as torch.export writes its archives
     (an AOTInductor package too): asked only of a file the checkpoint loader refused."""
     try:
-        return _core.archive_kind(source, limits=_limits.merged(limits)) in _KINDS
+        return reads(_core.archive_kind(source, limits=_limits.merged(limits)))
     except _core.CheckpointError:
         return False
 
@@ -88,13 +108,13 @@ def contents(source: _Source | int, backend: _Backend, limits: dict[str, int] | 
     """What ``load(path, unknown_globals="stub")`` gives for a torch.export archive."""
     with _Archive(source, limits) as archive:
         archive.check_loadable()
-        return {
+        return _salvaged(archive, lambda: {
             "format": "torch.export",
             "archive_version": archive.version,
             "state_dict": archive.state_dict(backend, "stub"),
             "constants": archive.constants(backend, "stub"),
             "sample_inputs": archive.sample_inputs(backend),
-        }
+        }, "stub")
 
 
 def _backend(backend: _Backend | None) -> _Backend:
@@ -117,12 +137,14 @@ class _Archive:
             try:
                 self.entries[entry["name"].decode("utf-8")] = entry
             except UnicodeDecodeError:
-                continue  # no record torch reads is named so
+                # As the checkpoint reader refuses one: the root would be another entry's otherwise.
+                raise _core.error("malformed_archive", f"torch.export archive: entry name {entry['name']!r} is "
+                                  "not UTF-8") from None
         self.kind = _KINDS.get(_core.archive_kind(self.source, limits=self.limits) or "")
         if self.kind is None:
             raise _malformed("archive_format", "not a torch.export archive: it has no archive_format record "
                              f"and no {_OLD_PROGRAM}")
-        first = next(iter(self.entries))
+        first = next(iter(self.entries))  # archive_kind found records: there is one
         self.root = "" if self.kind == "zip" else first.split("/", 1)[0] + "/"
         self.where = self.root + ("archive_format" if self.kind != "zip" else _OLD_PROGRAM)
         self.version: int | None = None
@@ -286,9 +308,10 @@ class _Archive:
         if len(data) == 0:
             # torch makes zeros of the entry's size for an empty record (a fake tensor saved).
             numel = math.prod(tensor_meta["sizes"])
-            if numel * itemsize > self.bounds["max_inflated_bytes"]:
+            # Bytes the file makes us build without carrying them: bounded as other payload is.
+            if numel * itemsize > self.bounds["max_payload_bytes"]:
                 raise _core.error("limit", f"{at}: {numel} zero elements", entry=self.root + record,
-                                  limit="max_inflated_bytes", maximum=self.bounds["max_inflated_bytes"])
+                                  limit="max_payload_bytes", maximum=self.bounds["max_payload_bytes"])
             data = np.zeros(numel * itemsize, dtype=np.uint8)
         if backend == "torch":
             import torch
@@ -335,8 +358,10 @@ def _view(storage: Any, meta: dict, backend: _Backend, at: str) -> Any:
     numel = storage.shape[0]
     if len(stride) != len(shape):
         raise _malformed(at, f"{len(shape)} sizes but {len(stride)} strides")
-    if math.prod(max(n, 1) for n in shape) >= 1 << 62:
-        raise _core.error("tensor_bounds", f"{at}: sizes {list(shape)} are too large to address")
+    if math.prod(max(n, 1) for n in shape) >= 1 << 62 or any(abs(s) >= 1 << 56 for s in stride):
+        # Byte strides (element strides times the itemsize) must fit numpy's and torch's int64.
+        raise _core.error("tensor_bounds", f"{at}: sizes {list(shape)} and strides {list(stride)} are too large "
+                          "to address")
     last = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) else offset - 1
     if offset > numel or last >= numel:
         raise _core.error("tensor_bounds", f"{at}: sizes {list(shape)}, strides {list(stride)} and storage "
@@ -422,4 +447,6 @@ def _field(meta: dict, name: str, kind: type, at: str) -> Any:
 
 
 def _malformed(entry: str, reason: str) -> _core.MalformedCheckpointError:
-    return _core.error("malformed_archive", f"torch.export archive: {entry}: {reason}", entry=entry.split(":")[0])
+    """``entry`` names the record, or a place in one as ``record: what``."""
+    record = entry.split(": ", 1)[0]
+    return _core.error("malformed_archive", f"torch.export archive: {entry}: {reason}", entry=record)

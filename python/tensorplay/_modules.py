@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from . import _core
 from ._stub import Stub, StubWarning
+from ._torchscript import is_torchscript_class
 
 _Source = str | os.PathLike[str] | bytes | memoryview
 
@@ -44,7 +45,7 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
                         unknown_globals="stub", backend=backend, limits=limits)
     if not isinstance(root, Stub):
         raise _error(f"the file holds a {type(root).__name__}, not a pickled nn.Module")
-    if root.module.startswith("__torch__"):
+    if is_torchscript_class(root):
         raise _error(f"the file holds a TorchScript module ({root.qualname}): use tensorplay.jit_state_dict")
     max_visits = {**_limits.default_limits(), **(limits or {})}["max_nodes"]
     torch = sys.modules.get("torch")
@@ -104,7 +105,7 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
 def is_module(value: Any) -> bool:
     """Whether ``value`` is the stub of a pickled ``nn.Module``: its attribute dict
     holds the three dicts every module has (``_parameters``, ``_buffers``, ``_modules``)."""
-    if not isinstance(value, Stub) or value.module.startswith("__torch__"):
+    if not isinstance(value, Stub) or is_torchscript_class(value):
         return False
     try:
         state = _attributes(value, "")

@@ -67,9 +67,14 @@ def jit_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | None =
     return out
 
 
+def is_torchscript_class(stub: Stub) -> bool:
+    """Whether ``stub`` stands in for a class a TorchScript archive's code defines."""
+    return stub.module == "__torch__" or stub.module.startswith("__torch__.")
+
+
 def _looks_like_module(stub: Stub) -> bool:
     """A TorchScript module's state always holds ``training``; other objects' rarely."""
-    return stub.module.startswith("__torch__") and isinstance(stub.state, dict) and "training" in stub.state
+    return is_torchscript_class(stub) and isinstance(stub.state, dict) and "training" in stub.state
 
 
 def _what(value: Any) -> str:

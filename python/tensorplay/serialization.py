@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from . import _allowlist, _core, _export, _limits, _paths, _refusal, _stub
+from . import _allowlist, _core, _limits, _paths, _refusal, _stub
 from .utils.serialization import config
 
 __all__ = [
@@ -230,10 +230,16 @@ def _read_into(f: Any) -> memoryview | None:
         return None
     try:
         here = f.tell()
-        size = f.seek(0, os.SEEK_END) - here
-        f.seek(here)
+    except (AttributeError, OSError, ValueError):
+        return None
+    try:
+        # tell(), not what seek returns: some file objects' seek returns None.
+        f.seek(0, os.SEEK_END)
+        size = f.tell() - here
     except (AttributeError, OSError, ValueError, TypeError):
         return None
+    finally:
+        f.seek(here)
     if not isinstance(size, int) or size <= 0:
         return None
     view = memoryview(bytearray(size))
@@ -497,11 +503,16 @@ def _weights_only_load(f: Any, map_location: Any, pickle_module: Any, mmap: bool
         # One error naming every global the file needs, not the first of them.
         raise _refusal.complete(refused, source, names, _limits.merged(limits), api) from None
     except _core.MalformedCheckpointError:
+        from . import _export
+
         # Asked only of a zip the checkpoint reader refused: a torch.export archive has no data.pkl.
         if start not in (None, 0) or not _export.is_export_archive(source, limits):
             raise
         if not stub:
             raise _export.refusal(source, limits) from None
+        if map_location is not None and str(map_location) != "cpu":
+            raise _core.error("unsupported", "a torch.export archive's parts load on the CPU: map_location "
+                              f"{map_location!r} is not supported for it") from None
         return _export.contents(source, backend, limits)
     except IsADirectoryError:
         # Asked of the core's open, not of every path first: a folder is the rare case.

@@ -325,7 +325,6 @@ pub(crate) fn tensor_dtype(arena: &Arena, mut id: NodeId) -> Option<DType> {
     }
 }
 
-/// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
 /// `Tensor.__setstate__` of a pre-1.0 file: an empty tensor (`torch.Tensor()`,
 /// `torch.FloatTensor()`) built with `(storage, storage_offset, size, stride)`
 /// becomes that view of the storage, as torch's `set_` makes it, which takes
@@ -362,12 +361,14 @@ pub fn set_state(
         }
         dense
     };
-    if let Some(node) = arena.tensor_mut(t) {
-        node.kind = TensorKind::Dense(dense);
-    }
+    let node = arena
+        .tensor_mut(t)
+        .ok_or_else(|| Error::pickle("BUILD on a tensor the arena does not hold", at.clone()))?;
+    node.kind = TensorKind::Dense(dense);
     Ok(())
 }
 
+/// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
 fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Error> {
     let storage = a.storage(0)?;
     let offset = a.uint(1, "storage_offset")?;

@@ -118,7 +118,8 @@ class Problem(str):
 
     @property
     def runs_code(self) -> bool:
-        """Whether the file's reader runs code the file carries (a TorchScript archive)."""
+        """Whether the file's reader runs code the file carries (TorchScript,
+        torch.package, mobile bytecode, an AOTInductor package)."""
         return self.kind in _core.RUNS_CODE_KINDS
 
     def to_json(self) -> dict[str, str]:

@@ -1,9 +1,11 @@
-//! Archives torch writes that hold code a reader would run, beside or instead
-//! of a checkpoint: `torch.package` archives (`PackageImporter` imports the
-//! Python modules they carry, and their pickles name those modules' classes)
-//! and mobile (lite interpreter) bytecode (`_save_for_lite_interpreter`; torch's
-//! mobile loader runs it). Recognised here, once: loads refuse them by name and
-//! scans never call them clean.
+//! The zips torch writes that are no checkpoint, each read by a reader of its
+//! own ([`ArchiveKind`]): TorchScript, torch.export's `.pt2`, and those that hold
+//! code their reader runs: `torch.package` archives (`PackageImporter` imports
+//! the Python modules they carry, and their pickles name those modules'
+//! classes), AOTInductor packages (compiled code) and mobile (lite interpreter)
+//! bytecode (`_save_for_lite_interpreter`; torch's mobile loader runs it).
+//! Recognised here, once: loads refuse the last three by name and scans never
+//! call them clean.
 
 use crate::error::{Error, Location};
 use crate::torch::records::{
@@ -45,28 +47,28 @@ pub fn refuse_flatbuffer(data: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// A load's refusal of a zip that is a `torch.package` archive, or mobile
-/// bytecode with no full TorchScript archive beside it. A lite-interpreter zip
-/// as torch writes it is also a TorchScript archive (`data.pkl`, `constants.pkl`,
-/// `code/`), which `torch.jit.load` reads: that part is read as TorchScript.
+/// A load's refusal of a zip that is a `torch.package` archive, an AOTInductor
+/// package, or mobile bytecode with no full TorchScript archive beside it
+/// ([`ArchiveKind::of`]). A lite-interpreter zip as torch writes it is also a
+/// TorchScript archive (`data.pkl`, `constants.pkl`, `code/`), which
+/// `torch.jit.load` reads: that part is read as TorchScript.
 pub fn refuse_in_zip(layout: &Layout) -> Result<(), Error> {
     let at = |record: &str| Location::entry(&format!("{}/{record}", layout.root));
-    if layout.entry(PACKAGE_EXTERN_MODULES).is_some() {
-        return Err(refusal(
+    let names = layout.entries.iter().map(|e| &e.name[..]);
+    match ArchiveKind::of(names) {
+        Some(ArchiveKind::TorchPackage) => Err(refusal(
             "a torch.package archive",
             READS_PICKLES,
             at(PACKAGE_EXTERN_MODULES),
-        ));
-    }
-    let full_torchscript = layout.is_torchscript() && layout.entry(DATA_PKL).is_some();
-    if layout.entry(MOBILE_BYTECODE_PKL).is_some() && !full_torchscript {
-        return Err(refusal(
+        )),
+        Some(ArchiveKind::AotInductor) => Err(refusal(AOTI_REASON, READS_PICKLES, at(AOTI_FOLDER))),
+        Some(ArchiveKind::MobileBytecode) => Err(refusal(
             "mobile (lite interpreter) bytecode with no TorchScript archive beside it",
             READS_PICKLES,
             at(MOBILE_BYTECODE_PKL),
-        ));
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 const READS_PICKLES: &str = "tensorplay scan reads every pickle in it";

@@ -108,15 +108,19 @@ pub fn is_payload(root: Option<&[u8]>, name: &[u8]) -> bool {
             .any(|m| m.as_bytes().eq_ignore_ascii_case(record))
 }
 
-/// Whether `record` (a name under the root) lies in the storages' folder, in any case.
+/// Whether `record` (a name under the root) is a storage's, `data/<key>` in any
+/// case, as `torch.save` names them: a key of one name, no folder. Other readers
+/// keep pickles in deeper folders of `data/` (torch.export's `data/weights/`,
+/// `data/constants/`, `data/sample_inputs/`), which are read as any member is.
 #[inline(always)]
 pub fn is_storage_record(record: &[u8]) -> bool {
     let folder = STORAGE_FOLDER.as_bytes();
     // The exact prefix first: most records are storages, named as torch names them.
-    record.starts_with(folder)
+    let in_folder = record.starts_with(folder)
         || record
             .get(..folder.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(folder))
+            .is_some_and(|p| p.eq_ignore_ascii_case(folder));
+    in_folder && (record.get(folder.len()..)).is_some_and(|key| !key.contains(&b'/'))
 }
 
 /// A record of the checkpoint, as [`crate::archive::zip::find_record`] looks for it.
@@ -159,6 +163,8 @@ mod tests {
         assert!(!is_record(b"archive", b"other/data.pkl", DATA_PKL));
         assert!(!is_record(b"archive", b"archive/data.pkl2", DATA_PKL));
         assert!(is_payload(Some(b"a"), b"a/Data/0"));
+        assert!(!is_payload(Some(b"a"), b"a/data/weights/weight_0"));
+        assert!(!is_payload(Some(b"a"), b"a/data/aotinductor/model/x.so"));
         let names: [&[u8]; 2] = [b"a/data.pkl", b"a/CONSTANTS.pkl"];
         assert!(is_jit_archive(b"a", names.into_iter()));
         let names: [&[u8]; 2] = [b"a/data.pkl", b"a/code/constants.pkl"];
