@@ -433,3 +433,30 @@ def test_a_readinto_that_fills_less_than_asked_is_called_again():
     source = _ReadsInto(f.getvalue(), chunk=64 * 1024)
     assert torch.equal(tensorplay.load(source), x)
     assert source.calls.count("readinto") >= len(f.getvalue()) // (64 * 1024)
+
+
+class _SeekReturnsNothing(io.RawIOBase):
+    """A file object whose seek returns None, as some wrappers' do."""
+
+    def __init__(self, data: bytes):
+        self.inner = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self.inner.readinto(b)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self.inner.seek(offset, whence)
+
+    def tell(self):
+        return self.inner.tell()
+
+
+def test_a_file_object_whose_seek_returns_none_loads_as_in_torch():
+    x = torch.arange(12.0).reshape(3, 4)
+    f = io.BytesIO()
+    torch.save(x, f)
+    assert torch.equal(torch.load(_SeekReturnsNothing(f.getvalue())), x)
+    assert torch.equal(tensorplay.load(_SeekReturnsNothing(f.getvalue())), x)
