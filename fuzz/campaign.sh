@@ -7,12 +7,15 @@
 # every timeout input is still saved to fuzz/artifacts/<target>/ and must be rerun
 # (a paused unit looks like a timeout). Runs in 600 s chunks until the CPU time
 # used (user + system, measured by /usr/bin/time) reaches the budget.
-# The corpus grows in fuzz/corpus/<target>/; crashes stop the campaign.
+# The corpus grows in fuzz/corpus/<target>/ (unpacked from fuzz/corpus/<target>.tar.zst
+# by fuzz/corpus.sh when absent); crashes stop the campaign. Afterwards
+# `fuzz/cmin.sh <target>` minimises the folder and packs it back into the archive.
 set -eu
 target=$1
 budget=$2
 fuzz=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$fuzz/logs" "$fuzz/artifacts/$target"
+[ -d "$fuzz/corpus/$target" ] || sh "$fuzz/corpus.sh" unpack "$target"
 stamp=$(date +%Y%m%d-%H%M%S)
 log="$fuzz/logs/$target-$stamp.log"
 cd "$fuzz/logs"
@@ -37,3 +40,4 @@ while [ "$used" -lt "$budget" ]; do
     fi
 done
 echo "campaign $target finished $(date -Is), $used CPU-s" >> "$log"
+echo "fuzz/corpus/$target/ is not packed yet: fuzz/cmin.sh $target minimises and packs it"

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Minimise the corpora after campaigns (cargo fuzz cmin), keeping the names of
 # seed-* and regress-* files (cmin renames what it keeps by content hash), and
-# keeping every regress-* file even when cmin finds it redundant.
+# keeping every regress-* file even when cmin finds it redundant; then pack each
+# minimised folder back into fuzz/corpus/<target>.tar.zst (fuzz/corpus.sh), the
+# archive that is committed and replayed. A target's folder is unpacked from its
+# archive first when missing.
 #   fuzz/cmin.sh [target...]
 set -eu
 fuzz=$(cd "$(dirname "$0")" && pwd)
@@ -9,6 +12,7 @@ cd "$fuzz"
 targets=${*:-pickle_vm scanner_differential zip_archive checkpoint_open legacy round_trip wrappers}
 for target in $targets; do
     dir="corpus/$target"
+    [ -d "$dir" ] || sh corpus.sh unpack "$target"
     keep=$(mktemp -d)
     for f in "$dir"/seed-* "$dir"/regress-*; do
         [ -f "$f" ] && cp "$f" "$keep/"
@@ -25,5 +29,5 @@ for target in $targets; do
         fi
     done
     rm -rf "$keep"
-    echo "$target: $(ls "$dir" | wc -l) files, $(du -sh "$dir" | cut -f1)"
+    nice -n 19 sh corpus.sh pack "$target"
 done

@@ -10,6 +10,9 @@ malicious corpus. Run from the repository root: python3 fuzz/seed_corpus.py
   (gzip, bz2, xz, LZMA-alone, zlib) or put in a tar, and the 7z fixtures.
 Files over MAX_LEN bytes are skipped (libFuzzer runs with -max_len=65536).
 Seeds are named seed-<source>; files a campaign adds keep libFuzzer's hash names.
+The seeds join the corpus folders fuzz/corpus/<target>/ (unpacked from their archives
+by fuzz/corpus.sh first, if absent), which are packed back into fuzz/corpus/<target>.tar.zst
+at the end.
 """
 import bz2
 import glob
@@ -18,13 +21,24 @@ import io
 import lzma
 import os
 import struct
+import subprocess
 import tarfile
 import zipfile
 import zlib
 
 MAX_LEN = 65536
+# A ustar header holds a name of up to 100 bytes; fuzz/corpus.sh packs in that format.
+MAX_NAME = 100
 ROOT = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(ROOT)
+CORPUS_SH = os.path.join(ROOT, "corpus.sh")
+TARGETS = ("pickle_vm", "scanner_differential", "zip_archive", "checkpoint_open",
+           "legacy", "round_trip", "wrappers")
+
+# Seeds are added to the corpus, never replace it: start from the committed archives.
+for target in TARGETS:
+    if not os.path.isdir(os.path.join(ROOT, "corpus", target)):
+        subprocess.run(["sh", CORPUS_SH, "unpack", target], check=True)
 
 fixtures = sorted(
     glob.glob(os.path.join(REPO, "tests/fixtures/torch*/*.pt"))
@@ -40,6 +54,8 @@ malicious = sorted(
 def put(target, name, data):
     if not data or len(data) > MAX_LEN:
         return
+    if len(("seed-" + name).encode()) > MAX_NAME:
+        raise SystemExit(f"seed name too long for the corpus archive: seed-{name}")
     d = os.path.join(ROOT, "corpus", target)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "seed-" + name), "wb") as f:
@@ -130,3 +146,5 @@ for path in malicious + sevenzip:
         info.size, info.mtime = len(data), 0
         t.addfile(info, io.BytesIO(data))
     put("wrappers", base + ".tar", buf.getvalue())
+
+subprocess.run(["sh", CORPUS_SH, "pack", *TARGETS], check=True)
