@@ -20,7 +20,6 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 TESTS = pathlib.Path(__file__).resolve().parent
-PYTHON_PACKAGE = TESTS.parent / "python"
 
 # "Class::test" -> why it may pass unpatched and fail patched (Markdown: the Testing page
 # shows each as "- `name`: reason").
@@ -46,7 +45,9 @@ def run(test_file: str | os.PathLike, patched: bool, timeout: float = 3600) -> d
                    "-o", "junit_family=xunit2", f"--junitxml={report}"]
         if patched:
             command += ["-p", "torch_suite_patch"]
-        paths = [str(PYTHON_PACKAGE), str(TESTS), os.environ.get("PYTHONPATH", "")]
+        # The plugin from here; tensorplay as this process imports it (the installed
+        # package in CI, where python/ holds no built core).
+        paths = [str(TESTS), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         subprocess.run(command, cwd=tmp, env=env, timeout=timeout,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
