@@ -462,11 +462,15 @@ impl ZipLayout {
     }
 
     /// What the zip is: a torch checkpoint (TorchScript's when `torch.jit.load`
-    /// reads it as such), an npz, or any zip.
+    /// reads it as such, or `torch.load` hands it to `torch.jit.load`), an npz,
+    /// or any zip.
     fn format(&self, index: &zip::Index) -> Format {
         let names = || index.entries.iter().map(|e| &e.name[..]);
+        let torchscript = |root: &[u8]| {
+            records::is_jit_archive(root, names()) || self.kind == Some(ArchiveKind::TorchScript)
+        };
         match &self.root {
-            Some(root) if records::is_jit_archive(root, names()) => Format::TorchScriptZip,
+            Some(root) if torchscript(root) => Format::TorchScriptZip,
             Some(_) => Format::TorchZip,
             None if names().all(|n| n.ends_with(b".npy")) => Format::Npz,
             None => Format::Zip,
