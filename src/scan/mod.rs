@@ -756,11 +756,15 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
             // unpickle: the globals a scan finds, or the load's refusal. An
             // archive of another reader's (a `.pt2`) answers for its pickles.
             let max = options.limits.max_zip_entries;
-            let kind = (archive_zip::read_index(data, max).ok()).and_then(|index| {
-                foreign::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
-            });
-            if report.findings.is_empty() && kind.is_none() {
-                archive_zip::find_record(data, max, &Record(records::DATA_PKL))?;
+            if report.findings.is_empty() {
+                if let Err(e) = archive_zip::find_record(data, max, &Record(records::DATA_PKL)) {
+                    let kind = (archive_zip::read_index(data, max).ok()).and_then(|index| {
+                        foreign::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
+                    });
+                    if kind.is_none() {
+                        return Err(e);
+                    }
+                }
             }
             outcome(report)
         }

@@ -11,7 +11,7 @@ use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
 use crate::torch::records;
-use crate::torch::records::foreign::{self, ArchiveKind};
+use crate::torch::records::foreign::{self, ArchiveKind, Names};
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {
@@ -173,15 +173,14 @@ impl Scan<'_> {
                 "a TorchScript archive: torch.jit.load runs the code under code/",
             );
         }
-        let (package, mobile) = foreign::in_names(index.entries.iter().map(|e| &e.name[..]));
-        if package {
+        if layout.names.package {
             self.problem(
                 location,
                 problem_kind::TORCH_PACKAGE,
                 foreign::PACKAGE_REASON,
             );
         }
-        if mobile {
+        if layout.names.mobile {
             self.problem(
                 location,
                 problem_kind::MOBILE_BYTECODE,
@@ -413,6 +412,8 @@ pub struct ZipLayout {
     pt2_root: Option<Vec<u8>>,
     /// What the zip is for, when it is no checkpoint ([`ArchiveKind::of`]).
     kind: Option<ArchiveKind>,
+    /// What its entries' names say.
+    names: Names,
 }
 
 impl ZipLayout {
@@ -433,7 +434,8 @@ impl ZipLayout {
                     is_tensordict_leaf(&String::from_utf8_lossy(name), |n| names.contains(n))
                 })
         };
-        let kind = ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]));
+        let names = Names::of(index.entries.iter().map(|e| &e.name[..]));
+        let kind = names.kind();
         let pt2_root = (index.entries.first())
             .and_then(|e| records::root_of(&e.name))
             .filter(|_| matches!(kind, Some(ArchiveKind::Export | ArchiveKind::AotInductor)));
@@ -444,6 +446,7 @@ impl ZipLayout {
             root: root.map(<[u8]>::to_vec),
             pt2_root: pt2_root.map(<[u8]>::to_vec),
             kind,
+            names,
         }
     }
 
@@ -465,14 +468,12 @@ impl ZipLayout {
     /// reads it as such, or `torch.load` hands it to `torch.jit.load`), an npz,
     /// or any zip.
     fn format(&self, index: &zip::Index) -> Format {
-        let names = || index.entries.iter().map(|e| &e.name[..]);
-        let torchscript = |root: &[u8]| {
-            records::is_jit_archive(root, names()) || self.kind == Some(ArchiveKind::TorchScript)
-        };
+        let torchscript =
+            self.names.is_jit_archive() || self.kind == Some(ArchiveKind::TorchScript);
         match &self.root {
-            Some(root) if torchscript(root) => Format::TorchScriptZip,
+            Some(_) if torchscript => Format::TorchScriptZip,
             Some(_) => Format::TorchZip,
-            None if names().all(|n| n.ends_with(b".npy")) => Format::Npz,
+            None if (index.entries.iter()).all(|e| e.name.ends_with(b".npy")) => Format::Npz,
             None => Format::Zip,
         }
     }

@@ -9,7 +9,8 @@
 
 use crate::error::{Error, Location};
 use crate::torch::records::{
-    is_record, record_of, root_of, Layout, CONSTANTS_PKL, DATA_PKL, PT2_ARCHIVE_FORMAT,
+    is_storage_record, record_of, root_of, Layout, CODE_FOLDER, CONSTANTS_PKL, DATA_PKL,
+    PT2_ARCHIVE_FORMAT,
 };
 
 /// The record a `torch.package` archive always has (beside `.data/version`).
@@ -126,63 +127,95 @@ impl ArchiveKind {
 
     /// What `names` are the entries of; `None` for a checkpoint or any other zip.
     pub fn of<'n>(names: impl Iterator<Item = &'n [u8]> + Clone) -> Option<ArchiveKind> {
-        let first = names.clone().next()?;
-        let records = || {
-            let root = root_of(first);
-            names
-                .clone()
-                .filter_map(move |n| root.and_then(|r| record_of(r, n)))
-        };
-        let (package, mobile) = in_names(names.clone());
-        if package {
-            return Some(ArchiveKind::TorchPackage);
-        }
-        if records().any(|r| r.starts_with(AOTI_FOLDER.as_bytes())) {
-            return Some(ArchiveKind::AotInductor);
-        }
-        if records().any(|r| r == PT2_ARCHIVE_FORMAT.as_bytes()) {
-            let code = |r: &[u8]| {
-                let lower = r.to_ascii_lowercase();
-                AOTI_CODE_SUFFIXES
-                    .iter()
-                    .any(|s| lower.ends_with(s.as_bytes()))
-            };
-            return Some(if records().any(code) {
-                ArchiveKind::AotInductor
-            } else {
-                ArchiveKind::Export
-            });
-        }
-        let top = |wanted: &str| names.clone().any(|n| n == wanted.as_bytes());
-        if top(OLD_EXPORT_PROGRAM) && top("version") {
-            return Some(ArchiveKind::OldExport);
-        }
-        let torchscript = records().any(|r| r == CONSTANTS_PKL.as_bytes());
-        let data =
-            root_of(first).is_some_and(|root| names.clone().any(|n| is_record(root, n, DATA_PKL)));
-        if torchscript && data {
-            return Some(ArchiveKind::TorchScript);
-        }
-        mobile.then_some(ArchiveKind::MobileBytecode)
+        Names::of(names).kind()
     }
 }
 
-/// What a scan says of a zip with these entry names (the root is the first
-/// entry's folder): whether it is a `torch.package` archive and whether it
-/// holds mobile bytecode.
-pub fn in_names<'n>(mut names: impl Iterator<Item = &'n [u8]>) -> (bool, bool) {
-    let Some(first) = names.next() else {
-        return (false, false);
-    };
-    let Some(root) = super::root_of(first) else {
-        return (false, false);
-    };
-    let (mut package, mut mobile) = (false, false);
-    for name in std::iter::once(first).chain(names) {
-        package |= super::is_record(root, name, PACKAGE_EXTERN_MODULES);
-        mobile |= super::is_record(root, name, MOBILE_BYTECODE_PKL);
+/// What the names of a zip's entries say, read in one pass (the root is the
+/// first entry's folder): enough for [`ArchiveKind`] and the scan's problems.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Names {
+    /// `.data/extern_modules`: a `torch.package` archive.
+    pub package: bool,
+    /// `bytecode.pkl`: mobile bytecode.
+    pub mobile: bool,
+    aoti_folder: bool,
+    archive_format: bool,
+    compiled_code: bool,
+    old_program: bool,
+    top_version: bool,
+    /// A record named exactly `constants.pkl`, as `torch.load` asks.
+    constants_exact: bool,
+    /// `constants.pkl` and `code/` in any case, as `torch.jit.load` finds them.
+    constants_any: bool,
+    code: bool,
+    data_pkl: bool,
+}
+
+impl Names {
+    pub fn of<'n>(names: impl Iterator<Item = &'n [u8]> + Clone) -> Names {
+        let mut seen = Names::default();
+        let mut root = None;
+        for (i, name) in names.clone().enumerate() {
+            if i == 0 {
+                root = root_of(name);
+            }
+            let Some(record) = root.and_then(|r| record_of(r, name)) else {
+                seen.old_program |= name == OLD_EXPORT_PROGRAM.as_bytes();
+                seen.top_version |= name == b"version";
+                continue;
+            };
+            // Most names of a big archive are storages, which say nothing more.
+            if is_storage_record(record) {
+                continue;
+            }
+            let is = |wanted: &str| record.eq_ignore_ascii_case(wanted.as_bytes());
+            seen.package |= is(PACKAGE_EXTERN_MODULES);
+            seen.mobile |= is(MOBILE_BYTECODE_PKL);
+            seen.aoti_folder |= record.starts_with(AOTI_FOLDER.as_bytes());
+            seen.archive_format |= record == PT2_ARCHIVE_FORMAT.as_bytes();
+            seen.constants_exact |= record == CONSTANTS_PKL.as_bytes();
+            seen.constants_any |= is(CONSTANTS_PKL);
+            seen.code |= (record.get(..CODE_FOLDER.len()))
+                .is_some_and(|p| p.eq_ignore_ascii_case(CODE_FOLDER.as_bytes()));
+            seen.data_pkl |= is(DATA_PKL);
+        }
+        // Compiled code is looked for in a torch.export archive only (rare: a second pass).
+        if seen.archive_format {
+            seen.compiled_code = names
+                .filter_map(|n| root.and_then(|r| record_of(r, n)))
+                .any(|r| {
+                    AOTI_CODE_SUFFIXES.iter().any(|s| {
+                        (r.len().checked_sub(s.len()))
+                            .and_then(|at| r.get(at..))
+                            .is_some_and(|end| end.eq_ignore_ascii_case(s.as_bytes()))
+                    })
+                });
+        }
+        seen
     }
-    (package, mobile)
+
+    pub fn kind(&self) -> Option<ArchiveKind> {
+        if self.package {
+            Some(ArchiveKind::TorchPackage)
+        } else if self.aoti_folder || (self.archive_format && self.compiled_code) {
+            Some(ArchiveKind::AotInductor)
+        } else if self.archive_format {
+            Some(ArchiveKind::Export)
+        } else if self.old_program && self.top_version {
+            Some(ArchiveKind::OldExport)
+        } else if self.constants_exact && self.data_pkl {
+            Some(ArchiveKind::TorchScript)
+        } else {
+            self.mobile.then_some(ArchiveKind::MobileBytecode)
+        }
+    }
+
+    /// Whether `torch.jit.load` reads the archive as TorchScript: a
+    /// `constants.pkl` and code, in any case (without code it has nothing to run).
+    pub fn is_jit_archive(&self) -> bool {
+        self.constants_any && self.code
+    }
 }
 
 #[cfg(test)]
@@ -244,17 +277,25 @@ mod tests {
         assert!(!is_mobile_flatbuffer(b"abc PTMF is text"));
     }
 
+    fn names(names: &[&str]) -> Names {
+        Names::of(names.iter().map(|n| n.as_bytes()))
+    }
+
     #[test]
     fn package_and_mobile_records_are_found_under_the_root() {
-        let names: [&[u8]; 3] = [
-            b"pkg/.data/version",
-            b"pkg/.data/extern_modules",
-            b"pkg/x.py",
-        ];
-        assert_eq!(in_names(names.into_iter()), (true, false));
-        let names: [&[u8]; 2] = [b"lite/data.pkl", b"lite/BYTECODE.pkl"];
-        assert_eq!(in_names(names.into_iter()), (false, true));
-        let names: [&[u8]; 2] = [b"a/data.pkl", b"b/bytecode.pkl"];
-        assert_eq!(in_names(names.into_iter()), (false, false));
+        let found = names(&["pkg/.data/version", "pkg/.data/extern_modules", "pkg/x.py"]);
+        assert!(found.package && !found.mobile);
+        let found = names(&["lite/data.pkl", "lite/BYTECODE.pkl"]);
+        assert!(!found.package && found.mobile);
+        let found = names(&["a/data.pkl", "b/bytecode.pkl"]);
+        assert!(!found.package && !found.mobile);
+    }
+
+    #[test]
+    fn torch_jit_load_needs_constants_and_code_in_any_case() {
+        assert!(names(&["a/data.pkl", "a/CONSTANTS.pkl", "a/Code/__torch__.py"]).is_jit_archive());
+        // No code: nothing for torch.jit.load to run.
+        assert!(!names(&["a/data.pkl", "a/CONSTANTS.pkl"]).is_jit_archive());
+        assert!(!names(&["a/data.pkl", "a/code/constants.pkl"]).is_jit_archive());
     }
 }

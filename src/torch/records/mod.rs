@@ -80,23 +80,6 @@ pub fn is_record(root: &[u8], name: &[u8], record: &str) -> bool {
 /// The folder of a TorchScript archive's code, which `torch.jit.load` compiles.
 pub const CODE_FOLDER: &str = "code/";
 
-/// Whether the archive rooted at `root` is TorchScript as `torch.jit.load` reads
-/// it: a `constants.pkl` and code under the root, in any case, as its record
-/// lookup finds them (without code it has nothing to run). `torch.load` hands
-/// an archive to `torch.jit.load` when the name is exactly `constants.pkl`
-/// ([`Layout::is_torchscript`]).
-pub fn is_jit_archive<'n>(root: &[u8], names: impl Iterator<Item = &'n [u8]>) -> bool {
-    let folder = CODE_FOLDER.as_bytes();
-    let (mut constants, mut code) = (false, false);
-    for name in names {
-        constants |= is_record(root, name, CONSTANTS_PKL);
-        code |= record_of(root, name)
-            .and_then(|r| r.get(..folder.len()))
-            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(folder));
-    }
-    constants && code
-}
-
 /// Whether `record` (a name under the root) is one of the pickles a TorchScript
 /// archive's own unpickler reads: `data.pkl`, `constants.pkl`, others of its
 /// `*.pkl` (`traced_inputs.pkl`) and the `code/` folder's `*.debug_pkl`. In
@@ -176,13 +159,6 @@ mod tests {
         assert!(is_payload(Some(b"a"), b"a/Data/0"));
         assert!(!is_payload(Some(b"a"), b"a/data/weights/weight_0"));
         assert!(!is_payload(Some(b"a"), b"a/data/aotinductor/model/x.so"));
-        let names: [&[u8]; 3] = [b"a/data.pkl", b"a/CONSTANTS.pkl", b"a/Code/__torch__.py"];
-        assert!(is_jit_archive(b"a", names.into_iter()));
-        // No code: nothing for torch.jit.load to run.
-        let names: [&[u8]; 2] = [b"a/data.pkl", b"a/CONSTANTS.pkl"];
-        assert!(!is_jit_archive(b"a", names.into_iter()));
-        let names: [&[u8]; 2] = [b"a/data.pkl", b"a/code/constants.pkl"];
-        assert!(!is_jit_archive(b"a", names.into_iter()));
         assert!(is_payload(Some(b"a"), b"a/.DATA/VERSION"));
         assert!(!is_payload(Some(b"a"), b"a/data.pkl"));
         assert_eq!(
