@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 REPEAT = r"""
 import gc, json, resource, sys
+import torch  # imported before the first load, as torch.load needs it to be
 import tensorplay
 
 def rss_kib():
@@ -22,10 +23,14 @@ def rss_kib():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 paths, times = sys.argv[1].split(","), int(sys.argv[2])
+if sys.argv[3] == "torch.load":
+    load = lambda p: torch.load(p, weights_only=True)
+else:
+    load = lambda p: tensorplay.load(p, backend=sys.argv[3])
 faults, held, freed = [], [], []
 for i in range(times):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    loaded = tensorplay.load(paths[i % len(paths)], backend=sys.argv[3])
+    loaded = load(paths[i % len(paths)])
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     held.append(rss_kib())
     del loaded
@@ -44,41 +49,71 @@ def _repeat(path, times: int, backend: str = "torch") -> dict:
     return json.loads(result.stdout)
 
 
-def test_a_small_checkpoint_loaded_again_reuses_the_memory_of_the_last_load(tmp_path):
-    path = tmp_path / "4mib.pt"
-    torch.save({"w": torch.randn(1 << 20)}, path)
-    faults = _repeat(path, 40)["faults"]
-    pages = (4 << 20) // 4096
-    # Giving freed memory back after each load made every load fault in all
-    # 1,024 pages of its storage. Kept, it is reused on most loads, not all:
-    # torch allocates a storage with posix_memalign, and glibc caches the few
-    # bytes of alignment slack it cuts off after the block in a per-size list
-    # whose blocks never merge, so a freed storage sometimes cannot merge into
-    # the free space after it and is too small, by that slack, for the next
-    # one. Over 80 runs of 40 loads, 5 to 14 of the 38 loads after the first
-    # two faulted in fresh pages. (torch.load's own allocations happen to
-    # leave room here: in 8 runs it reused on every load from the third on.)
-    fresh = [n for n in faults[2:] if n >= pages // 8]
-    assert len(fresh) < len(faults[2:]) // 2, faults
-
-
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
 @pytest.mark.parametrize("mib", [4, 16])
 @pytest.mark.parametrize("files", [1, 5])
-def test_the_numpy_backend_reuses_the_last_loads_storage(tmp_path, mib, files):
-    # A big storage used to get a mapping of its own, unmapped when dropped:
-    # every load faulted in each of its pages. Its heap block now serves the
-    # next load of the same size (the same file, or a dataset's next sample).
-    # The second load is glibc's first from the heap (it mapped the first load's
-    # storage and raised its mmap threshold when that was freed), as torch's is.
+def test_a_load_reuses_the_memory_of_the_last_loads_storage(tmp_path, backend, mib, files):
+    # The same file again (a service) or a dataset's next sample of the same size
+    # (a DataLoader): the storage freed by the last load is the block the next one
+    # gets. The second load is glibc's first from the heap (it mapped the first
+    # load's storage and raised its mmap threshold when that was freed), as
+    # torch's is. Two causes made loads 2 to about 6 fault in every page anew:
+    # the numpy backend's storages had mappings of their own, unmapped when
+    # dropped; and tensorplay's own Rust allocations, made before a load's
+    # storages on the same heap, carved up the block the last storage had freed
+    # (they now have a heap of their own, src/bindings/rust_heap.rs).
     g = torch.Generator().manual_seed(mib)
     paths = []
     for i in range(files):
         paths.append(tmp_path / f"{i}.pt")
         torch.save({"w": torch.randn(mib << 18, generator=g)}, paths[-1])
-    faults = _repeat(paths, 15, "numpy")["faults"]
+    faults = _repeat(paths, 15, backend)["faults"]
     pages = (mib << 20) // 4096
     fresh = [n for n in faults[2:] if n >= pages // 8]
-    assert len(fresh) <= 1, faults
+    if backend == "numpy":
+        assert len(fresh) <= 1, faults
+    else:
+        # torch allocates each storage with posix_memalign, whose alignment slack
+        # glibc keeps in small per-size lists that never merge; where the heap
+        # happens to lie (it moves from run to run), a few loads after the
+        # second may still take fresh memory before the heap settles: 0 fresh
+        # loads in most runs here, 4 in about one run of six, none after the
+        # eighth load. torch.load(weights_only=True) in this same harness: 0.
+        assert len(fresh) <= 6 and not any(n >= pages // 8 for n in faults[8:]), faults
+
+
+FORK_WHILE_LOADING = r"""
+import os, sys, threading
+import tensorplay
+
+path, stop = sys.argv[1], threading.Event()
+tensorplay.load(path, backend="numpy")  # its lazy imports done: a fork amid an import hangs in any case
+
+def load_again_and_again():
+    while not stop.is_set():
+        tensorplay.load(path, backend="numpy")
+
+threading.Thread(target=load_again_and_again, daemon=True).start()
+for _ in range(60):
+    pid = os.fork()
+    if pid == 0:  # the child allocates on the heap the parent's thread was using
+        tensorplay.load(path, backend="numpy")
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+stop.set()
+print("ok")
+"""
+
+
+def test_children_forked_while_a_thread_loads_can_load(tmp_path):
+    # A DataLoader forks its workers while other threads may be inside the
+    # core, holding the lock of its Rust heap: each child must still allocate.
+    path = tmp_path / "many.pt"
+    torch.save({f"t{i}": torch.randn(4096) for i in range(64)}, path)
+    result = subprocess.run([sys.executable, "-c", FORK_WHILE_LOADING, str(path)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
 def test_memory_stays_bounded_over_fifty_loads_of_fifty_thousand_tensors(tmp_path):

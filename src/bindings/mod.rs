@@ -17,6 +17,7 @@ mod npy_model;
 mod numpy_api;
 mod options;
 mod pickle;
+mod rust_heap;
 mod save;
 mod scan;
 mod storages;
@@ -106,6 +107,7 @@ type DenylistRow = (
 
 #[pymodule(name = "_core")]
 fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    rust_heap::keep_usable_after_fork();
     errors::register(m)?;
     m.add_class::<mapping::MappedFile>()?;
     m.add_class::<heap_memory::HeapMemory>()?;
