@@ -1,5 +1,5 @@
 """The order in which the linker lays out the extension's hot functions
-(src/hot_code_order.txt, applied by src/build_script.rs).
+(bindings/hot_code_order.txt, applied by bindings/build_script.rs).
 
 A fresh process pays a page fault for every 64 KiB window of extension code its
 first call reaches that the import did not: on this machine that was a quarter of
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER_FILE = ROOT / "src" / "hot_code_order.txt"
+ORDER_FILE = ROOT / "bindings" / "hot_code_order.txt"
 FIXTURES = ROOT / "tests" / "fixtures" / "torch"
 EXTENSION = "_core.abi3.so"
 

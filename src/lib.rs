@@ -5,8 +5,9 @@
 //! gives the allowlisted globals torch's weights-only meaning, and [`checkpoint`]
 //! binds every storage to its bytes after validating it; [`scan`] reads the same
 //! bytes without building anything, and [`save`] writes them. Dependencies point
-//! down that path, never back up (checked by `.ci/check_layers.py`). Only
-//! `bindings` (behind the `python` feature) touches Python.
+//! down that path, never back up (checked by `.ci/check_layers.py`). Nothing
+//! here touches Python: the `tensorplay-python` crate (`bindings/`) builds the
+//! extension over this one.
 
 // Input can never panic the core: no unwrap, expect, panic or unchecked index
 // outside tests (the fuzzing harnesses, which assert on purpose, opt out).
@@ -36,9 +37,6 @@ pub mod save;
 pub mod scan;
 pub mod torch;
 pub mod value;
-
-#[cfg(feature = "python")]
-mod bindings;
 
 pub use checkpoint::{open, Checkpoint, Endianness, LoadOptions};
 pub use error::{Error, Location, Refusal, Result};

@@ -61,7 +61,7 @@ def test_a_load_reuses_the_memory_of_the_last_loads_storage(tmp_path, backend, m
     # the numpy backend's storages had mappings of their own, unmapped when
     # dropped; and tensorplay's own Rust allocations, made before a load's
     # storages on the same heap, carved up the block the last storage had freed
-    # (they now have a heap of their own, src/bindings/rust_heap.rs).
+    # (they now have a heap of their own, bindings/src/rust_heap.rs).
     g = torch.Generator().manual_seed(mib)
     paths = []
     for i in range(files):

@@ -1,7 +1,7 @@
-"""Types of ``tensorplay._core``, the Rust extension (src/bindings/).
+"""Types of ``tensorplay._core``, the Rust extension (the bindings crate, bindings/src/).
 
 Every name the module exports, with the signatures of its ``#[pyo3(signature)]``
-attributes. String options are the names the bindings accept (src/bindings/options.rs);
+attributes. String options are the names the bindings accept (bindings/src/options.rs);
 any other string is a ``ValueError`` at run time.
 """
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::fill::{FreshPages, Region};
+use tensorplay::fill::{FreshPages, Region};
 
 const HUGE_PAGE: usize = 2 << 20;
 

@@ -13,18 +13,18 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::archive::decompress::{self, Job};
-use crate::archive::method::Method;
-use crate::archive::source::{MapMode, Source};
-use crate::archive::streams::{Compression, StreamError};
-use crate::archive::zip;
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::open_source;
-use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::LimitOverrides;
-use crate::error::{check_limit, Error, Location};
-use crate::limits::{Limit, Limits};
-use crate::torch::records;
+use crate::errors::to_pyerr;
+use crate::load::open_source;
+use crate::numpy_api::NumpyApi;
+use crate::options::LimitOverrides;
+use tensorplay::archive::decompress::{self, Job};
+use tensorplay::archive::method::Method;
+use tensorplay::archive::source::{MapMode, Source};
+use tensorplay::archive::streams::{Compression, StreamError};
+use tensorplay::archive::zip;
+use tensorplay::error::{check_limit, Error, Location};
+use tensorplay::limits::{Limit, Limits};
+use tensorplay::torch::records;
 
 /// Map a file descriptor the caller keeps open, read-only.
 #[cfg(unix)]
@@ -137,7 +137,7 @@ pub fn torchscript_module_lists<'py>(
     let limits = limits.0;
     let data = archive_source(py, source, &limits)?;
     let lists = py
-        .detach(|| crate::checkpoint::torchscript_module_lists(data.bytes(), &limits))
+        .detach(|| tensorplay::checkpoint::torchscript_module_lists(data.bytes(), &limits))
         .map_err(|e| to_pyerr(py, e))?;
     let out = PyDict::new(py);
     for m in lists {

@@ -20,15 +20,15 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::archive::source::{HeldBytes, MapMode, Source};
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::open_source;
-use crate::bindings::options::{load_options, Encoding, LimitOverrides};
-use crate::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
-use crate::error::{Error, Location};
-use crate::parallel::run_by_size;
-use crate::torch::tensor::{Dense, TensorKind};
-use crate::torch::value::{Node, Torch};
+use crate::errors::to_pyerr;
+use crate::load::open_source;
+use crate::options::{load_options, Encoding, LimitOverrides};
+use tensorplay::archive::source::{HeldBytes, MapMode, Source};
+use tensorplay::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
+use tensorplay::error::{Error, Location};
+use tensorplay::parallel::run_by_size;
+use tensorplay::torch::tensor::{Dense, TensorKind};
+use tensorplay::torch::value::{Node, Torch};
 
 /// Bytes of a span of another source, without a copy.
 struct SpanOf {
@@ -122,7 +122,7 @@ pub fn dcp_chunks<'py>(
         *found = chunk(&whole, offset, length, name, &options)?;
         Ok::<(), Error>(())
     };
-    py.detach(|| run_by_size(jobs, crate::limits::default_threads(), size, parse))
+    py.detach(|| run_by_size(jobs, tensorplay::limits::default_threads(), size, parse))
         .map_err(|e| to_pyerr(py, e))?;
     let out = PyList::empty(py);
     for chunk in &chunks {
@@ -241,7 +241,7 @@ pub fn read_ranges<'py>(
     spans.sort_unstable();
     let overlap = |w: &[(usize, usize)]| matches!(w, [a, b] if a.0.saturating_add(a.1) > b.0);
     let threads = if !spans.windows(2).any(overlap) {
-        threads.unwrap_or_else(crate::limits::default_threads)
+        threads.unwrap_or_else(tensorplay::limits::default_threads)
     } else if in_order {
         1
     } else {

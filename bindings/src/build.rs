@@ -16,13 +16,13 @@ use pyo3::types::{
     PyByteArray, PyBytes, PyComplex, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple, PyType,
 };
 
-use crate::bindings::errors::wrap_build_error;
-use crate::bindings::tensors::Tensors;
-use crate::checkpoint::Checkpoint;
-use crate::torch::policy::Global;
-use crate::torch::value::{Arena, Node, Torch};
-use crate::value::refs::MANY;
-use crate::value::{Constructor, DictClass, Mutation, NodeId};
+use crate::errors::wrap_build_error;
+use crate::tensors::Tensors;
+use tensorplay::checkpoint::Checkpoint;
+use tensorplay::torch::policy::Global;
+use tensorplay::torch::value::{Arena, Node, Torch};
+use tensorplay::value::refs::MANY;
+use tensorplay::value::{Constructor, DictClass, Mutation, NodeId};
 
 pub struct Builder<'a, 'py> {
     pub py: Python<'py>,
@@ -217,7 +217,7 @@ impl<'a, 'py> Builder<'a, 'py> {
     }
 
     pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
-        let class = match crate::bindings::errors::classes(self.py) {
+        let class = match crate::errors::classes(self.py) {
             Ok(c) => c.malformed.bind(self.py).clone(),
             Err(e) => return e,
         };
@@ -250,7 +250,7 @@ impl<'a, 'py> Builder<'a, 'py> {
     }
 
     pub(crate) fn unsupported(&self, reason: String) -> PyErr {
-        let class = match crate::bindings::errors::classes(self.py) {
+        let class = match crate::errors::classes(self.py) {
             Ok(c) => c.unsupported.bind(self.py).clone(),
             Err(e) => return e,
         };
@@ -283,7 +283,7 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     /// Build the object of `root` and everything it reaches.
     pub fn build(mut self, root: NodeId) -> PyResult<Bound<'py, PyAny>> {
-        let _paused = crate::bindings::gc::pause(self.py)?;
+        let _paused = crate::gc::pause(self.py)?;
         let stubs = self.checkpoint.stubs.names();
         if !stubs.is_empty() {
             // Every global the pickle stood in for, built into the result or not.

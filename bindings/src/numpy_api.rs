@@ -11,8 +11,8 @@ use numpy::npyffi::{self, npy_intp, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
 use numpy::{PyArray1, PyArrayDescr, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::bindings::heap_memory::HeapMemory;
-use crate::torch::dtype::{DType, NumpyDType};
+use crate::heap_memory::HeapMemory;
+use tensorplay::torch::dtype::{DType, NumpyDType};
 
 pub struct NumpyApi<'py> {
     py: Python<'py>,

@@ -12,18 +12,18 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
-use crate::archive::source::{HeldBytes, MapMode, Source};
-use crate::bindings::build::Builder;
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::huge_pages::HugePages;
-use crate::bindings::mapping::MappedFile;
-use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
-use crate::bindings::storages::{self, DataMode, Placement};
-use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
-use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{self, Checkpoint, Endianness, Format, Trailing};
-use crate::fill::{self, FillJob};
+use crate::build::Builder;
+use crate::errors::to_pyerr;
+use crate::huge_pages::HugePages;
+use crate::mapping::MappedFile;
+use crate::numpy_api::NumpyApi;
+use crate::options::{load_options, unknown_globals, Backend, ByteOrder, Encoding, LimitOverrides};
+use crate::storages::{self, DataMode, Placement};
+use crate::tensors::{NumpyTensors, Tensors, TorchTensors};
+use crate::torch_api::TorchApi;
+use tensorplay::archive::source::{HeldBytes, MapMode, Source};
+use tensorplay::checkpoint::{self, Checkpoint, Endianness, Format, Trailing};
+use tensorplay::fill::{self, FillJob};
 
 /// The user's allowlist comes as names and the objects they name, in order.
 pub fn check_user_globals(names: &[String], objects: &[Bound<'_, PyAny>]) -> PyResult<()> {
@@ -123,7 +123,7 @@ pub fn open_source(
 const RETURN_FREED_FROM_NODES: usize = 100_000;
 
 /// After a failed open, whatever it had built is freed and worth giving back.
-pub(crate) fn worth_returning(opened: &Result<Checkpoint, crate::error::Error>) -> bool {
+pub(crate) fn worth_returning(opened: &Result<Checkpoint, tensorplay::error::Error>) -> bool {
     opened
         .as_ref()
         .map_or(true, |c| c.arena.len() >= RETURN_FREED_FROM_NODES)
@@ -165,7 +165,7 @@ pub(crate) fn let_go_of(py: Python<'_>, checkpoint: Checkpoint) {
 /// `stub`, a global outside the allowlist (never a blocked one) becomes
 /// `_build.stub(module, name)` instead of a refusal.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=Endianness::Little, threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false, stub=false))]
+#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=ByteOrder(Endianness::Little), threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false, stub=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load<'py>(
     py: Python<'py>,
@@ -177,7 +177,7 @@ pub fn load<'py>(
     user_objects: Vec<Bound<'py, PyAny>>,
     limits: LimitOverrides,
     encoding: Encoding,
-    endianness: Endianness,
+    endianness: ByteOrder,
     threads: Option<usize>,
     data: DataMode,
     restore: Option<Bound<'py, PyAny>>,
@@ -189,7 +189,7 @@ pub fn load<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     check_user_globals(&user_names, &user_objects)?;
     let mode = data;
-    let mut options = load_options(user_names, limits, encoding, endianness);
+    let mut options = load_options(user_names, limits, encoding, endianness.0);
     options.unknown_globals = unknown_globals(stub);
     if stream {
         options.trailing = Trailing::Left;
@@ -223,7 +223,7 @@ pub fn load<'py>(
         Backend::Torch => Api::Torch(TorchApi::new(py)?),
         Backend::Numpy => Api::Numpy(NumpyApi::new(py)?),
     };
-    let _paused = crate::bindings::gc::pause(py)?;
+    let _paused = crate::gc::pause(py)?;
     // A storage made with its tensor must stay where it is made (the CPU), and
     // legacy files mark each storage they allocate: both need storages of their own.
     let storages_stay = restore.is_none() || !(restore_all || restore_cpu);
@@ -245,7 +245,7 @@ pub fn load<'py>(
         )?,
         Api::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
-    let threads = threads.unwrap_or_else(crate::limits::default_threads);
+    let threads = threads.unwrap_or_else(tensorplay::limits::default_threads);
     py.detach(|| {
         let jobs = jobs
             .into_iter()

@@ -4,19 +4,19 @@
 
 use pyo3::prelude::*;
 
-use crate::archive::source::MapMode;
-use crate::bindings::build::Builder;
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::{
+use crate::build::Builder;
+use crate::errors::to_pyerr;
+use crate::load::{
     check_user_globals, let_go_of, open_source, return_freed_memory, worth_returning,
 };
-use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
-use crate::bindings::storages::DimsTuples;
-use crate::bindings::tensors::{NumpyTensors, Tensors, TorchTensors};
-use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{Endianness, Trailing};
-use crate::raw;
+use crate::numpy_api::NumpyApi;
+use crate::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
+use crate::storages::DimsTuples;
+use crate::tensors::{NumpyTensors, Tensors, TorchTensors};
+use crate::torch_api::TorchApi;
+use tensorplay::archive::source::MapMode;
+use tensorplay::checkpoint::{Endianness, Trailing};
+use tensorplay::raw;
 
 /// Decode the pickle `data` (bytes or a buffer, or the path of a file that
 /// holds only it, opened as `load` opens one)

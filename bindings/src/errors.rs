@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::error::{Error, ErrorKind, Location, Refusal};
-use crate::limits::Limit;
+use tensorplay::error::{Error, ErrorKind, Location, Refusal};
+use tensorplay::limits::Limit;
 
 pub struct Classes {
     pub base: Py<PyType>,
@@ -192,7 +192,7 @@ fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     {
         let found = (
             format!("{module}.{name}"),
-            crate::torch::policy::is_dangerous(module, name),
+            tensorplay::torch::policy::is_dangerous(module, name),
             location.entry.unwrap_or_default(),
             location.offset.unwrap_or_default(),
             module,

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use crate::archive::source::MapMode;
-use crate::bindings::build::Builder;
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::{check_user_globals, open_source};
-use crate::bindings::options::{load_options, unknown_globals, Encoding, LimitOverrides};
-use crate::bindings::tensors::InspectTensors;
-use crate::checkpoint::{self, Endianness, Format};
+use crate::build::Builder;
+use crate::errors::to_pyerr;
+use crate::load::{check_user_globals, open_source};
+use crate::options::{load_options, unknown_globals, Encoding, LimitOverrides};
+use crate::tensors::InspectTensors;
+use tensorplay::archive::source::MapMode;
+use tensorplay::checkpoint::{self, Endianness, Format};
 
 /// The structure of a checkpoint: `(format, tree)` where every tensor is a `TensorInfo`.
 #[pyfunction]

@@ -8,8 +8,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::save::zip_writer::{plan, Segment};
-use crate::save::{checkpoint_records, crc32, StorageRecord};
+use tensorplay::save::zip_writer::{plan, Segment};
+use tensorplay::save::{checkpoint_records, crc32, StorageRecord};
 
 /// Plan `root/...` for `pickle` and one storage per buffer. Returns a list whose
 /// items are bytes (write them), an int (write buffer i) or `("hole", n)`.

@@ -1,4 +1,17 @@
-//! The only pyo3 code: the `tensorplay._core` extension module.
+//! The Python extension `tensorplay._core` over the core crate `tensorplay`: the
+//! only pyo3 code. The core knows nothing of Python; this crate turns its
+//! checkpoints, scans and errors into Python objects and back.
+
+// As in the core: input can never panic the extension.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -25,7 +38,7 @@ mod tar_model;
 mod tensors;
 mod torch_api;
 
-use crate::limits::{Limit, Limits};
+use tensorplay::limits::{Limit, Limits};
 
 /// The default value of every limit, by name.
 #[pyfunction]
@@ -43,7 +56,7 @@ fn default_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// numpy has no dtype) and `legacy_storage` the legacy storage class (`FloatStorage`).
 #[pyfunction]
 fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    use crate::torch::dtype::{DType, NumpyDType};
+    use tensorplay::torch::dtype::{DType, NumpyDType};
     let d = PyDict::new(py);
     for dtype in DType::ALL {
         let (spec, ml) = match dtype.numpy() {
@@ -60,7 +73,7 @@ fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// The denylist, family by family: `(name, why, sources, modules, names)`.
 #[pyfunction]
 fn denylist() -> Vec<DenylistRow> {
-    use crate::torch::policy::FAMILIES;
+    use tensorplay::torch::policy::FAMILIES;
     (FAMILIES.iter())
         .map(|f| {
             (
@@ -77,7 +90,7 @@ fn denylist() -> Vec<DenylistRow> {
 /// The real readers the scanner models: `(name, reader, version, reads)`.
 #[pyfunction]
 fn reader_models() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
-    (crate::scan::readers::MODELS.iter())
+    (tensorplay::scan::readers::MODELS.iter())
         .map(|m| (m.name, m.reader, m.version, m.reads))
         .collect()
 }
@@ -86,7 +99,7 @@ fn reader_models() -> Vec<(&'static str, &'static str, &'static str, &'static st
 /// distributed checkpoint's `.metadata`: its metadata classes).
 #[pyfunction]
 fn allowed_in_file(file_name: &str) -> Vec<&'static str> {
-    crate::torch::policy::allowed_in_file(file_name).to_vec()
+    tensorplay::torch::policy::allowed_in_file(file_name).to_vec()
 }
 
 /// Whether `module.name` is on the denylist of names that run code, touch the
@@ -94,7 +107,7 @@ fn allowed_in_file(file_name: &str) -> Vec<&'static str> {
 /// it) and a scan marks dangerous.
 #[pyfunction]
 fn is_dangerous(module: &str, name: &str) -> bool {
-    crate::torch::policy::is_dangerous(module, name)
+    tensorplay::torch::policy::is_dangerous(module, name)
 }
 
 type DenylistRow = (
@@ -144,11 +157,11 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // What a scan by ranges of a file far away reads first, in one round trip:
     // the end records (their size tells the file's) and the first block.
-    m.add("FIRST_TAIL", crate::archive::zip::END_RECORDS_LEN)?;
+    m.add("FIRST_TAIL", tensorplay::archive::zip::END_RECORDS_LEN)?;
     m.add(
         "RUNS_CODE_KINDS",
-        crate::scan::problem_kind::RUNS_CODE.to_vec(),
+        tensorplay::scan::problem_kind::RUNS_CODE.to_vec(),
     )?;
-    m.add("FIRST_BLOCK", crate::archive::tar::BLOCK)?;
+    m.add("FIRST_BLOCK", tensorplay::archive::tar::BLOCK)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Lays out the extension's hot functions together (src/hot_code_order.txt, written
+//! Lays out the extension's hot functions together (hot_code_order.txt, written
 //! by benches/link_order.py), so that a fresh process's first call runs code the
 //! import already paged in instead of faulting in new pages of the library.
 //!
@@ -10,11 +10,11 @@
 use std::env;
 use std::process::Command;
 
-const ORDER_FILE: &str = "src/hot_code_order.txt";
+const ORDER_FILE: &str = "hot_code_order.txt";
 
 fn main() {
     println!("cargo:rerun-if-changed={ORDER_FILE}");
-    println!("cargo:rerun-if-changed=src/build_script.rs");
+    println!("cargo:rerun-if-changed=build_script.rs");
     println!("cargo:rerun-if-env-changed=TENSORPLAY_LINK_ORDER");
     if env::var("TENSORPLAY_LINK_ORDER").as_deref() == Ok("0") || !links_with_bundled_lld() {
         return;

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::bindings::storages::DataMode;
-use crate::checkpoint::{Endianness, LoadOptions, Trailing};
-use crate::limits::{Limit, Limits};
-use crate::pickle::machine::StringEncoding;
-use crate::torch::policy::{UnknownGlobals, UserGlobals};
+use crate::storages::DataMode;
+use tensorplay::checkpoint::{Endianness, LoadOptions, Trailing};
+use tensorplay::limits::{Limit, Limits};
+use tensorplay::pickle::machine::StringEncoding;
+use tensorplay::torch::policy::{UnknownGlobals, UserGlobals};
 
 /// Which objects a load builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +47,14 @@ named!(DataMode, "data mode", {
     "skip" => DataMode::Skip,
     "meta" => DataMode::Meta,
 });
-named!(Endianness, "endianness", {
-    "native" => Endianness::Native,
-    "little" => Endianness::Little,
-    "big" => Endianness::Big,
+/// The core's byte order, named from Python (the core knows no Python).
+#[derive(Debug, Clone, Copy)]
+pub struct ByteOrder(pub Endianness);
+
+named!(ByteOrder, "endianness", {
+    "native" => ByteOrder(Endianness::Native),
+    "little" => ByteOrder(Endianness::Little),
+    "big" => ByteOrder(Endianness::Big),
 });
 
 /// pickle's `encoding` argument, with the aliases Python's codecs accept.

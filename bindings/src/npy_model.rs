@@ -8,6 +8,6 @@ use pyo3::prelude::*;
 /// the header ends, `None` when it is not all there.
 #[pyfunction(name = "_npy_header_model")]
 pub fn npy_header_model(data: &[u8]) -> (&'static str, Option<usize>) {
-    let header = crate::archive::npy::read_header(data);
+    let header = tensorplay::archive::npy::read_header(data);
     (header.outcome.name(), header.data_offset)
 }

@@ -9,11 +9,11 @@ mod torch;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use crate::bindings::build::Builder;
-use crate::torch::policy::Builtin;
-use crate::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
-use crate::torch::value::TensorId;
-use crate::value::NodeId;
+use crate::build::Builder;
+use tensorplay::torch::policy::Builtin;
+use tensorplay::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::value::TensorId;
+use tensorplay::value::NodeId;
 
 pub use inspect::InspectTensors;
 pub use numpy::NumpyTensors;

@@ -4,11 +4,11 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::bindings::build::Builder;
-use crate::bindings::tensors::Tensors;
-use crate::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
-use crate::torch::value::{Node, TensorId, Torch};
-use crate::value::NodeId;
+use crate::build::Builder;
+use crate::tensors::Tensors;
+use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::value::{Node, TensorId, Torch};
+use tensorplay::value::NodeId;
 
 pub struct InspectTensors;
 

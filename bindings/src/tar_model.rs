@@ -5,8 +5,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::archive::tar::{self, Content, Failure, Member};
-use crate::limits::Limits;
+use tensorplay::archive::tar::{self, Content, Failure, Member};
+use tensorplay::limits::Limits;
 
 /// A member: `(name, linkname, type, offset, offset_data, size, sparse,
 /// extractfile, extract)`, the last two being what `extractfile(m).read()`

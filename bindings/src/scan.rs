@@ -6,18 +6,18 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::archive::source::{read_exact_at, MapMode};
-use crate::archive::streams::Compression;
-use crate::archive::zip::{read_entries_by_reading, Pieces, TAIL_READ};
-use crate::bindings::errors::to_pyerr;
-use crate::bindings::load::open_source;
-use crate::bindings::options::LimitOverrides;
-use crate::scan::{
+use crate::errors::to_pyerr;
+use crate::load::open_source;
+use crate::options::LimitOverrides;
+use tensorplay::archive::source::{read_exact_at, MapMode};
+use tensorplay::archive::streams::Compression;
+use tensorplay::archive::zip::{read_entries_by_reading, Pieces, TAIL_READ};
+use tensorplay::scan::{
     scan_file, scan_pickles_by_reading, scan_pickles_in_waves, scan_spans as scan_spans_of,
     scan_spans_in_waves, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading,
     unsafe_globals_in_waves, Finding, Report, ScanOptions, Span, Wave,
 };
-use crate::torch::policy::{allowed_in_file, UserGlobals};
+use tensorplay::torch::policy::{allowed_in_file, UserGlobals};
 
 /// The scan's options for the file at `path` (None for the bytes of a file):
 /// the user's allowlist, and what the file's name allows beyond it (a
@@ -155,7 +155,7 @@ pub fn scan_spans<'py>(
         MapMode::ReadOnly,
         options.limits.max_inflated_bytes,
     )?;
-    let threads = crate::limits::default_threads();
+    let threads = tensorplay::limits::default_threads();
     let report = py.detach(|| scan_spans_of(data.bytes(), &spans, &options, threads));
     report_tuple(py, &report)
 }
@@ -417,7 +417,7 @@ fn with_reads<T>(
 #[pyfunction]
 pub fn is_tensordict_leaf(name: &str, siblings: &Bound<'_, PyAny>) -> PyResult<bool> {
     let mut failed = None;
-    let leaf = crate::scan::is_tensordict_leaf(name, |n| {
+    let leaf = tensorplay::scan::is_tensordict_leaf(name, |n| {
         siblings.contains(n).unwrap_or_else(|e| {
             failed = Some(e);
             false

@@ -10,14 +10,14 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
-use crate::bindings::errors::wrap_placement_error;
-use crate::bindings::mapping::MappedFile;
-use crate::bindings::numpy_api::{Buffer, NumpyApi};
-use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{Checkpoint, StorageData};
-use crate::torch::dtype::DType;
-use crate::torch::tensor::{Dense, StorageId, TensorKind};
-use crate::torch::value::TensorId;
+use crate::errors::wrap_placement_error;
+use crate::mapping::MappedFile;
+use crate::numpy_api::{Buffer, NumpyApi};
+use crate::torch_api::TorchApi;
+use tensorplay::checkpoint::{Checkpoint, StorageData};
+use tensorplay::torch::dtype::DType;
+use tensorplay::torch::tensor::{Dense, StorageId, TensorKind};
+use tensorplay::torch::value::TensorId;
 
 /// Where each storage's bytes are, as a Python object.
 pub enum StorageObject<'py> {

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::torch::dtype::DType;
-use crate::torch::policy::Builtin;
-use crate::torch::tensor::Layout;
+use tensorplay::torch::dtype::DType;
+use tensorplay::torch::policy::Builtin;
+use tensorplay::torch::tensor::Layout;
 
 pub struct TorchApi<'py> {
     pub torch: Bound<'py, PyModule>,

@@ -5,15 +5,15 @@ use std::cell::RefCell;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::bindings::build::Builder;
-use crate::bindings::errors::wrap_build_error;
-use crate::bindings::storages::{DimsTuples, StorageObject, TorchStorage};
-use crate::bindings::tensors::Tensors;
-use crate::bindings::torch_api::TorchApi;
-use crate::checkpoint::{Format, StorageData};
-use crate::torch::policy::Builtin;
-use crate::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
-use crate::torch::value::TensorId;
+use crate::build::Builder;
+use crate::errors::wrap_build_error;
+use crate::storages::{DimsTuples, StorageObject, TorchStorage};
+use crate::tensors::Tensors;
+use crate::torch_api::TorchApi;
+use tensorplay::checkpoint::{Format, StorageData};
+use tensorplay::torch::policy::Builtin;
+use tensorplay::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::value::TensorId;
 
 pub struct TorchTensors<'a, 'py> {
     api: TorchApi<'py>,

@@ -10,7 +10,7 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::archive::source::Source;
+use tensorplay::archive::source::Source;
 
 #[pyclass(frozen, module = "tensorplay._core", name = "MappedFile")]
 pub struct MappedFile {

@@ -6,15 +6,15 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::bindings::build::Builder;
-use crate::bindings::numpy_api::NumpyApi;
-use crate::bindings::storages::StorageObject;
-use crate::bindings::tensors::{tensor_children, Tensors};
-use crate::torch::dtype::DType;
-use crate::torch::policy::{Builtin, Global};
-use crate::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
-use crate::torch::value::{Node, TensorId, Torch};
-use crate::value::NodeId;
+use crate::build::Builder;
+use crate::numpy_api::NumpyApi;
+use crate::storages::StorageObject;
+use crate::tensors::{tensor_children, Tensors};
+use tensorplay::torch::dtype::DType;
+use tensorplay::torch::policy::{Builtin, Global};
+use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::value::{Node, TensorId, Torch};
+use tensorplay::value::NodeId;
 
 pub struct NumpyTensors<'py> {
     api: NumpyApi<'py>,
