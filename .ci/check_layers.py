@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {"torch"},
     {"checkpoint", "save"},
     {"fill", "raw", "scan"},
+    {"api"},
     {"fuzzing"},
 ]
 RANK = {module: rank for rank, layer in enumerate(LAYERS) for module in layer}

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use tensorplay::archive::source::Source;
 use tensorplay::archive::zip;
+use tensorplay::checkpoint::LoadOptions;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::{self, ScanOptions};
 use tensorplay::torch::policy::UserGlobals;
@@ -23,7 +24,7 @@ use tensorplay::torch::records::{self, Layout};
 use tensorplay::torch::semantics::{Refusals, TorchHooks};
 use tensorplay::torch::storages::IdFormat;
 use tensorplay::torch::value::Arena;
-use tensorplay::{Limits, LoadOptions};
+use tensorplay::Limits;
 
 const TENSORS: usize = 50_000;
 
@@ -264,8 +265,8 @@ fn archive_index(inputs: &Inputs) -> usize {
 }
 
 fn open(inputs: &Inputs) -> usize {
-    let checkpoint =
-        tensorplay::open(inputs.archive.clone(), &LoadOptions::default()).expect("open");
+    let checkpoint = tensorplay::checkpoint::open(inputs.archive.clone(), &LoadOptions::default())
+        .expect("open");
     checkpoint.storages.len()
 }
 

@@ -29,7 +29,7 @@ WORKLOADS = ["vm", "archive_index", "open", "unsafe_globals", "scan", "scan_pick
 
 def build() -> Path:
     out = subprocess.run(
-        ["cargo", "bench", "--bench", "core", "--no-default-features", "--no-run", "--message-format=json"],
+        ["cargo", "bench", "--bench", "core", "--features", "internals", "--no-run", "--message-format=json"],
         cwd=ROOT,
         check=True,
         capture_output=True,

@@ -27,6 +27,7 @@ pub struct Location {
 }
 
 impl Location {
+    /// A byte offset, with no entry.
     pub fn at(offset: u64) -> Self {
         Location {
             offset: Some(offset),
@@ -34,6 +35,7 @@ impl Location {
         }
     }
 
+    /// A pickle opcode at a byte offset.
     pub fn op(offset: u64, opcode: Opcode) -> Self {
         Location {
             entry: None,
@@ -42,6 +44,7 @@ impl Location {
         }
     }
 
+    /// An archive entry, with no offset.
     pub fn entry(name: &str) -> Self {
         Location {
             entry: Some(name.to_owned()),
@@ -78,16 +81,27 @@ impl fmt::Display for Location {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// A GLOBAL that is neither in the built-in allowlist nor among the user's entries.
-    UnsupportedGlobal { module: String, name: String },
+    UnsupportedGlobal {
+        /// The global's module.
+        module: String,
+        /// Its name in the module.
+        name: String,
+    },
     /// A GLOBAL that stays blocked even when a user allowlists it; `blocked` is the
     /// module (or `builtins.name`) of the blocklist it falls under.
     BlockedGlobal {
+        /// The global's module.
         module: String,
+        /// Its name in the module.
         name: String,
+        /// The blocked module (or `builtins.name`) it falls under.
         blocked: String,
     },
     /// An EXT1/EXT2/EXT4 extension code: it names a global through a registry we never consult.
-    ExtensionCode { code: u32 },
+    ExtensionCode {
+        /// The code.
+        code: u32,
+    },
     /// Anything else the weights-only rules forbid (REDUCE on a non-callable, BUILD on a
     /// type that cannot be built, a persistent id that is not a storage, ...).
     Forbidden(String),
@@ -161,22 +175,42 @@ pub enum ErrorKind {
     /// Reading the file failed; `path` is the file, when the caller named one
     /// (Python's `filename`).
     Io {
+        /// What was being done.
         message: String,
+        /// The system's error.
         source: std::io::Error,
+        /// The file.
         path: Option<PathBuf>,
     },
     /// The zip container (or the legacy stream around the pickles) is malformed.
-    Archive { reason: String },
+    Archive {
+        /// What is wrong.
+        reason: String,
+    },
     /// The pickle stream is malformed: truncated, an unknown opcode, a stack underflow...
-    Pickle { reason: String },
+    Pickle {
+        /// What is wrong.
+        reason: String,
+    },
     /// The pickle is well formed but asks for something weights-only loading forbids.
     Unsafe(Refusal),
     /// A resource limit was reached.
-    Limit { limit: Limit, max: u64 },
+    Limit {
+        /// Which limit.
+        limit: Limit,
+        /// Its value.
+        max: u64,
+    },
     /// A tensor or storage description that does not fit its data.
-    Tensor { reason: String },
+    Tensor {
+        /// What is wrong.
+        reason: String,
+    },
     /// A valid file using something this build cannot load (a compression method, a version...).
-    Unsupported { reason: String },
+    Unsupported {
+        /// What is not supported.
+        reason: String,
+    },
 }
 
 /// The stable names of error kinds, for programs: an exception's `.kind`, and
@@ -222,44 +256,53 @@ struct Inner {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// An error of `kind` at `location`.
     pub fn new(kind: ErrorKind, location: Location) -> Self {
         Error {
             inner: Box::new(Inner { kind, location }),
         }
     }
 
+    /// The container (zip, tar, legacy stream) is malformed.
     pub fn archive(reason: impl Into<String>, location: Location) -> Self {
         let reason = reason.into();
         Error::new(ErrorKind::Archive { reason }, location)
     }
 
+    /// The pickle is malformed.
     pub fn pickle(reason: impl Into<String>, location: Location) -> Self {
         let reason = reason.into();
         Error::new(ErrorKind::Pickle { reason }, location)
     }
 
+    /// A tensor or storage does not fit what describes it.
     pub fn tensor(reason: impl Into<String>, location: Location) -> Self {
         let reason = reason.into();
         Error::new(ErrorKind::Tensor { reason }, location)
     }
 
+    /// Valid, but something this crate does not read.
     pub fn unsupported(reason: impl Into<String>, location: Location) -> Self {
         let reason = reason.into();
         Error::new(ErrorKind::Unsupported { reason }, location)
     }
 
+    /// Refused by the weights-only rules (a global outside the allowlist...).
     pub fn refused(refusal: Refusal, location: Location) -> Self {
         Error::new(ErrorKind::Unsafe(refusal), location)
     }
 
+    /// Something the rules never allow, whatever the allowlist.
     pub fn forbidden(reason: impl Into<String>, location: Location) -> Self {
         Error::refused(Refusal::Forbidden(reason.into()), location)
     }
 
+    /// A named resource limit was reached.
     pub fn limit(limit: Limit, max: u64, location: Location) -> Self {
         Error::new(ErrorKind::Limit { limit, max }, location)
     }
 
+    /// Reading failed.
     pub fn io(message: impl Into<String>, source: std::io::Error) -> Self {
         let message = message.into();
         Error::new(
@@ -285,14 +328,17 @@ impl Error {
         )
     }
 
+    /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.inner.kind
     }
 
+    /// What went wrong, taken out of the error.
     pub fn into_kind(self) -> ErrorKind {
         self.inner.kind
     }
 
+    /// Whether a resource limit stopped the reading.
     pub fn is_limit(&self) -> bool {
         matches!(self.inner.kind, ErrorKind::Limit { .. })
     }
@@ -305,6 +351,7 @@ impl Error {
         }
     }
 
+    /// Where it went wrong, to add to (an entry name known only higher up).
     pub fn location_mut(&mut self) -> Option<&mut Location> {
         match self.inner.kind {
             ErrorKind::Io { .. } => None,

@@ -9,18 +9,31 @@
 /// names (`max_nodes`...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Limit {
+    /// The bytes of one pickle.
     PickleBytes,
+    /// The values a pickle may build.
     Nodes,
+    /// The bytes all its strings and bytes hold together.
     PayloadBytes,
+    /// The VM's stack.
     StackDepth,
+    /// Its nested marks.
     MarkDepth,
+    /// The pickle's memo.
     MemoEntries,
+    /// The items of one list, tuple, dict or set.
     ContainerLen,
+    /// A tensor's dimensions.
     Ndim,
+    /// The storages of one checkpoint.
     Storages,
+    /// The entries of one archive.
     ZipEntries,
+    /// The bytes decompression may produce (and a stream may hold).
     InflatedBytes,
+    /// The key-value pairs of one dict-like state.
     KeyValues,
+    /// How deep values and archives may nest.
     Depth,
 }
 
@@ -61,6 +74,7 @@ impl Limit {
         }
     }
 
+    /// The limit of that name (`max_nodes`...).
     pub fn from_name(name: &str) -> Option<Limit> {
         Limit::ALL.into_iter().find(|l| l.name() == name)
     }
@@ -140,12 +154,14 @@ impl Limits {
         }
     }
 
+    /// The value of `limit`.
     pub fn get(&self, limit: Limit) -> u64 {
         // A copy, so the one field table above serves reads as well as writes.
         let mut copy = *self;
         *copy.slot(limit)
     }
 
+    /// Set `limit` to `value`.
     pub fn set(&mut self, limit: Limit, value: u64) {
         *self.slot(limit) = value;
     }

@@ -473,8 +473,12 @@ fn reference_counts_say_how_many_values_use_each_node() {
     use tensorplay::value::Node;
 
     let count = |data: &[u8]| {
-        let c = tensorplay::raw::open_pickle(data, "t", &tensorplay::LoadOptions::default())
-            .expect("loads");
+        let c = tensorplay::raw::open_pickle(
+            data,
+            "t",
+            &tensorplay::checkpoint::LoadOptions::default(),
+        )
+        .expect("loads");
         (c.references.clone(), c)
     };
     // ([s, s], t), s memoized: the list uses s twice; the root is used by none.
