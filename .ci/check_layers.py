@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Fail on a `use` in src/ that points up the data path, or sideways into a layer
 that is not below: each top-level module of the crate may use only modules of a
-lower layer (and itself). The layers, lowest first, are the graph of docs/contributing/layout.md."""
+lower layer (and itself). The layers, lowest first, are the graph of docs/contributing/layout.md.
+
+Also fail on a circle between files, in the core (src/) and the bindings crate
+(bindings/src/): two files that reach into each other, directly or through
+others, are one piece of code in two places. (A file's own submodules and
+ancestors are its own: `mod.rs` and the files under it may use each other.)"""
 from __future__ import annotations
 
 import re
@@ -46,8 +51,105 @@ def uses(text: str):
                 yield number, item.strip().split("::")[0]
 
 
+ROOTS = [SRC, SRC.parent / "bindings" / "src"]
+# `crate::a::b` or `super::a`, then either more path or a `{...}` group.
+HEAD = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z_0-9]*)*)(::\{)?")
+
+
+def _group_items(code: str, start: int) -> tuple[list[str], int]:
+    """The paths inside the group opening at `start` (just past its `{`), nested
+    groups expanded; and where the group ends."""
+    items, depth, current, i = [], 1, "", start
+    while i < len(code) and depth:
+        c = code[i]
+        if c == "{":
+            inner, i = _group_items(code, i + 1)
+            items.extend(current.strip().rstrip(":") + "::" + x for x in inner)
+            current = ""
+            continue
+        if c == "}":
+            depth -= 1
+        elif c == ",":
+            items.append(current.strip())
+            current = ""
+        else:
+            current += c
+        i += 1
+    items.append(current.strip())
+    return [x for x in items if x and not x.endswith("::")], i
+
+
+def paths(code: str):
+    """Every `crate::`/`super::` path of the code (comments left out), groups expanded,
+    as (head, segments)."""
+    code = "\n".join(line.split("//", 1)[0] for line in code.splitlines())
+    for m in HEAD.finditer(code):
+        segments = [x for x in m.group(2).split("::") if x]
+        if m.group(3):
+            inner, _ = _group_items(code, m.end())
+            for item in inner:
+                yield m.group(1), segments + [x.strip() for x in item.split("::") if x.strip()]
+        else:
+            yield m.group(1), segments
+
+
+def file_circles(root: Path) -> list[list[str]]:
+    """Strongly connected sets of more than one file, by the paths between them."""
+    def module(path: Path) -> tuple[str, ...]:
+        parts = path.relative_to(root).with_suffix("").parts
+        return parts[:-1] if parts[-1] in ("mod", "lib") else parts
+
+    modules = {module(p): p for p in root.rglob("*.rs")}
+
+    def resolve(parts: list[str]) -> tuple[str, ...] | None:
+        for n in range(len(parts), 0, -1):
+            if tuple(parts[:n]) in modules:
+                return tuple(parts[:n])
+        return None
+
+    edges: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in modules}
+    for me, path in modules.items():
+        for head, segments in paths(path.read_text()):
+            base = list(me[:-1]) if head == "super" else []
+            target = resolve(base + segments)
+            # A file's ancestors and descendants are its own module tree.
+            if target and target[: len(me)] != me and me[: len(target)] != target:
+                edges[me].add(target)
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    found: list[list[str]] = []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append("/".join(w) or "lib")
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in modules:
+        if v not in index:
+            visit(v)
+    return found
+
+
 def main() -> int:
     problems = []
+    for root in ROOTS:
+        for circle in file_circles(root):
+            problems.append(f"{root}: a circle between files: {' -> '.join(circle)}")
     for path in sorted(SRC.rglob("*.rs")):
         module = module_of(path)
         if module == "lib":
@@ -68,7 +170,8 @@ def main() -> int:
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"layers: every `crate::` path in {SRC.name}/ points down")
+        print(f"layers: every `crate::` path in {SRC.name}/ points down, and no files of "
+              f"{', '.join(str(r.relative_to(SRC.parent)) for r in ROOTS)} reach into each other in a circle")
     return 1 if problems else 0
 
 

@@ -7,6 +7,7 @@ pub mod invariants;
 pub mod legacy;
 pub mod module_ids;
 pub mod numpy;
+pub mod numpy_values;
 pub mod policy;
 pub mod rebuild;
 pub mod records;

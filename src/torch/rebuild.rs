@@ -2,18 +2,33 @@
 //! tensor description, validated against its storage before anything is built.
 
 use crate::error::{Error, Location};
-use crate::pickle::machine::Hooks;
 use crate::torch::args::Args;
 use crate::torch::dtype::DType;
 use crate::torch::policy::{Builtin, Global, QScheme, RebuildFn};
-use crate::torch::semantics::TorchHooks;
-use crate::torch::storages::IdFormat;
+use crate::limits::Limits;
+use crate::torch::storages::{valid_device, IdFormat, Storages};
 use crate::torch::tensor::{numel_fits, numel_overflow, Dense, QParams, TensorKind, TensorNode};
 use crate::torch::value::{Arena, Node, TensorId, Torch};
 use crate::value::NodeId;
 
+/// What the rebuild functions need of the hooks that run them: the limits, how
+/// persistent ids name storages, the storages so far, and a call of a callable
+/// the rules allow (`_rebuild_from_type_v2` calls its `func`).
+pub trait RebuildHooks {
+    fn limits(&self) -> &Limits;
+    fn id_format(&self) -> IdFormat;
+    fn storages(&mut self) -> &mut Storages;
+    fn call(
+        &mut self,
+        arena: &mut Arena,
+        func: NodeId,
+        args: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error>;
+}
+
 pub fn call(
-    h: &mut TorchHooks,
+    h: &mut impl RebuildHooks,
     arena: &mut Arena,
     f: RebuildFn,
     args: NodeId,
@@ -90,14 +105,14 @@ pub fn call(
                 }
             };
             let data = Args::new(arena, a.id(1)?, at, &name)?;
-            let node = sparse(&data, layout, h.limits.max_ndim)?;
+            let node = sparse(&data, layout, h.limits().max_ndim)?;
             return arena.push_tensor_to_check(node, offset_of(at));
         }
         RebuildFn::MetaTensorNoStorage => {
             a.arity(4, 4)?;
             let dtype = a.dtype(0)?;
-            let shape = a.dims(1, "size", h.limits.max_ndim)?;
-            let stride = a.dims(2, "stride", h.limits.max_ndim)?;
+            let shape = a.dims(1, "size", h.limits().max_ndim)?;
+            let stride = a.dims(2, "stride", h.limits().max_ndim)?;
             if shape.len() != stride.len() {
                 return Err(a.fail("size and stride differ in length"));
             }
@@ -170,7 +185,7 @@ pub fn call(
                     at.clone(),
                 ));
             }
-            let base = h.reduce(arena, func, inner, at)?;
+            let base = h.call(arena, func, inner, at)?;
             // A tensor, or what an allowlisted function returns when it is called
             // (torch allowlists `_rebuild_njt`, whose jagged NestedTensor comes back
             // here); the scan's dry run cannot know which.
@@ -197,7 +212,7 @@ pub fn call(
             TensorNode::new(TensorKind::FromType { base, cls, state }, false)
         }
         RebuildFn::WrapperSubclass => {
-            wrapper_subclass(&a, h.limits.max_ndim)?;
+            wrapper_subclass(&a, h.limits().max_ndim)?;
             TensorNode::new(TensorKind::TorchCall { func: f, args }, false)
         }
         RebuildFn::DeviceTensorFromNumpy | RebuildFn::DeviceTensorFromCpuTensor => {
@@ -284,7 +299,7 @@ fn device_arg(a: &Args, i: usize) -> Result<(), Error> {
         Node::Domain(Torch::Device(_)) => Ok(()),
         Node::Str(_) | Node::Bytes(_) => {
             let device = a.str(i, "device")?;
-            if crate::torch::semantics::valid_device(device) {
+            if valid_device(device) {
                 Ok(())
             } else {
                 Err(a.fail(format!("invalid device string {device:?}")))
@@ -330,7 +345,7 @@ pub(crate) fn tensor_dtype(arena: &Arena, mut id: NodeId) -> Option<DType> {
 /// becomes that view of the storage, as torch's `set_` makes it, which takes
 /// only a storage of the tensor's own dtype.
 pub fn set_state(
-    h: &mut TorchHooks,
+    h: &mut impl RebuildHooks,
     arena: &mut Arena,
     t: TensorId,
     state: NodeId,
@@ -369,17 +384,17 @@ pub fn set_state(
 }
 
 /// The `(storage, storage_offset, size, stride)` head shared by the dense rebuilds.
-fn dense(h: &mut TorchHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Error> {
+fn dense(h: &mut impl RebuildHooks, a: &Args, dtype: Option<DType>) -> Result<Dense, Error> {
     let storage = a.storage(0)?;
     let offset = a.uint(1, "storage_offset")?;
-    let shape = a.dims(2, "size", h.limits.max_ndim)?;
-    let stride = a.dims(3, "stride", h.limits.max_ndim)?;
+    let shape = a.dims(2, "size", h.limits().max_ndim)?;
+    let stride = a.dims(3, "stride", h.limits().max_ndim)?;
     // torch's legacy loader allocates each storage resizable, and `set_` grows it
     // to fit the tensor; the file must then hold the grown size. A view is a
     // slice, and cannot grow.
-    let grows = h.id_format == IdFormat::Legacy && !h.storages.is_view(storage);
+    let grows = h.id_format() == IdFormat::Legacy && !h.storages().is_view(storage);
     let decl = h
-        .storages
+        .storages()
         .get_mut(storage)
         .ok_or_else(|| a.fail("unknown storage"))?;
     let dense = Dense {

@@ -18,7 +18,7 @@ use crate::torch::policy::{
     COMPUTED_GLOBAL,
 };
 use crate::torch::rebuild;
-use crate::torch::storages::{IdFormat, Storages};
+use crate::torch::storages::{valid_device, IdFormat, Storages};
 use crate::torch::tensor::{Layout, TensorKind, TensorNode};
 use crate::torch::value::{Arena, Node, Torch};
 use crate::value::{
@@ -607,46 +607,28 @@ fn encode(text: &str, codec: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// The device types torch.device parses (c10's `parse_type`), the private
-/// backend under its own name.
-const DEVICE_TYPES: &[&str] = &[
-    "cpu",
-    "cuda",
-    "ipu",
-    "xpu",
-    "mkldnn",
-    "opengl",
-    "opencl",
-    "ideep",
-    "hip",
-    "ve",
-    "fpga",
-    "maia",
-    "xla",
-    "lazy",
-    "vulkan",
-    "mps",
-    "meta",
-    "hpu",
-    "mtia",
-    "privateuseone",
-];
+impl rebuild::RebuildHooks for TorchHooks<'_> {
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
 
-/// `type[:index]` as torch.device parses it: one of its device types, an index
-/// without leading zeros.
-pub(crate) fn valid_device(device: &str) -> bool {
-    let (kind, index) = match device.split_once(':') {
-        Some((k, i)) => (k, Some(i)),
-        None => (device, None),
-    };
-    let kind_ok = DEVICE_TYPES.contains(&kind);
-    let index_ok = index.is_none_or(|i| {
-        !i.is_empty()
-            && i.len() <= 9
-            && i.bytes().all(|b| b.is_ascii_digit())
-            && (i == "0" || !i.starts_with('0'))
-    });
-    kind_ok && index_ok
+    fn id_format(&self) -> IdFormat {
+        self.id_format
+    }
+
+    fn storages(&mut self) -> &mut Storages {
+        &mut self.storages
+    }
+
+    fn call(
+        &mut self,
+        arena: &mut Arena,
+        func: NodeId,
+        args: NodeId,
+        at: &Location,
+    ) -> Result<NodeId, Error> {
+        self.reduce(arena, func, args, at)
+    }
 }
 
 impl Hooks for TorchHooks<'_> {

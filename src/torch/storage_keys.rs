@@ -9,7 +9,16 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::torch::tensor::StorageId;
+
+/// A storage by its place in the checkpoint: the order torch met its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StorageId(pub u32);
+
+impl StorageId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// A storage's key, as the pickle wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

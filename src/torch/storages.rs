@@ -10,7 +10,6 @@ use crate::error::{check_limit, Error, Location};
 use crate::limits::Limit;
 use crate::torch::dtype::DType;
 use crate::torch::policy::{Builtin, Global};
-use crate::torch::semantics::valid_device;
 use crate::torch::storage_keys::{StorageKey, StorageKeys};
 use crate::torch::tensor::{StorageDecl, StorageId};
 use crate::torch::value::{Arena, Node, Torch};
@@ -383,4 +382,46 @@ fn text<'a>(arena: &'a Arena, node: &Node) -> Option<Cow<'a, str>> {
         Node::Int(i) => Some(Cow::Owned(i.to_string())),
         _ => None,
     }
+}
+
+/// The device types torch.device parses (c10's `parse_type`), the private
+/// backend under its own name.
+const DEVICE_TYPES: &[&str] = &[
+    "cpu",
+    "cuda",
+    "ipu",
+    "xpu",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "ve",
+    "fpga",
+    "maia",
+    "xla",
+    "lazy",
+    "vulkan",
+    "mps",
+    "meta",
+    "hpu",
+    "mtia",
+    "privateuseone",
+];
+
+/// `type[:index]` as torch.device parses it: one of its device types, an index
+/// without leading zeros.
+pub(crate) fn valid_device(device: &str) -> bool {
+    let (kind, index) = match device.split_once(':') {
+        Some((k, i)) => (k, Some(i)),
+        None => (device, None),
+    };
+    let kind_ok = DEVICE_TYPES.contains(&kind);
+    let index_ok = index.is_none_or(|i| {
+        !i.is_empty()
+            && i.len() <= 9
+            && i.bytes().all(|b| b.is_ascii_digit())
+            && (i == "0" || !i.starts_with('0'))
+    });
+    kind_ok && index_ok
 }

@@ -7,17 +7,9 @@ use std::sync::Arc;
 use crate::error::{Error, Location};
 use crate::torch::dtype::DType;
 use crate::torch::policy::QScheme;
+pub use crate::torch::storage_keys::StorageId;
 use crate::torch::storage_keys::StorageKey;
 use crate::value::NodeId;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StorageId(pub u32);
-
-impl StorageId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
 
 /// A storage as a persistent id declares it. The first id with a key decides its
 /// dtype and size, as in torch.

@@ -1,7 +1,7 @@
 //! torch's kinds of value, as a [`Domain`] of the arena: what the allowlisted
 //! globals and calls build beyond Python's own values.
 
-use crate::torch::numpy::{NdArrayNode, NpDtype};
+use crate::torch::numpy_values::{NdArrayNode, NpDtype};
 use crate::torch::policy::Global;
 use crate::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
 use crate::value::{self, Domain, NodeId};

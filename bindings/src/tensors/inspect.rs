@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::build::Builder;
-use crate::tensors::Tensors;
+use crate::build::Tensors;
 use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
 use tensorplay::torch::value::{Node, TensorId, Torch};
 use tensorplay::value::NodeId;

@@ -7,9 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::build::Builder;
+use crate::build::{tensor_children, Tensors};
 use crate::numpy_api::NumpyApi;
 use crate::storages::StorageObject;
-use crate::tensors::{tensor_children, Tensors};
 use tensorplay::torch::dtype::DType;
 use tensorplay::torch::policy::{Builtin, Global};
 use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};

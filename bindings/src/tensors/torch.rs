@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::build::Builder;
+use crate::build::Tensors;
 use crate::errors::wrap_build_error;
 use crate::storages::{DimsTuples, StorageObject, TorchStorage};
-use crate::tensors::Tensors;
 use crate::torch_api::TorchApi;
 use tensorplay::checkpoint::{Format, StorageData};
 use tensorplay::torch::policy::Builtin;

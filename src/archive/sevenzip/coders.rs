@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::archive::sevenzip::filters::Filter;
-use crate::archive::sevenzip::header::{Coder, Folder, Pack};
+use crate::archive::sevenzip::model::{Coder, Folder, Pack};
 use crate::archive::sevenzip::Budget;
 use crate::archive::streams::{inflate_into, unzstd_into, Capped, StreamError};
 use crate::error::{Error, Location};

@@ -3,6 +3,7 @@
 //! folders, substreams) and the files info.
 
 use crate::archive::sevenzip::coders::{decode_folder, supported};
+use crate::archive::sevenzip::model::{Archive, Bind, Coder, File, Folder, Pack, Streams, Substream};
 use crate::archive::sevenzip::reader::{le_u32, le_u64, Reader};
 use crate::archive::sevenzip::{is_7z, Budget, SIGNATURE_HEADER_LEN};
 use crate::error::{Error, Location};
@@ -33,69 +34,6 @@ const MAX_CODERS: u64 = 64;
 const MAX_FOLDER_STREAMS: u64 = 64;
 /// The longest method id (the format allows at most 8 bytes).
 const MAX_METHOD_ID: usize = 8;
-
-/// A coder of a folder.
-pub(super) struct Coder {
-    pub(super) id: Vec<u8>,
-    pub(super) ins: u64,
-    pub(super) outs: u64,
-    pub(super) props: Vec<u8>,
-}
-
-/// A folder: its coders and how their streams connect, the sizes of their
-/// outputs, and the substreams (files) its main output holds.
-pub(super) struct Folder {
-    pub(super) coders: Vec<Coder>,
-    /// Which coder output feeds which coder input: streams are numbered across
-    /// the coders, in their order.
-    pub(super) binds: Vec<Bind>,
-    /// The coder inputs the packed streams feed, in the order of `packs`.
-    pub(super) packed_inputs: Vec<u64>,
-    /// The packed streams it reads, as indices into the archive's pack streams.
-    pub(super) packs: std::ops::Range<usize>,
-    /// The size of every coder output, in order.
-    pub(super) unpack_sizes: Vec<u64>,
-    /// The size of its main output (the one no bind pair consumes).
-    pub(super) unpack_size: u64,
-    pub(super) crc: Option<u32>,
-    pub(super) substreams: Vec<Substream>,
-}
-
-/// A bind pair: coder output `output` feeds coder input `input`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Bind {
-    pub(super) input: u64,
-    pub(super) output: u64,
-}
-
-pub(super) struct Substream {
-    pub(super) size: u64,
-    pub(super) crc: Option<u32>,
-}
-
-/// A packed stream: where it lies in the file, and its CRC if listed.
-pub(super) struct Pack {
-    pub(super) start: usize,
-    pub(super) len: usize,
-    pub(super) crc: Option<u32>,
-}
-
-#[derive(Default)]
-pub(super) struct Streams {
-    pub(super) packs: Vec<Pack>,
-    pub(super) folders: Vec<Folder>,
-}
-
-pub(super) struct File {
-    pub(super) name: String,
-    pub(super) has_stream: bool,
-    pub(super) is_empty_file: bool,
-}
-
-pub(super) struct Archive {
-    pub(super) streams: Streams,
-    pub(super) files: Vec<File>,
-}
 
 /// The signature header, then the next header, decoded if it is encoded. `None`
 /// for an archive without a header (an empty archive).

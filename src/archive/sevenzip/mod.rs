@@ -31,13 +31,15 @@
 mod coders;
 mod filters;
 mod header;
+mod model;
 mod reader;
 
 use crate::error::{Error, Location};
 use crate::limits::Limit;
 
 use coders::{decode_folder, folder_error, supported};
-use header::{read_archive, Archive};
+use header::read_archive;
+use model::Archive;
 use reader::Reader;
 
 /// The six bytes every 7z archive starts with.

@@ -25,6 +25,7 @@
 //! than 100 headers), the model stops with [`Failure::Limit`].
 
 mod content;
+mod file;
 mod header;
 mod number;
 mod pax;

@@ -3,7 +3,7 @@
 
 use super::header::{HeaderError, BLOCK};
 use super::number::{clamp, int_bytes, int_str, HUGE};
-use super::reader::File;
+use super::file::File;
 use super::{PyException, Raise};
 
 /// The keywords that change where a member's data is or what it is called,
