@@ -102,6 +102,27 @@ fn allowed_in_file(file_name: &str) -> Vec<&'static str> {
     tensorplay::torch::policy::allowed_in_file(file_name).to_vec()
 }
 
+/// What in a torch.export program's JSON torch runs as Python: `(JSON path,
+/// what torch does with it)` each. A MalformedCheckpointError names `entry`
+/// when the JSON cannot be read to its end.
+#[pyfunction]
+fn export_program_hazards(
+    py: Python<'_>,
+    json: &[u8],
+    entry: &str,
+) -> PyResult<Vec<(String, &'static str)>> {
+    match tensorplay::torch::export_program::hazards(json) {
+        Ok(hazards) => Ok(hazards.into_iter().map(|h| (h.at, h.why)).collect()),
+        Err(why) => Err(errors::to_pyerr(
+            py,
+            tensorplay::error::Error::archive(
+                format!("a torch.export program that cannot be read to its end: {why}"),
+                tensorplay::error::Location::entry(entry),
+            ),
+        )),
+    }
+}
+
 /// Whether `module.name` is on the denylist of names that run code, touch the
 /// system or unpickle nested data: what no allowlist may lift (`--allow` refuses
 /// it) and a scan marks dangerous.
@@ -131,6 +152,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(denylist, m)?)?;
     m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;
     m.add_function(wrap_pyfunction!(is_dangerous, m)?)?;
+    m.add_function(wrap_pyfunction!(export_program_hazards, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_spans, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_waves, m)?)?;

@@ -165,6 +165,10 @@ def allowed_in_file(file_name: str) -> list[str]:
     checkpoint's ``.metadata``: its metadata classes)."""
 
 def is_dangerous(module: str, name: str) -> bool: ...
+def export_program_hazards(json: bytes, entry: str) -> list[tuple[str, str]]:
+    """What in a torch.export program's JSON torch runs as Python: ``(JSON path, what torch
+    does with it)`` each; a MalformedCheckpointError naming ``entry`` when it is not JSON
+    read to its end."""
 def reader_models() -> list[tuple[str, str, str, str]]:
     """The real readers the scanner models: ``(name, reader, version, reads)``."""
 

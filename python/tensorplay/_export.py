@@ -178,6 +178,7 @@ class _Archive:
                               "data/aotinductor/): its weights are read by running that code, which tensorplay "
                               "never does; load it with torch._inductor.aoti_load_package on trusted files only",
                               entry=self.where)
+        self.check_programs()
         if self.kind == "zip":
             return
         if bytes(self.read("archive_format")) != b"pt2":
@@ -193,6 +194,20 @@ class _Archive:
             self.version = int(text)
         if self.has("byteorder") and bytes(self.read("byteorder")) != b"little":
             raise _core.error("unsupported", "a big-endian torch.export archive", entry=self.root + "byteorder")
+
+    def check_programs(self) -> None:
+        """Refuse an archive whose programs give ``torch.export.load`` Python to run
+        (the core's rule, the scan's too): a file with a payload is never salvaged."""
+        programs = [_OLD_PROGRAM] if self.kind == "zip" else [
+            n[len(self.root):] for n in self.entries if n.startswith(self.root + "models/") and n.endswith(".json")
+            and "/" not in n[len(self.root) + len("models/"):]]
+        for record in programs:
+            hazards = _core.export_program_hazards(bytes(self.read(record)), self.root + record)
+            if hazards:
+                at, why = hazards[0]
+                raise _core.error("unsafe_file", f"{at}: {why}" + (f" (and {len(hazards) - 1} more)"
+                                                                   if len(hazards) > 1 else ""),
+                                  entry=self.root + record)
 
     def check_model(self) -> None:
         """An archive of programs none of which is ``model`` (``package_pt2`` of a

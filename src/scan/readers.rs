@@ -113,6 +113,15 @@ pub const MODELS: &[ReaderModel] = &[
         reads: "every shard an index names",
     },
     ReaderModel {
+        name: "torch.export",
+        reader: "torch.export.load: the program JSON (models/*.json; torch 2.6 and 2.7: \
+                 serialized_exported_program.json) with what it evaluates (sympy.sympify of \
+                 expressions, input names in generated code, modules pytree contexts import, \
+                 guards module() executes), and every pickle and record it reads",
+        version: "torch 2.13.0 (archives of torch 2.6 to 2.15)",
+        reads: "every program of a .pt2, and every member",
+    },
+    ReaderModel {
         name: "tensordict",
         reader: "TensorDict.load_memmap: meta.json, the pickle sidecars it unpickles \
                  (other.pickle, pickle.pkl) and the sub-levels its keys name",

@@ -108,10 +108,21 @@ pub mod problem_kind {
     /// An AOTInductor package (a `.pt2` holding compiled code):
     /// `aoti_load_package` loads that code and runs it.
     pub const AOTI_PACKAGE: &str = "aoti_package";
+    /// A torch.export program (`.pt2`) whose JSON gives `torch.export.load`
+    /// Python to run: an expression `sympy.sympify` evaluates, an input name
+    /// written into generated code, a module a pytree context imports, a guard
+    /// `ExportedProgram.module()` executes ([`crate::torch::export_program`]).
+    pub const EXPORT_PROGRAM_CODE: &str = "export_program_code";
 
     /// The kinds of a file whose reader runs code the file carries: unsafe, as a
     /// dangerous global is, under every policy.
-    pub const RUNS_CODE: [&str; 4] = [TORCHSCRIPT, TORCH_PACKAGE, MOBILE_BYTECODE, AOTI_PACKAGE];
+    pub const RUNS_CODE: [&str; 5] = [
+        TORCHSCRIPT,
+        TORCH_PACKAGE,
+        MOBILE_BYTECODE,
+        AOTI_PACKAGE,
+        EXPORT_PROGRAM_CODE,
+    ];
 
     pub fn runs_code(kind: &str) -> bool {
         RUNS_CODE.contains(&kind)

@@ -11,6 +11,7 @@ use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
 use crate::torch::records;
+use crate::torch::export_program;
 use crate::torch::records::foreign::{self, ArchiveKind, Names};
 
 /// How a zip's index was read, and where the zip is.
@@ -242,6 +243,9 @@ impl Scan<'_> {
             let outer = std::mem::replace(&mut self.tensor_record, tensor_record);
             self.member(data, entry, &here, depth);
             self.tensor_record = outer;
+            if layout.is_export_program(&entry.name) {
+                self.export_program(data, entry, &here);
+            }
             if torchscript && layout.is_torchscript_pickle(&entry.name) {
                 self.drop_torchscript_builders(found_before, &here);
             }
@@ -263,6 +267,26 @@ impl Scan<'_> {
                 }
                 self.member(data, &entry, &here, depth);
             }
+        }
+    }
+
+    /// What in a torch.export program's JSON `torch.export.load` runs as Python.
+    fn export_program<D: FileBytes + ?Sized>(&mut self, data: &D, entry: &Entry, here: &str) {
+        let bytes = match entry_data(entry, data, &self.options.limits) {
+            Ok(b) => b,
+            Err(e) => return self.report.error(here, &e),
+        };
+        match export_program::hazards(&bytes) {
+            Ok(hazards) => {
+                for h in hazards {
+                    self.problem(here, problem_kind::EXPORT_PROGRAM_CODE, format!("{}: {}", h.at, h.why));
+                }
+            }
+            Err(why) => self.problem(
+                here,
+                problem_kind::UNKNOWN_FORMAT,
+                format!("a torch.export program this scanner cannot read to its end ({why})"),
+            ),
         }
     }
 
@@ -475,6 +499,20 @@ impl ZipLayout {
             Some(_) => Format::TorchZip,
             None if (index.entries.iter()).all(|e| e.name.ends_with(b".npy")) => Format::Npz,
             None => Format::Zip,
+        }
+    }
+
+    /// A torch.export program that `torch.export.load` deserializes: a
+    /// `models/*.json` under the root (torch 2.8 on), or the top-level
+    /// `serialized_exported_program.json` of torch 2.6 and 2.7.
+    fn is_export_program(&self, name: &[u8]) -> bool {
+        match self.kind {
+            Some(ArchiveKind::Export) => (self.pt2_root.as_deref())
+                .and_then(|r| records::record_of(r, name))
+                .and_then(|record| record.strip_prefix(records::PT2_MODELS_FOLDER.as_bytes()))
+                .is_some_and(|rest| rest.ends_with(b".json") && !rest.contains(&b'/')),
+            Some(ArchiveKind::OldExport) => name == foreign::OLD_EXPORT_PROGRAM.as_bytes(),
+            _ => false,
         }
     }
 

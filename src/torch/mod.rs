@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod dtype;
+pub mod export_program;
 pub mod invariants;
 pub mod legacy;
 pub mod module_ids;

@@ -35,6 +35,8 @@ pub const PT2_ARCHIVE_FORMAT: &str = "archive_format";
 /// The folders of a `.pt2`'s weights and constants: raw tensor bytes, or a
 /// `torch.save` archive where the archive's JSON config says `use_pickle`.
 pub const PT2_TENSOR_FOLDERS: [&str; 2] = ["data/weights/", "data/constants/"];
+/// The folder of a torch.export archive's programs: `models/<name>.json` each.
+pub const PT2_MODELS_FOLDER: &str = "models/";
 
 /// The small records torch writes beside data.pkl and the storages.
 const METADATA: [&str; 6] = [
