@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 import sandboxed
 import tensorplay
 from tensorplay import scanner
