@@ -25,6 +25,7 @@ __all__ = [
     "load",
     "allowed_in_file",
     "is_dangerous",
+    "export_program_hazards",
     "default_limits",
     "huge_pages",
     "dtypes",
