@@ -10,6 +10,7 @@ inputs) is a nested ``torch.save`` archive loaded by ``tensorplay.load``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -70,16 +71,14 @@ def export_constants(path: _Source, *, backend: _Backend | None = None,
 
 
 def _salvaged(archive: _Archive, read: Callable[[], Any], unknown_globals: _Unknown) -> Any:
-    """What ``read`` gives, unless stubs stood in while it read and the archive
-    carries a dangerous global somewhere: stub mode salvages data, never a file
-    with a payload."""
-    if unknown_globals != "stub":
-        return read()
+    """What ``read`` gives, unless the archive carries a dangerous global anywhere
+    (a constant, the sample inputs): ``torch.export.load`` unpickles every part,
+    so neither a part read here nor a stub that stood in makes such a file safe."""
     from . import _allowlist, _refusal, _stub
 
-    with _stub.collecting():
+    with _stub.collecting() if unknown_globals == "stub" else contextlib.nullcontext():
         value = read()
-        _refusal.refuse_hostile(archive.source, _allowlist.resolved()[0], archive.limits)
+    _refusal.refuse_dangerous(archive.source, _allowlist.resolved()[0], archive.limits)
     return value
 
 
@@ -162,7 +161,10 @@ class _Archive:
 
     def read(self, record: str) -> Any:
         """The record's bytes, as a numpy uint8 array."""
-        name = self.root + record
+        return self.read_entry(self.root + record)
+
+    def read_entry(self, name: str) -> Any:
+        """An entry's bytes by its full name, as a numpy uint8 array."""
         entry = self.entries.get(name)
         if entry is None:
             raise _malformed(name, "the archive has no such record")
@@ -198,16 +200,19 @@ class _Archive:
     def check_programs(self) -> None:
         """Refuse an archive whose programs give ``torch.export.load`` Python to run
         (the core's rule, the scan's too): a file with a payload is never salvaged."""
-        programs = [_OLD_PROGRAM] if self.kind == "zip" else [
-            n[len(self.root):] for n in self.entries if n.startswith(self.root + "models/") and n.endswith(".json")
-            and "/" not in n[len(self.root) + len("models/"):]]
-        for record in programs:
-            hazards = _core.export_program_hazards(bytes(self.read(record)), self.root + record)
+        # As the scan (src/scan/zip.rs): every member under models/, and a top-level
+        # old-layout program, which torch also falls back to.
+        programs = [n for n in self.entries
+                    if self.root and n.startswith(self.root + "models/") and not n.endswith("/")]
+        if _OLD_PROGRAM in self.entries:
+            programs.append(_OLD_PROGRAM)
+        for name in programs:
+            hazards = _core.export_program_hazards(bytes(self.read_entry(name)), name)
             if hazards:
                 at, why = hazards[0]
                 raise _core.error("unsafe_file", f"{at}: {why}" + (f" (and {len(hazards) - 1} more)"
                                                                    if len(hazards) > 1 else ""),
-                                  entry=self.root + record)
+                                  entry=name)
 
     def check_model(self) -> None:
         """An archive of programs none of which is ``model`` (``package_pt2`` of a

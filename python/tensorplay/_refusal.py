@@ -60,8 +60,13 @@ def refuse_hostile(source: Any, user_names: list[str], limits: dict[str, int], a
     a dangerous global anywhere in the file, in bytes a stub was given (a pickle
     inside a pickle) or in another reading of it. Stub mode salvages data, never
     a file that carries a payload."""
-    if not _stub.made_any():
-        return
+    if _stub.made_any():
+        refuse_dangerous(source, user_names, limits, api)
+
+
+def refuse_dangerous(source: Any, user_names: list[str], limits: dict[str, int], api: Api = "tensorplay") -> None:
+    """Raise when the scanner finds a dangerous global anywhere in the file: for a
+    reader that takes part of a file whose own reader unpickles every part."""
     found = _findings(source, user_names, limits)
     dangerous = [f for f in found or () if f.dangerous]
     if not dangerous:

@@ -28,6 +28,16 @@ const FACTORY: &str =
     "torch.export.load imports the module this pytree context names (a defaultdict factory)";
 const GUARD: &str = "ExportedProgram.module() executes this guard as Python code, and it is \
                      not an expression of the shapes of the inputs";
+const UNREADABLE_SPEC: &str = "a pytree spec only Python's json reads (NaN, Infinity, a number past \
+                               a float, a lone surrogate): what torch.export.load imports from it \
+                               cannot be checked";
+const KEYWORD: &str = "ExportedProgram.module() writes these keys into the code it generates as \
+                       keyword argument names, and one is not a plain identifier";
+const ARGUMENT: &str = "ExportedProgram.module() writes this name into the code it generates as \
+                        an argument name, and it is not a plain identifier";
+const STRING_INPUT: &str = "ExportedProgram.module() writes this string input's value into the \
+                            guard code it executes, and it holds more than letters, digits and \
+                            plain punctuation";
 
 /// How deep the JSON may nest (torch's programs nest about 12 levels).
 const MAX_DEPTH: usize = 96;
@@ -86,6 +96,12 @@ fn check(key: &str, value: &Value, at: &str, found: &mut Vec<Hazard>) {
                 flag(why);
             }
         }
+        ("forward_arg_names", Value::Array(names))
+            if names.iter().any(|n| !n.as_str().is_some_and(is_identifier)) =>
+        {
+            flag(ARGUMENT)
+        }
+        ("as_string", Value::String(s)) if !is_plain_text(s) => flag(STRING_INPUT),
         ("guards_code", Value::Array(guards)) => {
             for guard in guards {
                 if !guard.as_str().is_some_and(is_guard) {
@@ -95,6 +111,13 @@ fn check(key: &str, value: &Value, at: &str, found: &mut Vec<Hazard>) {
         }
         _ => {}
     }
+}
+
+/// Text with no quote, backslash, newline or comment sign: nothing that could
+/// close a literal it is written into.
+fn is_plain_text(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_alphanumeric() || " _-.,:/+=@()[]<>".contains(c))
 }
 
 /// A Python identifier that is no keyword: what a parameter may be called.
@@ -117,12 +140,14 @@ fn is_keyword(s: &str) -> bool {
 }
 
 /// A pytree spec (JSON in a string) and the contexts in it (JSON in strings
-/// again): what torch's `_json_to_treespec` imports.
+/// again, or inline): what torch's `_json_to_treespec` imports, and the keyword
+/// names `module()` writes into the code it generates.
 fn spec_hazards(spec: &str) -> Vec<&'static str> {
     let mut found = Vec::new();
-    // A spec torch cannot parse fails its load before anything is imported.
+    // Python's json reads more than JSON (NaN, Infinity, 1e400, lone surrogates):
+    // a spec only it reads is one this check cannot vouch for.
     let Ok(value) = serde_json::from_str::<Value>(spec) else {
-        return found;
+        return vec![UNREADABLE_SPEC];
     };
     let mut pending = vec![(&value, 0usize)];
     while let Some((node, depth)) = pending.pop() {
@@ -132,8 +157,12 @@ fn spec_hazards(spec: &str) -> Vec<&'static str> {
         }
         match node {
             Value::Object(map) => {
-                if let Some(Value::String(context)) = map.get("context") {
-                    found.extend(context_hazards(context));
+                match map.get("context") {
+                    Some(Value::String(context)) => found.extend(context_hazards(context)),
+                    Some(inline @ (Value::Object(_) | Value::Array(_))) => {
+                        found.extend(context_value_hazards(inline))
+                    }
+                    _ => {}
                 }
                 pending.extend(map.values().map(|v| (v, depth + 1)));
             }
@@ -147,11 +176,22 @@ fn spec_hazards(spec: &str) -> Vec<&'static str> {
 /// `json.loads(context, object_hook=...)`: every object with `__enum__` is
 /// imported; a defaultdict's factory is imported from its module.
 fn context_hazards(context: &str) -> Vec<&'static str> {
-    let Ok(value) = serde_json::from_str::<Value>(context) else {
-        return Vec::new();
-    };
+    match serde_json::from_str::<Value>(context) {
+        Ok(value) => context_value_hazards(&value),
+        Err(_) => vec![UNREADABLE_SPEC],
+    }
+}
+
+/// A context's value: imports it names, and names that must be identifiers (a
+/// dict's keys are the keyword arguments `module()` writes into its code).
+fn context_value_hazards(value: &Value) -> Vec<&'static str> {
     let mut found = Vec::new();
-    let mut pending = vec![(&value, 0usize)];
+    if let Value::Array(keys) = value {
+        if keys.iter().any(|k| k.as_str().is_some_and(|k| !is_identifier(k))) {
+            found.push(KEYWORD);
+        }
+    }
+    let mut pending = vec![(value, 0usize)];
     while let Some((node, depth)) = pending.pop() {
         if depth > MAX_DEPTH {
             found.push(ENUM);
@@ -380,6 +420,25 @@ mod tests {
             [GUARD]
         );
         assert_eq!(whys(r#"{"guards_code": ["torch.os.system('id')"]}"#), [GUARD]);
+    }
+
+    #[test]
+    fn what_an_oracle_campaign_found_is_a_hazard() {
+        let spec = |context: serde_json::Value| {
+            let inner = serde_json::to_string(&serde_json::json!([1, {"type": "collections.defaultdict", "context": context, "children_spec": []}])).unwrap();
+            serde_json::json!({"in_spec": inner}).to_string()
+        };
+        // A context inline rather than in a string, as torch writes a defaultdict's.
+        let factory = serde_json::json!({"default_factory_module": "os", "default_factory_name": "system"});
+        assert_eq!(whys(&spec(factory)), [FACTORY]);
+        // JSON only Python reads, beside an import.
+        let nan = r#"{"in_spec": "[1, {\"type\": \"builtins.dict\", \"context\": \"[NaN, {\\\"__enum__\\\": true}]\", \"children_spec\": []}]"}"#;
+        assert_eq!(whys(nan), [UNREADABLE_SPEC]);
+        // Keyword names, argument names and string inputs written into code.
+        assert_eq!(whys(&spec(serde_json::json!("[\"a')\\n__import__('os')\"]"))), [KEYWORD]);
+        assert_eq!(whys(r#"{"forward_arg_names": ["x", "y=__import__('os')"]}"#), [ARGUMENT]);
+        assert_eq!(whys(r#"{"as_string": "a' #\n"}"#), [STRING_INPUT]);
+        assert_eq!(whys(r#"{"as_string": "cuda:0"}"#), Vec::<&str>::new());
     }
 
     #[test]
