@@ -1,11 +1,13 @@
 """The property check: every reader, then tensorplay, on one case; the
 disagreements, each a class of finding.
 
-- ``scan-clean``: a reader created the marker, and the scan's exit code is 0;
+- ``scan-clean``: a reader created the marker, and the scan's exit code is 0 (or,
+  for a torch.export archive, the pickles-only scan's verdict is clean);
 - ``load-accepted``: a reader that tensorplay's loader for the case stands in for
   (``readers.Reader.stands_for``) created the marker, and that loader returned;
 - ``unsafe-globals-empty``: such a reader created the marker, and
-  ``get_unsafe_globals_in_checkpoint`` listed nothing (raising is fine);
+  ``get_unsafe_globals_in_checkpoint`` listed nothing (raising is fine); not for
+  torch.export archives, whose programs run code through JSON, not globals;
 - ``false-positive``: no reader created the marker, every reader made for the
   case's kind read it without error, tensorplay's loader accepted it, yet the
   scan's exit code is not 0. For kinds no tensorplay loader reads (.npy,
@@ -28,12 +30,14 @@ from dataclasses import dataclass, field
 from .cases import Case
 from .readers import BYPASS
 from .sandbox import Outcome, Sandbox
-from .subject import LOAD, SCAN, UNSAFE_GLOBALS
+from .subject import LOAD, SCAN, SCAN_PICKLES, UNSAFE_GLOBALS
 
 CLASSES = ("scan-clean", "load-accepted", "unsafe-globals-empty", "false-positive", "robustness", "torch-bypass",
            "tensorplay-ran-payload")
 # Kinds a tensorplay loader reads: for the others a scan's verdict is judged without one.
-LOADED_KINDS = {"pickle", "stream", "torch", "legacy", "dcp", "tensordict", "sharded"}
+LOADED_KINDS = {"pickle", "stream", "torch", "legacy", "export", "dcp", "tensordict", "sharded"}
+# Kinds scanned twice, in full and pickles only: the second reading skips what is no pickle.
+TWO_SCANS = {"export"}
 
 
 @dataclass
@@ -67,6 +71,8 @@ class Verdict:
 def jobs_for(sandbox: Sandbox, case: Case) -> list[str]:
     readers = [entry["name"] for entry in sandbox.catalog if not entry.get("subject")]
     subject = [SCAN, LOAD] + ([] if case.folder else [UNSAFE_GLOBALS])
+    if case.kind in TWO_SCANS and not case.folder:
+        subject.insert(1, SCAN_PICKLES)
     return readers + subject
 
 
@@ -94,12 +100,21 @@ def judge(case: Case, outcomes: dict[str, Outcome], catalog: list[dict]) -> Verd
     verdict = Verdict(case, outcomes, fired)
     add = verdict.violations.append
 
-    for job in (SCAN, LOAD, UNSAFE_GLOBALS):
+    for job in (SCAN, SCAN_PICKLES, LOAD, UNSAFE_GLOBALS):
         o = outcomes.get(job)
         if o is not None and o.fired:
             add(Violation("tensorplay-ran-payload", f"the marker appeared during {job}", (job,)))
 
     scan, load, listing = outcomes.get(SCAN), outcomes.get(LOAD), outcomes.get(UNSAFE_GLOBALS)
+    pickles_scan = outcomes.get(SCAN_PICKLES)
+    pickles_verdict = None
+    if pickles_scan is not None:
+        if pickles_scan.status == "ok":
+            pickles_verdict = pickles_scan.result["verdict"]
+        else:
+            what = f"{pickles_scan.status} {pickles_scan.exc}".strip()
+            add(Violation("robustness", f"scan(pickles_only=True) {what}: {pickles_scan.message}",
+                          (SCAN_PICKLES, pickles_scan.status, pickles_scan.exc)))
     exit_code = None
     if scan is not None:
         if scan.status == "ok":
@@ -126,13 +141,18 @@ def judge(case: Case, outcomes: dict[str, Outcome], catalog: list[dict]) -> Verd
     if fired and exit_code == 0:
         add(Violation("scan-clean", f"{', '.join(fired_where)} ran the payload; the scan exits 0 "
                       f"({verdict.scan_summary()})", (tuple(fired), verdict.scan_summary())))
+    if fired and pickles_verdict == "clean":
+        add(Violation("scan-clean", f"{', '.join(fired_where)} ran the payload; the pickles-only scan says clean",
+                      (tuple(fired), "pickles_only")))
     if counterparts and accepted:
         add(Violation("load-accepted", f"{', '.join(counterparts)} ran the payload; tensorplay's {loader} loader "
                       f"returned {load_result['returned']}", (tuple(counterparts), loader)))
-    if counterparts and listing is not None and listing.status == "ok" and listing.result.get("listed") == []:
+    if (counterparts and loader != "export" and listing is not None and listing.status == "ok"
+            and listing.result.get("listed") == []):
         add(Violation("unsafe-globals-empty", f"{', '.join(counterparts)} ran the payload; "
                       "get_unsafe_globals_in_checkpoint returned []", (tuple(counterparts),)))
-    if not fired and exit_code not in (None, 0):
+    pickles_fail = pickles_verdict not in (None, "clean")
+    if not fired and (exit_code not in (None, 0) or pickles_fail):
         applicable = [n for n, o in readers.items() if case.kind in entries.get(n, {}).get("kinds", ())
                       and bool(entries[n]["folder"]) == case.folder]
         readable = applicable and all(readers[n].status == "ok" for n in applicable)
@@ -141,6 +161,8 @@ def judge(case: Case, outcomes: dict[str, Outcome], catalog: list[dict]) -> Verd
             problems = sorted({p for r in verdict.scan.get("reports", []) for p in r["problems"]})
             add(Violation("false-positive", f"{', '.join(applicable)} read it without error"
                           f"{'' if not accepted else ', tensorplay loaded it'}; the scan exits {exit_code} "
-                          f"({verdict.scan_summary()}; problems: {', '.join(problems) or '-'})",
-                          (verdict.scan_summary(), tuple(problems))))
+                          f"({verdict.scan_summary()}; problems: {', '.join(problems) or '-'})"
+                          + (f"; the pickles-only scan says {pickles_verdict}" if pickles_fail else ""),
+                          (verdict.scan_summary(), tuple(problems))
+                          + ((f"pickles_only {pickles_verdict}",) if pickles_fail else ())))
     return verdict

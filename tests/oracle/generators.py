@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ("gen_pickle", "gen_torch", "gen_tar", "gen_zip", "gen_compress", "gen_numpy", "gen_joblib", "gen_pandas",
-           "gen_dcp", "gen_sharded", "gen_tensordict", "gen_repo", "gen_corpus")
+           "gen_export", "gen_dcp", "gen_sharded", "gen_tensordict", "gen_repo", "gen_corpus")
 
 
 def load(names: list[str] | None = None) -> dict:

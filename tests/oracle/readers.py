@@ -38,7 +38,7 @@ class Reader:
     read: Callable[[str], None]
     kinds: frozenset[str] = field(default_factory=frozenset)
     folder: bool = False  # reads a folder, not a file
-    stands_for: str = ""  # "load" (tensorplay.load of a file), "dcp", "tensordict", "sharded", or ""
+    stands_for: str = ""  # "load" (tensorplay.load of a file), "export", "dcp", "tensordict", "sharded", or ""
     imports: tuple[str, ...] = ()  # imported by the fork server before it forks
 
     @property
@@ -202,6 +202,20 @@ def tensordict_load_memmap(folder: str) -> None:
     tensordict.TensorDict.load_memmap(folder)
 
 
+def export_load(path: str) -> None:
+    import torch
+
+    torch.export.load(path)
+
+
+def export_module(path: str) -> None:
+    """What a program does next with a loaded program: the module it runs (its guards
+    and the forward torch generates for it are built here)."""
+    import torch
+
+    torch.export.load(path).module()
+
+
 def hf_sharded(folder: str) -> None:
     import torch
 
@@ -223,6 +237,8 @@ def hf_sharded(folder: str) -> None:
 
 TORCH = f"torch {version('torch')}"
 TORCH_IMPORTS = ("torch",)
+EXPORT_IMPORTS = ("torch", "torch.export", "torch._export.serde.serialize", "torch.export.pt2_archive._package",
+                  "torch.export._unlift", "sympy")
 PANDAS_NAMES = ("x.pkl", "x.gz", "x.bz2", "x.xz", "x.zip", "x.tar", "x.tar.gz", "x.zst")
 PANDAS_KINDS = {"x.pkl": "pickle", "x.gz": "gzip", "x.bz2": "bz2", "x.xz": "xz", "x.zip": "zip", "x.tar": "tar",
                 "x.tar.gz": "tar", "x.zst": "zstd"}
@@ -266,6 +282,10 @@ READERS: list[Reader] = [
            imports=("torch", "torch.distributed.checkpoint.format_utils")),
     Reader("TensorDict.load_memmap", f"tensordict {version('tensordict')}", tensordict_load_memmap,
            frozenset({"tensordict"}), folder=True, stands_for="tensordict", imports=("torch", "tensordict")),
+    Reader("torch.export.load", f"{TORCH} torch.export.load (a .pt2)", export_load, frozenset({"export"}),
+           stands_for="export", imports=EXPORT_IMPORTS),
+    Reader("torch.export.load().module()", f"{TORCH} torch.export.load, then ExportedProgram.module()",
+           export_module, frozenset({"export"}), stands_for="export", imports=EXPORT_IMPORTS),
     Reader("hf-sharded-torch.load", f"{TORCH}, weights_only=False, each shard an *.index.json names", hf_sharded,
            frozenset({"sharded"}), folder=True, stands_for="sharded", imports=TORCH_IMPORTS),
 ]
