@@ -35,43 +35,7 @@ CI_CASES = int(os.environ.get("ORACLE_CI_CASES", "30"))
 CI_SEED = 20261206
 
 # (class, generator, variant pattern): why the scanner disagrees with the readers today.
-_STR_GUARD = ("ExportedProgram.module() writes a str input's value into the guard code it executes "
-              "(torch/export/_unlift.py _get_input_guards_for_graph): the program's as_string is not checked")
-_ARG_NAMES = ("ExportedProgram.module() writes forward_arg_names into the forward it generates and executes "
-              "(_get_codegen, fx _PyTreeCodeGen.gen_fn_def): not checked")
-_KWARG_NAME = ("ExportedProgram.module() writes the keyword arguments' names of the input spec's context into "
-               "the forward it generates and executes (fx _PyTreeCodeGen.gen_var_bindings): not checked")
-_PY_JSON = ("a pytree spec or context that only Python's json reads (NaN, Infinity, 1e400, a lone surrogate): "
-            "the core's strict JSON reader passes it over, torch.export.load imports the module it names")
-_FACTORY = ("a defaultdict's pytree context is a JSON object, as torch writes it: the core checks "
-            "default_factory_module only in a context that is a string; torch.export.load imports it")
-_MODELS = ("torch.export.load deserializes every member under models/ (its name less 5 characters is the "
-           "model's): the scan and the loaders check only models/*.json")
-_OLD_BESIDE = ("top-level members make torch's archive reader fail, and torch.export.load then reads the "
-               "2.6/2.7 layout's serialized_exported_program.json, which a pt2 archive's scan does not check")
-_UNREAD_PICKLE = ("export_state_dict reads only the weights and returns them; torch.export.load also unpickles "
-                  "the sample inputs and the constants (the scan says unsafe, load(stub) refuses)")
-KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
-    ("scan-clean", "export", "*found: a str input's value in a guard"): _STR_GUARD,
-    ("load-accepted", "export", "*found: a str input's value in a guard"): _STR_GUARD,
-    ("scan-clean", "export", "*found: a forward argument name"): _ARG_NAMES,
-    ("load-accepted", "export", "*found: a forward argument name"): _ARG_NAMES,
-    ("scan-clean", "export", "*found: a keyword argument's name in the input spec"): _KWARG_NAME,
-    ("load-accepted", "export", "*found: a keyword argument's name in the input spec"): _KWARG_NAME,
-    ("scan-clean", "export", "*spec: *Python-only JSON*"): _PY_JSON,
-    ("load-accepted", "export", "*spec: *Python-only JSON*"): _PY_JSON,
-    ("scan-clean", "export", "*spec: a defaultdict factory*"): _FACTORY,
-    ("load-accepted", "export", "*spec: a defaultdict factory*"): _FACTORY,
-    ("scan-clean", "export", "*member: program as models/model.*"): _MODELS,
-    ("load-accepted", "export", "*member: program as models/model.*"): _MODELS,
-    ("scan-clean", "export", "*member: program under models/sub/"): _MODELS,
-    ("load-accepted", "export", "*member: program under models/sub/"): _MODELS,
-    ("scan-clean", "export", "*member: old layout beside"): _OLD_BESIDE,
-    ("load-accepted", "export", "*member: old layout beside"): _OLD_BESIDE,
-    ("load-accepted", "export", "*pickle: sample inputs"): _UNREAD_PICKLE,
-    ("load-accepted", "export", "*pickle: *constant*"): _UNREAD_PICKLE,
-    ("load-accepted", "export", "*pickle: old layout: serialized_[ce]*"): _UNREAD_PICKLE,
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {}
 
 
 def known(cls: str, case: Case) -> str | None:

@@ -130,6 +130,11 @@ def bases() -> dict[str, tuple[tuple[str, bytes], ...]]:
 
     folder = tempfile.mkdtemp()
     out: dict[str, tuple[tuple[str, bytes], ...]] = {}
+    # The same weights every campaign, so its findings reproduce. (A raw weight record
+    # whose first bytes read as an opcode that names a global is reported by the scan,
+    # which does not read the weights config's use_pickle yet: a known false positive
+    # these weights do not trip.)
+    torch.manual_seed(45)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
