@@ -113,11 +113,11 @@ fn check(key: &str, value: &Value, at: &str, found: &mut Vec<Hazard>) {
     }
 }
 
-/// Text with no quote, backslash, newline or comment sign: nothing that could
-/// close a literal it is written into.
+/// Letters, digits and a little punctuation (`cuda:0`, `mean`, `a-b.c/d`): no
+/// quote, backslash, newline, comment sign, bracket or operator, so nothing that
+/// could close the literal it is written into or make code outside one.
 fn is_plain_text(s: &str) -> bool {
-    s.chars()
-        .all(|c| c.is_alphanumeric() || " _-.,:/+=@()[]<>".contains(c))
+    s.chars().all(|c| c.is_alphanumeric() || " _-.,:/".contains(c))
 }
 
 /// A Python identifier that is no keyword: what a parameter may be called.
