@@ -123,6 +123,14 @@ fn export_program_hazards(
     }
 }
 
+/// Whether `torch.export.load` deserializes the member `name` as a program, in a
+/// zip whose torch.export root folder is `root` ("" for none).
+#[pyfunction]
+fn is_export_program(root: &str, name: &str) -> bool {
+    let root = (!root.is_empty()).then_some(root.trim_end_matches('/').as_bytes());
+    tensorplay::torch::records::foreign::is_export_program(root, name.as_bytes())
+}
+
 /// Whether `module.name` is on the denylist of names that run code, touch the
 /// system or unpickle nested data: what no allowlist may lift (`--allow` refuses
 /// it) and a scan marks dangerous.
@@ -153,6 +161,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(allowed_in_file, m)?)?;
     m.add_function(wrap_pyfunction!(is_dangerous, m)?)?;
     m.add_function(wrap_pyfunction!(export_program_hazards, m)?)?;
+    m.add_function(wrap_pyfunction!(is_export_program, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_spans, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_waves, m)?)?;

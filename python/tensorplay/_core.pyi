@@ -26,6 +26,7 @@ __all__ = [
     "allowed_in_file",
     "is_dangerous",
     "export_program_hazards",
+    "is_export_program",
     "default_limits",
     "huge_pages",
     "dtypes",
@@ -166,6 +167,9 @@ def allowed_in_file(file_name: str) -> list[str]:
     checkpoint's ``.metadata``: its metadata classes)."""
 
 def is_dangerous(module: str, name: str) -> bool: ...
+def is_export_program(root: str, name: str) -> bool:
+    """Whether ``torch.export.load`` deserializes the member ``name`` as a program, in a zip
+    whose torch.export root folder is ``root`` (``""`` for none)."""
 def export_program_hazards(json: bytes, entry: str) -> list[tuple[str, str]]:
     """What in a torch.export program's JSON torch runs as Python: ``(JSON path, what torch
     does with it)`` each; a MalformedCheckpointError naming ``entry`` when it is not JSON

@@ -200,12 +200,7 @@ class _Archive:
     def check_programs(self) -> None:
         """Refuse an archive whose programs give ``torch.export.load`` Python to run
         (the core's rule, the scan's too): a file with a payload is never salvaged."""
-        # As the scan (src/scan/zip.rs): every member under models/, and a top-level
-        # old-layout program, which torch also falls back to.
-        programs = [n for n in self.entries
-                    if self.root and n.startswith(self.root + "models/") and not n.endswith("/")]
-        if _OLD_PROGRAM in self.entries:
-            programs.append(_OLD_PROGRAM)
+        programs = [n for n in self.entries if _core.is_export_program(self.root, n)]
         for name in programs:
             hazards = _core.export_program_hazards(bytes(self.read_entry(name)), name)
             if hazards:

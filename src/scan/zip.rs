@@ -502,18 +502,9 @@ impl ZipLayout {
         }
     }
 
-    /// A torch.export program that `torch.export.load` deserializes: every
-    /// member under `<root>/models/` (it reads them all, naming each model by
-    /// its member's name less five characters, whatever they are), and a
-    /// top-level `serialized_exported_program.json` (torch 2.6 and 2.7's
-    /// layout, which it also falls back to when a root folder sits beside a
-    /// top-level member) in any zip.
+    /// A torch.export program ([`foreign::is_export_program`]).
     fn is_export_program(&self, name: &[u8]) -> bool {
-        let in_models = (self.pt2_root.as_deref())
-            .and_then(|r| records::record_of(r, name))
-            .and_then(|record| record.strip_prefix(records::PT2_MODELS_FOLDER.as_bytes()))
-            .is_some_and(|rest| !rest.is_empty() && !rest.ends_with(b"/"));
-        in_models || name == foreign::OLD_EXPORT_PROGRAM.as_bytes()
+        foreign::is_export_program(self.pt2_root.as_deref(), name)
     }
 
     /// One of a TorchScript archive's own pickles ([`records::is_torchscript_pickle`]).

@@ -91,6 +91,20 @@ const AOTI_CODE_SUFFIXES: [&str; 6] = [".so", ".dll", ".dylib", ".cpp", ".wrappe
 /// The program of the archives torch 2.6 and 2.7 wrote, at the zip's top level beside `version`.
 pub const OLD_EXPORT_PROGRAM: &str = "serialized_exported_program.json";
 
+/// A torch.export program that `torch.export.load` deserializes, in a zip whose
+/// torch.export root is `pt2_root`: every member under `<root>/models/` (it
+/// reads them all, naming each model by its member's name less five
+/// characters, whatever they are), and a top-level `serialized_exported_program.json`
+/// (torch 2.6 and 2.7's layout, which it also falls back to when a root folder
+/// sits beside a top-level member) in any zip.
+pub fn is_export_program(pt2_root: Option<&[u8]>, name: &[u8]) -> bool {
+    let in_models = pt2_root
+        .and_then(|r| record_of(r, name))
+        .and_then(|record| record.strip_prefix(super::PT2_MODELS_FOLDER.as_bytes()))
+        .is_some_and(|rest| !rest.is_empty() && !rest.ends_with(b"/"));
+    in_models || name == OLD_EXPORT_PROGRAM.as_bytes()
+}
+
 pub const AOTI_REASON: &str =
     "an AOTInductor package: torch._inductor.aoti_load_package loads the \
      compiled code it carries and runs it to read its weights";
