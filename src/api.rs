@@ -310,7 +310,15 @@ impl<'c> Tensor<'c> {
             let range = to_usize(start)?..to_usize(start.checked_add(nbytes).ok_or_else(fail)?)?;
             return Ok(match storage {
                 Cow::Borrowed(all) => Cow::Borrowed(all.get(range).ok_or_else(fail)?),
-                Cow::Owned(all) => Cow::Owned(all.get(range).ok_or_else(fail)?.to_vec()),
+                // The copy made for this tensor, cut to it in place.
+                Cow::Owned(mut all) => {
+                    if range.end > all.len() || range.start > range.end {
+                        return Err(fail());
+                    }
+                    all.truncate(range.end);
+                    all.drain(..range.start);
+                    Cow::Owned(all)
+                }
             });
         }
         let mut out = Vec::with_capacity(to_usize(nbytes)?);
@@ -368,7 +376,10 @@ impl<'c> Tensor<'c> {
         let skip = to_usize(skip)?;
         Ok(match whole {
             Cow::Borrowed(all) => Cow::Borrowed(all.get(skip..).unwrap_or_default()),
-            Cow::Owned(all) => Cow::Owned(all.get(skip..).unwrap_or_default().to_vec()),
+            Cow::Owned(mut all) => {
+                all.drain(..skip.min(all.len()));
+                Cow::Owned(all)
+            }
         })
     }
 }
