@@ -481,7 +481,17 @@ fn direct_family(module: &str, name: &str) -> Option<&'static Family> {
 /// Is `module.name` dangerous? Blocked globals are, and so are names in `<...>`
 /// (globals that cannot even be resolved), and every family's.
 pub fn is_dangerous(module: &str, name: &str) -> bool {
-    module.starts_with('<') || blocked(module, name).is_some() || family(module, name).is_some()
+    module.starts_with('<')
+        || blocked(module, name).is_some()
+        || family(module, name).is_some()
+        // An attribute walk through a dunder (`getattr.__self__.exec` is
+        // builtins.exec) reaches what the name does not say.
+        || name
+            .split('.')
+            .any(|part| part.len() > 4 && part.starts_with("__") && part.ends_with("__"))
+        // A walk that starts at a dangerous object is as dangerous.
+        || (name.match_indices('.'))
+            .any(|(i, _)| name.get(..i).is_some_and(|head| is_dangerous(module, head)))
 }
 
 #[cfg(test)]
@@ -500,6 +510,10 @@ mod tests {
         assert!(!is_dangerous("osx", "thing"));
         assert!(!is_dangerous("torch.nn.modules.linear", "Linear"));
         assert!(!is_dangerous("collections", "defaultdict"));
+        // Found by the oracle: torch.export.load ran it from a .pt2's example inputs.
+        assert!(is_dangerous("builtins", "getattr.__self__.exec"));
+        assert!(is_dangerous("builtins", "print.__self__.exec"));
+        assert!(!is_dangerous("torch.nn", "Module.Inner"));
     }
 
     #[test]
