@@ -428,6 +428,39 @@ def test_known_gadgets_are_dangerous(gadget):
     assert [(f.name, f.dangerous) for f in report.findings] == [(gadget, True)]
 
 
+def _stack_global(module: str, name: str, argument: str) -> bytes:
+    """Protocol 4's STACK_GLOBAL of ``module`` and a dotted ``name``, called with one str."""
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"\x8c" + bytes([len(data)]) + data if len(data) < 256 else b"X" + struct.pack("<I", len(data)) + data
+    return b"\x80\x04" + text(module) + text(name) + b"\x93" + text(argument) + b"\x85R."
+
+
+def test_an_attribute_walk_from_a_harmless_builtin_is_as_dangerous_as_where_it_ends():
+    """``builtins.getattr.__self__.exec`` is exec: pickle walks the dotted name
+    (protocol 4) through ``__self__``, the builtins module. Found by the export oracle."""
+    from sandboxed import MARKER, runs_payload
+
+    data = _stack_global("builtins", "print.__self__.exec", f"open({MARKER!r}, 'w').close()")
+    assert runs_payload("import pickle\npickle.loads(data)", data=data)
+    report = scanner.scan(data)
+    assert report.verdict == "unsafe" and [(f.name, f.dangerous) for f in report.findings] == [
+        ("builtins.print.__self__.exec", True)]
+    with pytest.raises(tensorplay.UnsafeCheckpointError):
+        tensorplay.load(data, backend="numpy", unknown_globals="stub")
+
+
+def test_a_name_of_many_dots_is_judged_at_once():
+    """Judging every split of every prefix of a dotted name took time exponential
+    in its dots (the fuzz corpus's replay ran for hours); one of 200,000 dots is
+    judged as any other name."""
+    data = _stack_global("builtins", "a." * 200_000 + "b", "x")
+    report = scanner.scan(data)
+    assert report.verdict == "unsafe" and not report.findings[0].dangerous
+    data = _stack_global("torch", "hub." + "a." * 200_000 + "b", "x")
+    assert scanner.scan(data).findings[0].dangerous
+
+
 def test_the_denylist_names_its_families_and_their_sources():
     from tensorplay import scanner
 
