@@ -313,7 +313,9 @@ def test_weights_only_false_is_an_explicit_delegation_to_torch(monkeypatch):
     if has_torch():
         model = tensorplay.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
         assert type(model).__name__ == "Sequential"
-    monkeypatch.setattr(tensorplay.serialization, "_torch_available", lambda: False)
+    from tensorplay import _settings
+
+    monkeypatch.setattr(_settings, "torch_available", lambda: False)
     with pytest.raises(RuntimeError, match="arbitrary code"):
         tensorplay.load(TORCH_FIXTURES / "whole_module.pt", weights_only=False)
 

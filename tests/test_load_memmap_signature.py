@@ -9,7 +9,7 @@ import pytest
 import tensorplay
 import torch
 from tensordict import TensorDict, tensorclass
-from tensorplay import _tensordict as td_module
+from tensorplay._tensordict.load import resolve_device
 from tensorplay.serialization import safe_globals
 
 
@@ -70,7 +70,7 @@ def test_a_device_other_than_outs_is_a_value_error_and_outs_device_is_used(saved
 
 def test_an_int_device_is_a_cuda_index_and_non_blocking_reaches_the_copies(saved, monkeypatch):
     path, _ = saved
-    assert td_module._resolve_device(0, "torch") == (False, torch.device("cuda", 0))
+    assert resolve_device(0, "torch") == (False, torch.device("cuda", 0))
     with pytest.raises(ValueError, match="numpy backend loads onto the CPU only"):
         tensorplay.load_memmap(path, 0, backend="numpy")
     calls = []

@@ -249,7 +249,8 @@ def test_the_scan_command_imports_only_the_scanner(tmp_path):
         "code = tensorplay.cli.main(['scan', sys.argv[1], sys.argv[2]])\n"
         "loaded = {m for m in sys.modules if m.startswith('tensorplay.')}\n"
         "assert loaded == {'tensorplay._core', 'tensorplay._limits', 'tensorplay.scanner', 'tensorplay.cli',\n"
-        "                  'tensorplay._allow', 'tensorplay._pointers', 'tensorplay._paths'}, loaded\n"
+        "                  'tensorplay._allow', 'tensorplay._pointers', 'tensorplay._paths', 'tensorplay._findings',\n"
+        "                  'tensorplay._scan_policy', 'tensorplay._scan_local'}, loaded\n"
         "heavy = {'json', 'pickle', 'typing', 'inspect', 'datetime', 'dataclasses', 'shutil', 'tomllib'}\n"
         "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"
         "sys.exit(code)\n"
@@ -315,7 +316,9 @@ def test_the_typed_record_fields_are_the_runtime_ones():
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(scanner))
+    from tensorplay import _findings
+
+    tree = ast.parse(inspect.getsource(_findings))
     typed = {
         node.name: [(f.target.id, f.value is not None) for f in node.body if isinstance(f, ast.AnnAssign)]
         for node in ast.walk(tree)

@@ -53,6 +53,36 @@ def test_the_numpy_backend_loads_the_shards_too(sharded):
     assert all(np.array_equal(loaded[k], v.numpy()) for k, v in expected.items())
 
 
+class ShardNote:
+    """A class of this test file's: torch.load needs it allowlisted."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def test_a_safe_globals_block_covers_every_shard_and_stubs_warn_once(tmp_path):
+    """Shards load on worker threads: the caller's safe_globals block holds
+    there too (a context of its own per thread would refuse the class), and
+    with unknown_globals="stub" one warning names what every shard stubbed."""
+    folder = tmp_path / "noted"
+    folder.mkdir()
+    weight_map = {}
+    for i in range(3):
+        name = f"pytorch_model-0000{i + 1}-of-00003.bin"
+        torch.save({f"w{i}": torch.full((2,), float(i)), f"note{i}": ShardNote(str(i))}, folder / name)
+        weight_map.update({f"w{i}": name, f"note{i}": name})
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    with pytest.raises(tensorplay.UnsafeCheckpointError, match="ShardNote"):
+        tensorplay.load(folder)
+    with tensorplay.safe_globals([ShardNote]):
+        loaded = tensorplay.load(folder)
+    assert [loaded[f"note{i}"].text for i in range(3)] == ["0", "1", "2"]
+    with pytest.warns(tensorplay.StubWarning) as caught:
+        stubbed = tensorplay.load(folder, unknown_globals="stub")
+    assert len(caught) == 1 and "ShardNote" in str(caught[0].message)
+    assert isinstance(stubbed["note2"], tensorplay.Stub) and torch.equal(stubbed["w2"], torch.full((2,), 2.0))
+
+
 def _edit_index(folder, edit):
     path = folder / "pytorch_model.bin.index.json"
     index = json.loads(path.read_text())

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import mmap
 import os
 import shutil
 import struct
@@ -240,12 +241,12 @@ def test_meta_device_reads_no_payload_byte(name, backend, monkeypatch):
     def no_inflating(*args, **kwargs):
         raise AssertionError("a payload was decompressed")
 
-    monkeypatch.setattr(td_module.mmap, "mmap", no_mapping)
-    monkeypatch.setattr(td_module._core, "inflate_entries", no_inflating)
+    monkeypatch.setattr(mmap, "mmap", no_mapping)
+    monkeypatch.setattr(tensorplay._core, "inflate_entries", no_inflating)
     desc = EXPECTED[name]
     if desc["kind"] == "archive":
         monkeypatch.undo()  # an archive maps its index once; its leaves are neither viewed nor inflated
-        monkeypatch.setattr(td_module._core, "inflate_entries", no_inflating)
+        monkeypatch.setattr(tensorplay._core, "inflate_entries", no_inflating)
     loaded = tensorplay.load_memmap(TD / desc["path"], "meta", backend=backend,
                                     allow_pickle=desc["requires_pickle"])
     for leaf in desc["leaves"]:
@@ -272,7 +273,7 @@ def test_fake_tensor_mode_gives_fake_tensors_and_reads_nothing(monkeypatch):
     def no_mapping(*args, **kwargs):
         raise AssertionError("a payload was mapped")
 
-    monkeypatch.setattr(td_module.mmap, "mmap", no_mapping)
+    monkeypatch.setattr(mmap, "mmap", no_mapping)
     with FakeTensorMode():
         loaded = tensorplay.load_memmap(TD / "basic", backend="torch")
     assert type(loaded["f32"]) is FakeTensor

@@ -78,7 +78,7 @@ def _json(value: Any) -> str:
 INSTALL_CONVERT = "pip install 'tensorplay-serialization[convert]'"
 
 
-def _safetensors_numpy() -> tuple[Callable[[str], dict], Callable[..., None]]:
+def safetensors_numpy() -> tuple[Callable[[str], dict], Callable[..., None]]:
     """safetensors' numpy ``load_file`` and ``save_file``. safetensors is an
     optional dependency: without it the error names the extra to install."""
     try:
@@ -99,7 +99,7 @@ def convert(source: Any, target: str | os.PathLike[str], *, force: bool = False,
     converts too: each stub's tensors are taken under its key
     (``hparams.state.mask``), its other values are like any other value, and
     ``<key>.__stub__`` names the global it stood in for."""
-    _safetensors_numpy()  # before a load that could take minutes
+    safetensors_numpy()  # before a load that could take minutes
     index = _sharded_index(source)
     if index is not None:
         if unknown_globals != "error":
@@ -185,7 +185,7 @@ def _write(state: Any, target: str, metadata: bool, progress: Callable[[int, int
            report: Callable[[str], None] | None) -> tuple[dict, dict[str, np.ndarray]]:
     """Write one safetensors file of ``state``, read it back and compare; the
     summary and the arrays written, by name."""
-    load_file, save_file = _safetensors_numpy()
+    load_file, save_file = safetensors_numpy()
 
     tensors: dict[str, np.ndarray] = {}
     others: dict[str, Any] = {}

@@ -117,9 +117,9 @@ def contents(source: _Source | int, backend: _Backend, limits: dict[str, int] | 
 
 
 def _backend(backend: _Backend | None) -> _Backend:
-    from .serialization import _resolve_backend
+    from . import _settings
 
-    return _resolve_backend(backend)
+    return _settings.resolve_backend(backend)
 
 
 class _Archive:
@@ -251,12 +251,12 @@ class _Archive:
 
     def nested(self, record: str, backend: _Backend, unknown: _Unknown) -> Any:
         """A record holding a ``torch.save`` archive, loaded as ``tensorplay.load`` loads one."""
-        from .serialization import load
+        from . import _load_file
 
         data = self.read(record)
         if not len(data):
             return {}  # torch reads an empty payload as an empty dict
-        return load(data.tobytes(), backend=backend, limits=self.user_limits, unknown_globals=unknown)
+        return _load_file.load(data.tobytes(), backend=backend, limits=self.user_limits, unknown_globals=unknown)
 
     def pickled_dict(self, record: str, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         value = self.nested(record, backend, unknown)

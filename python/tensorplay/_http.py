@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 
-from . import __version__
+from ._core import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

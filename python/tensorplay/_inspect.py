@@ -79,8 +79,7 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None,
     ``stubbed``."""
     import os
 
-    from . import _paths
-    from .serialization import _source
+    from . import _load_file, _paths
 
     if _paths.is_url(f):
         from . import _remote_mirror
@@ -93,7 +92,7 @@ def inspect(f: Any, *, limits: dict[str, int] | None = None,
 
         if dcp.is_dcp_folder(f):
             return Inspection("dcp", dcp.structure(f))
-    source = f if isinstance(f, bytes) else _source(f, mmap=False)[0]
+    source = f if isinstance(f, bytes) else _load_file.source(f, mmap=False)[0]
     if unknown_globals not in ("error", "stub"):
         raise ValueError(f"unknown_globals must be 'error' or 'stub', not {unknown_globals!r}")
     names, objects = _allowlist.resolved()

@@ -32,8 +32,7 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
     under each. ``source`` is a path, the file's bytes (zip or legacy format,
     loaded as ``load(source, unknown_globals="stub")`` loads it), or the root
     :class:`Stub` such a load returned. Parameters come detached, as torch gives them."""
-    from . import _limits
-    from .serialization import load
+    from . import _limits, _load_file
 
     if isinstance(source, Stub):
         root = source
@@ -41,7 +40,7 @@ def module_state_dict(source: Stub | _Source, *, backend: Literal["torch", "nump
         with warnings.catch_warnings():
             # Every module class is a stub: the warning would say only that.
             warnings.simplefilter("ignore", StubWarning)
-            root = load(os.fspath(source) if isinstance(source, os.PathLike) else source,
+            root = _load_file.load(os.fspath(source) if isinstance(source, os.PathLike) else source,
                         unknown_globals="stub", backend=backend, limits=limits)
     if not isinstance(root, Stub):
         raise _error(f"the file holds a {type(root).__name__}, not a pickled nn.Module")

@@ -48,19 +48,19 @@ def _load_with_torchs_settings(f: Any, map_location: Any, pickle_module: Any, mm
     import torch
     from torch.utils.serialization import config as torch_config
 
-    from .serialization import _endianness_name, _weights_only_load
+    from . import _loading, _settings
 
     mmap = bool(torch_config.load.mmap if mmap is None else mmap)
     shared = torch.serialization.get_default_mmap_options() == mmap_module.MAP_SHARED
-    endianness = _endianness_name(torch.serialization.get_default_load_endianness())
+    endianness = _settings.endianness_name(torch.serialization.get_default_load_endianness())
     if not stub:
-        return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
-                                  pickle_load_args, api="torch")
+        return _loading.weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch",
+                                          None, pickle_load_args, api="torch")
     from . import _stub
 
     with _stub.warning():
-        return _weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch", None,
-                                  pickle_load_args, stub=True, api="torch")
+        return _loading.weights_only_load(f, map_location, pickle_module, mmap, shared, endianness, "torch",
+                                          None, pickle_load_args, stub=True, api="torch")
 
 
 def stubs_for_patch(unknown_globals: str | None) -> bool:

@@ -161,7 +161,7 @@ def _dcp(path: str) -> list[Reading]:
             readings.append(Reading(os.path.join(folder, relative), pointer, None, relative, None))
             continue
         try:
-            transforms = dcp._transforms(info)
+            transforms = dcp.stream_transforms(info)
         except _core.CheckpointError as e:
             # The Python layer's own errors carry no kind: an unknown transform is unsupported.
             readings.append(Reading(target, pointer, None, None, (getattr(e, "kind", None) or "unsupported", str(e))))

@@ -25,7 +25,7 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
     ``scanner.GlobalFinding`` records; when the file cannot be scanned again (a
     stream already read), the global the load stopped on. Every other error is
     returned as it is."""
-    from .scanner import GlobalFinding
+    from ._findings import GlobalFinding
 
     if getattr(error, "kind", None) not in GLOBAL_REFUSALS:
         return error
@@ -82,7 +82,7 @@ def refuse_dangerous(source: Any, user_names: list[str], limits: dict[str, int],
 def _findings(source: Any, user_names: list[str], limits: dict[str, int]) -> tuple[Any, ...] | None:
     """The scan's findings in ``source`` (a path, the file's bytes, or a file
     descriptor), or None when it cannot be scanned again."""
-    from .scanner import GlobalFinding
+    from ._findings import GlobalFinding
 
     if not isinstance(source, (str, os.PathLike, bytes, memoryview, int)):
         return None

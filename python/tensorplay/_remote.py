@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
-    from .scanner import ScanReport
+    from ._findings import ScanReport
 
 # Waves are reads that follow from the last one's bytes: a checkpoint takes
 # three; more is a file built to cost round trips, read whole instead.
@@ -192,7 +192,7 @@ def unreadable(url: str, error: _http.RemoteError, pickles_only: bool, read: Rem
     """The report on a file that could not be read as asked: a ``network``
     problem, or, for an object the server does not have, the ``io`` problem of
     a missing local file."""
-    from .scanner import Problem, ScanReport
+    from ._findings import Problem, ScanReport
 
     kind = "io" if isinstance(error, _http.NotFound) else "network"
     problem = Problem(kind, "", f"FileNotFoundError: {error}" if kind == "io" else str(error))
@@ -221,7 +221,7 @@ def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], reade
                    list_globals: bool = False) -> ScanReport:
     """The report on ``spans`` of the file at ``url``, each read as a file of its
     own (a DCP item), as ``_core.scan_spans`` reads them locally: by ranges."""
-    from .scanner import _report
+    from ._scan_local import report_of
 
     read = RemoteRead(None)
     limits = _limits.merged(None)
@@ -232,14 +232,14 @@ def scan_spans_url(url: str, spans: list[tuple[int, int, str, list[str]]], reade
     except _http.RemoteError as e:
         return unreadable(url, e, not full, read)
     if data is None:
-        return _report(url, lambda t: t, (answer,), not full)._replace(remote=read)
-    return _report(url, _core.scan_spans, (data, spans, allow, limits, not full, list_globals),
+        return report_of(url, lambda t: t, (answer,), not full)._replace(remote=read)
+    return report_of(url, _core.scan_spans, (data, spans, allow, limits, not full, list_globals),
                    not full)._replace(remote=read)
 
 
 def _scan(url: str, readers: Readers, read: RemoteRead, allow: list[str], full: bool,
           max_file_size: int | None, list_globals: bool) -> ScanReport:
-    from .scanner import _report
+    from ._scan_local import report_of
 
     limits = _limits.merged(None)
     name = name_of(url)
@@ -251,8 +251,8 @@ def _scan(url: str, readers: Readers, read: RemoteRead, allow: list[str], full: 
 
     answer, data = _waves(url, readers, read, max_file_size, run)
     if data is None:
-        return _report(url, lambda t: t, (answer,), True)._replace(remote=read)
-    report = _report(url, _core.scan, (data, allow, limits, not full, list_globals, False, name), not full)
+        return report_of(url, lambda t: t, (answer,), True)._replace(remote=read)
+    report = report_of(url, _core.scan, (data, allow, limits, not full, list_globals, False, name), not full)
     return report._replace(remote=read)
 
 

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .scanner import ScanReport, Selection
+    from ._findings import ScanReport
+    from ._scan_policy import Selection
 
 Entry = namedtuple("Entry", "name url size")
 Entry.__doc__ = """One file of a remote folder: its ``name`` relative to the folder
@@ -192,7 +193,8 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
     """Reports on every file of the folder at ``url`` and on what their pointers
     reach, as :func:`tensorplay.scanner.scan_paths` reports on a local folder;
     one UNREADABLE report on ``url`` when it cannot be listed."""
-    from .scanner import GIT_DATA, TENSORDICT_LEAF, Problem, ScanReport, _check_shard_index, _is_leaf, _scan_reading
+    from ._findings import Problem, ScanReport
+    from ._scan_local import GIT_DATA, TENSORDICT_LEAF, check_shard_index, is_leaf, scan_reading
 
     try:
         entries = listing(url, readers)
@@ -207,7 +209,7 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
 
     def byte_zero_label(e: Entry) -> str | None:
         folder, _, base = e.name.rpartition("/")
-        return GIT_DATA if ".git" in e.name.split("/")[:-1] else TENSORDICT_LEAF if _is_leaf(
+        return GIT_DATA if ".git" in e.name.split("/")[:-1] else TENSORDICT_LEAF if is_leaf(
             base, siblings[folder]) else None
 
     wanted = [e for e in entries if selection.wants(e.name)]
@@ -237,10 +239,10 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
 
         reports = dict(zip((e.name for e in wanted), _map(readers.client.concurrency, scan_entry, wanted)))
 
-        def scan_reading(f: Followed) -> ScanReport | None:
+        def scan_followed(f: Followed) -> ScanReport | None:
             reading, pointer = f.reading, f.pointer
             if reading.outside is not None or reading.problem is not None:
-                return _scan_reading(reading._replace(pointer=pointer), allow, not full, list_globals)._replace(
+                return scan_reading(reading._replace(pointer=pointer), allow, not full, list_globals)._replace(
                     path=f.url)
             if reading.spans is None:
                 if f.relative in read_whole:
@@ -255,11 +257,11 @@ def scan_folder(url: str, readers: _remote.Readers, *, allow: list[str], full: b
             return report._replace(reached_from=pointer)
 
         readings = [report for _, _, found in followed.values() for f in found
-                    if (report := scan_reading(f)) is not None]
+                    if (report := scan_followed(f)) is not None]
         for name, (own, unfollowed, _) in followed.items():
             report = reports[name]
             if own is not None and name.endswith(".index.json") and report.verdict != "unreadable":
-                report = _check_shard_index(report._replace(path=own))._replace(path=report.path)
+                report = check_shard_index(report._replace(path=own))._replace(path=report.path)
             if unfollowed and report.verdict in ("clean", "skipped"):
                 report = report._replace(verdict="unreadable", problems=(*report.problems, *unfollowed))
             reports[name] = report
@@ -318,7 +320,7 @@ def _byte_zero(url: str, label: str, readers: _remote.Readers, allow: list[str],
                list_globals: bool) -> ScanReport:
     """A file the walk reads only as a pickle from byte 0, from a head that
     grows until the reading ends inside it (or it is the whole file)."""
-    from .scanner import _report
+    from ._scan_local import report_of
 
     read = _remote.RemoteRead(None)
     try:
@@ -333,7 +335,7 @@ def _byte_zero(url: str, label: str, readers: _remote.Readers, allow: list[str],
         while True:
             args = (head, allow, limits, True, list_globals, True, None)
             whole = len(head) >= identity.size
-            report = _report(url, _core.scan, args, True)
+            report = report_of(url, _core.scan, args, True)
             if whole or not report.problems:
                 break
             if max_file_size is not None and want > max_file_size:
@@ -355,7 +357,7 @@ def _follow(e: Entry, by_name: dict[str, Entry], mirror: str, readers: _remote.R
     """The pointers of the file ``e``: its copy in ``mirror`` (None when it could
     not be fetched), the problems that kept them from being followed, and the
     readings they make loaders do."""
-    from .scanner import Problem
+    from ._findings import Problem
 
     local = os.path.join(mirror, *e.name.split("/"))
     most = _limits.default_limits()["max_pickle_bytes"]

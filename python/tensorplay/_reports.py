@@ -7,7 +7,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__, _core
+from . import _core
+from ._core import __version__
 from .scanner import STDIN, GlobalFinding, Policy, Problem, ScanReport
 
 # Raised when a field changes meaning or goes; new fields keep it.

@@ -341,9 +341,9 @@ def _write_legacy(f: Any, pickled: bytes, storages: _Storages, protocol: int) ->
 def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = DEFAULT_PROTOCOL,
          _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False) -> None:
     """Save ``obj`` as ``torch.save`` does. See ``tensorplay.serialization.save``."""
-    from .serialization import _skipping
+    from . import _settings
 
-    skipping = _skipping()
+    skipping = _settings.skipping()
     if not isinstance(f, (str, os.PathLike)) and not callable(getattr(f, "write", None)):
         raise AttributeError("expected 'f' to be string, path, or a file-like object with a 'write' attribute")
     if skipping is not None and not _use_new_zipfile_serialization:

@@ -25,8 +25,7 @@ def jit_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | None =
     entries under ``<attribute>.``; a tensor two modules share is under each name.
     Nothing from the archive is run: ``data.pkl`` loads as
     ``load(path, unknown_globals="stub")`` loads it."""
-    from . import _limits
-    from .serialization import load
+    from . import _limits, _load_file
 
     source = os.fspath(path) if isinstance(path, os.PathLike) else path
     merged = _limits.merged(limits)
@@ -34,7 +33,7 @@ def jit_state_dict(path: _Source, *, backend: Literal["torch", "numpy"] | None =
     with warnings.catch_warnings():
         # Every TorchScript module is a stub: the warning would say only that.
         warnings.simplefilter("ignore", StubWarning)
-        root = load(source, unknown_globals="stub", backend=backend, limits=limits)
+        root = _load_file.load(source, unknown_globals="stub", backend=backend, limits=limits)
     if not isinstance(root, Stub) or root.qualname not in lists:
         raise _error(f"its data.pkl holds {_what(root)}, not a module class its code/ declares")
     out: dict[str, Any] = {}

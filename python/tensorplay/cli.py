@@ -271,11 +271,11 @@ def _cli_advice(error: BaseException) -> BaseException:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from ._convert import _safetensors_numpy, convert
+    from ._convert import convert, safetensors_numpy
     from .serialization import safe_globals
 
     try:
-        _safetensors_numpy()
+        safetensors_numpy()
     except ImportError as e:  # an optional dependency: the message names the extra that installs it
         print(f"tensorplay convert: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -330,7 +330,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorplay", description="Safe tools for PyTorch checkpoints.",
                                      formatter_class=_HelpFormatter)
-    from . import __version__
+    from ._core import __version__
 
     parser.add_argument("--version", action="version", version=f"tensorplay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -141,11 +141,11 @@ def read_metadata(path: str | os.PathLike[str], *, backend: str | None = None,
                   limits: dict[str, int] | None = None) -> Any:
     """The ``Metadata`` of a DCP folder (or of a ``.metadata`` file): torch's class
     with the torch backend, a plain record of the same fields with numpy."""
-    from .serialization import _resolve_backend
+    from . import _settings
 
     path = os.fspath(path)
     file = os.path.join(path, METADATA_FILE) if os.path.isdir(path) else path
-    chosen = _resolve_backend(backend)  # type: ignore[arg-type]
+    chosen = _settings.resolve_backend(backend)  # type: ignore[arg-type]
     names, objects = _allowlist.resolved()
     for obj, name in _metadata_globals(chosen):
         names.append(name)
@@ -169,7 +169,7 @@ def _where(info: Any) -> str:
     return f"{os.fspath(info.relative_path)} at byte {info.offset}"
 
 
-def _transforms(info: Any) -> list[str]:
+def stream_transforms(info: Any) -> list[str]:
     """The compressions to undo, in the order torch's reader undoes them, for the
     item ``info`` points at (none for an item stored as written)."""
     descriptors = getattr(info, "transform_descriptors", None) or ()
@@ -245,15 +245,15 @@ class _Files:
         """The item as ``torch.save`` wrote it: a view of the map, or, behind the
         writer's stream transforms, what undoing them gives."""
         stored = self.span(info)[2]
-        for compression in _transforms(info):
+        for compression in stream_transforms(info):
             stored = _core.decode_stream(stored, compression, name=_where(info), limits=self.limits)
         return stored
 
     def load(self, info: Any, backend: str) -> Any:
         """The item, as ``tensorplay.load`` loads the archive it is (copied out)."""
-        from .serialization import load
+        from . import _load_file
 
-        return load(self.item(info), backend=backend)  # type: ignore[arg-type]
+        return _load_file.load(self.item(info), backend=backend)  # type: ignore[arg-type]
 
     def describe(self, infos: list[Any]) -> dict[tuple[str, int], tuple[Any, ...]]:
         """The chunks ``infos`` name that are stored plainly (dense, uncompressed,
@@ -262,7 +262,7 @@ class _Files:
         restricted VM. A chunk behind the writer's stream transforms is left out."""
         by_file: dict[str, list[Any]] = {}
         for info in infos:
-            if not _transforms(info):
+            if not stream_transforms(info):
                 by_file.setdefault(self._checked_span(info)[0], []).append(info)
         described: dict[tuple[str, int], tuple[Any, ...]] = {}
         for relative, group in by_file.items():
@@ -303,13 +303,13 @@ class _Files:
         its offset: one ``_core.read_ranges`` call per file, ``pread`` on all
         cores. With ``in_order``, targets that overlap are filled in the order
         given, so the later one wins."""
-        from .serialization import _copy_threads
+        from . import _settings
 
         by_file: dict[str, list[tuple[int, Any]]] = {}
         for relative, offset, target in targets:
             by_file.setdefault(relative, []).append((offset, target))
         for relative, ranges in by_file.items():
-            _core.read_ranges(self._path(relative), ranges, name=relative, threads=_copy_threads(),
+            _core.read_ranges(self._path(relative), ranges, name=relative, threads=_settings.copy_threads(),
                               in_order=in_order, limits=self.limits)
 
     def view(self, relative: str, chunk: tuple[Any, ...]) -> Any | None:
@@ -425,10 +425,10 @@ def load(folder: str | os.PathLike[str], *, backend: str | None = None, mmap: bo
     chunks on the CPU. Torch tensors with the torch backend, numpy arrays with
     numpy. With ``mmap``, a tensor saved as one chunk is a view of the mapped
     ``.distcp`` file (copy-on-write); others are assembled in memory."""
-    from .serialization import _resolve_backend
+    from . import _settings
 
     folder = os.fspath(folder)
-    chosen = _resolve_backend(backend)  # type: ignore[arg-type]
+    chosen = _settings.resolve_backend(backend)  # type: ignore[arg-type]
     metadata = _checked(read_metadata(folder, backend=chosen), folder)
     files = _Files(folder)
     chunks: dict[str, list[tuple[Any, Any]]] = {}
