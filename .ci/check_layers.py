@@ -6,7 +6,12 @@ lower layer (and itself). The layers, lowest first, are the graph of docs/contri
 Also fail on a circle between files, in the core (src/) and the bindings crate
 (bindings/src/): two files that reach into each other, directly or through
 others, are one piece of code in two places. (A file's own submodules and
-ancestors are its own: `mod.rs` and the files under it may use each other.)"""
+ancestors are its own: `mod.rs` and the files under it may use each other.)
+
+And in the Python package (python/tensorplay/): on a circle of imports between
+modules, whether the import is at module level or inside a function (only
+`if TYPE_CHECKING:` imports are left out), and on a module importing another's
+underscore name: what modules share is named without one."""
 from __future__ import annotations
 
 import re
@@ -115,15 +120,20 @@ def file_circles(root: Path) -> list[list[str]]:
             # A file's ancestors and descendants are its own module tree.
             if target and target[: len(me)] != me and me[: len(target)] != target:
                 edges[me].add(target)
-    index: dict = {}
-    low: dict = {}
-    stack: list = []
+    return circles({"/".join(m) or "lib": {"/".join(t) or "lib" for t in ts} for m, ts in edges.items()})
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
     found: list[list[str]] = []
 
-    def visit(v):  # Tarjan's strongly connected components
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in edges[v]:
+        for w in edges.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -133,16 +143,56 @@ def file_circles(root: Path) -> list[list[str]]:
             component = []
             while True:
                 w = stack.pop()
-                component.append("/".join(w) or "lib")
+                component.append(w)
                 if w == v:
                     break
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for v in modules:
+    for v in list(edges):
         if v not in index:
             visit(v)
     return found
+
+
+PACKAGE = SRC.parent / "python" / "tensorplay"
+
+
+def python_imports(package: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """The package's modules and the modules each imports, at module level or in a
+    function (imports only type checkers read, under `if TYPE_CHECKING:`, left
+    out); and each import of another module's underscore name."""
+    import ast
+
+    def name_of(path: Path) -> str:
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name_of(p): p for p in package.rglob("*.py")}
+    modules.update({f"{package.name}._core": package / "_core.pyi"})
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    private: list[str] = []
+    for me, path in modules.items():
+        if path.suffix == ".pyi":
+            continue
+        tree = ast.parse(path.read_text())
+        type_only = {id(n) for node in ast.walk(tree)
+                     if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+                     for child in node.body for n in ast.walk(child)}
+        here = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if id(node) in type_only or not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = here.split(".")[: len(here.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    edges[me].add(f"{target}.{alias.name}")
+                    continue
+                edges[me].add(target)
+                if alias.name.startswith("_") and not alias.name.startswith("__") and target != me:
+                    private.append(f"{path}:{node.lineno}: imports {target}'s private {alias.name}")
+    return edges, private
 
 
 def main() -> int:
@@ -150,6 +200,10 @@ def main() -> int:
     for root in ROOTS:
         for circle in file_circles(root):
             problems.append(f"{root}: a circle between files: {' -> '.join(circle)}")
+    imports, private = python_imports(PACKAGE)
+    problems += private
+    for circle in circles(imports):
+        problems.append(f"{PACKAGE}: a circle of imports: {' -> '.join(circle)}")
     for path in sorted(SRC.rglob("*.rs")):
         module = module_of(path)
         if module == "lib":
@@ -170,8 +224,10 @@ def main() -> int:
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"layers: every `crate::` path in {SRC.name}/ points down, and no files of "
-              f"{', '.join(str(r.relative_to(SRC.parent)) for r in ROOTS)} reach into each other in a circle")
+        print(f"layers: every `crate::` path in {SRC.name}/ points down, no files of "
+              f"{', '.join(str(r.relative_to(SRC.parent)) for r in ROOTS)} reach into each other in a circle, "
+              f"and no module of {PACKAGE.relative_to(SRC.parent)} imports one that imports it back, or "
+              "another's underscore name")
     return 1 if problems else 0
 
 
