@@ -12,7 +12,7 @@ use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
 use crate::torch::records;
 use crate::torch::export_program;
-use crate::torch::records::foreign::{self, ArchiveKind, Names};
+use crate::torch::records::foreign::{self, ArchiveKind, Names, NamesReading};
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {
@@ -442,31 +442,41 @@ pub struct ZipLayout {
 
 impl ZipLayout {
     pub fn of(index: &zip::Index) -> ZipLayout {
-        let root = (index.entries.first())
-            .and_then(|e| records::root_of(&e.name))
-            .filter(|&r| {
-                (index.entries.iter()).any(|e| records::is_record(r, &e.name, records::DATA_PKL))
-            });
+        let first_root = (index.entries.first()).and_then(|e| records::root_of(&e.name));
+        // One pass over the names (tens of thousands in a big checkpoint): what
+        // they say the archive is, and which entries are payloads under the root.
+        let mut reading = NamesReading::default();
+        let mut any_memmap = false;
+        let mut unpickled: Vec<bool> = (index.entries.iter())
+            .map(|e| {
+                let storage = reading.add(&e.name);
+                any_memmap |= e.name.ends_with(b".memmap");
+                !(storage || e.name.ends_with(b"/") || records::is_payload(first_root, &e.name))
+            })
+            .collect();
+        let names = reading.finish(index.entries.iter().map(|e| &e.name[..]));
+        // Without a data.pkl the first entry's folder is no checkpoint's root, and
+        // nothing under it is a payload.
+        let root = first_root.filter(|_| names.data_pkl);
+        if root.is_none() {
+            for (unpickled, e) in unpickled.iter_mut().zip(&index.entries) {
+                *unpickled = !e.name.ends_with(b"/");
+            }
+        }
         // Only TensorDict leaves need to know their neighbours.
-        let names: Option<std::collections::HashSet<String>> =
-            (index.entries.iter().any(|e| e.name.ends_with(b".memmap")))
-                .then(|| index.entries.iter().map(Entry::name_lossy).collect());
-        let never_unpickled = |name: &[u8]| {
-            records::is_payload(root, name)
-                || name.ends_with(b"/")
-                || names.as_ref().is_some_and(|names| {
-                    is_tensordict_leaf(&String::from_utf8_lossy(name), |n| names.contains(n))
-                })
-        };
-        let names = Names::of(index.entries.iter().map(|e| &e.name[..]));
+        if any_memmap {
+            let names: std::collections::HashSet<String> =
+                index.entries.iter().map(Entry::name_lossy).collect();
+            for (unpickled, e) in unpickled.iter_mut().zip(&index.entries) {
+                *unpickled &=
+                    !is_tensordict_leaf(&String::from_utf8_lossy(&e.name), |n| names.contains(n));
+            }
+        }
         let kind = names.kind();
-        let pt2_root = (index.entries.first())
-            .and_then(|e| records::root_of(&e.name))
+        let pt2_root = first_root
             .filter(|_| matches!(kind, Some(ArchiveKind::Export | ArchiveKind::AotInductor)));
         ZipLayout {
-            unpickled: (index.entries.iter())
-                .map(|e| !never_unpickled(&e.name))
-                .collect(),
+            unpickled,
             root: root.map(<[u8]>::to_vec),
             pt2_root: pt2_root.map(<[u8]>::to_vec),
             kind,
