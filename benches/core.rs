@@ -21,9 +21,9 @@ use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::{self, ScanOptions};
 use tensorplay::torch::policy::UserGlobals;
 use tensorplay::torch::records::{self, Layout};
-use tensorplay::torch::semantics::{Refusals, TorchHooks};
-use tensorplay::torch::storages::IdFormat;
-use tensorplay::torch::value::Arena;
+use tensorplay::torch::Arena;
+use tensorplay::torch::IdFormat;
+use tensorplay::torch::{Refusals, TorchHooks};
 use tensorplay::Limits;
 
 const TENSORS: usize = 50_000;

@@ -21,8 +21,8 @@ use crate::error::{Error, Location};
 use crate::limits::Limits;
 use crate::scan::{self, ScanOptions};
 use crate::torch::policy::{allowed_in_file, UnknownGlobals, UserGlobals};
-use crate::torch::tensor::{Dense, TensorKind};
-use crate::torch::value::{Arena, Torch};
+use crate::torch::{Arena, Torch};
+use crate::torch::{Dense, TensorKind};
 use crate::value::{Node, NodeId};
 
 /// How a checkpoint is read.

@@ -18,11 +18,11 @@ use crate::torch::invariants::{self, StorageBytes};
 use crate::torch::legacy;
 use crate::torch::policy::{Stubs, UnknownGlobals, UserGlobals};
 use crate::torch::records::{self, ByteOrder, Layout};
-use crate::torch::semantics::{Refusals, TorchHooks};
-use crate::torch::storage_keys::StorageKey;
-use crate::torch::storages::{IdFormat, Storages};
-use crate::torch::tensor::{StorageDecl, StorageId};
-use crate::torch::value::Arena;
+use crate::torch::{Refusals, TorchHooks};
+use crate::torch::StorageKey;
+use crate::torch::{IdFormat, Storages};
+use crate::torch::{StorageDecl, StorageId};
+use crate::torch::Arena;
 use crate::value::NodeId;
 use crate::value::{compact, keys};
 use std::borrow::Cow;
@@ -299,7 +299,7 @@ fn read_format(
         refuse_legacy_tar(data)?;
         return open_legacy(data, options);
     }
-    records::foreign::refuse_flatbuffer(data)?;
+    records::refuse_flatbuffer(data)?;
     if tar::may_be_tar(data) {
         return Err(Error::unsupported(
             "a legacy .tar checkpoint: weights-only loading refuses this format (CVE-2025-32434); \
@@ -395,7 +395,7 @@ fn open_zip(
     if let Some(source) = source {
         source.release_pages();
     }
-    records::foreign::refuse_in_zip(&layout)?;
+    records::refuse_in_zip(&layout)?;
     // A TorchScript archive's data.pkl is made of `__torch__` classes, defined
     // only by the archive's code: stubs stand in for them, so only stub mode
     // reads one (torch.load refuses one too, unless it may run it).
@@ -815,17 +815,17 @@ impl Checkpoint {
 
 /// The parameter and buffer lists of every module class of the TorchScript
 /// archive `data`, read from its `code/` records by
-/// [`records::torchscript::module_lists`] (nothing else there is read). The code
+/// [`records::module_lists`] (nothing else there is read). The code
 /// read is charged to `max_pickle_bytes`, as the archive's pickles are.
 pub fn torchscript_module_lists(
     data: &[u8],
     limits: &Limits,
-) -> Result<Vec<records::torchscript::ModuleLists>, Error> {
-    records::foreign::refuse_flatbuffer(data)?;
+) -> Result<Vec<records::ModuleLists>, Error> {
+    records::refuse_flatbuffer(data)?;
     let index = zip::read_index(data, limits.max_zip_entries)?;
     zip::validate(&index)?;
     let layout = Layout::new(index, data)?;
-    records::foreign::refuse_in_zip(&layout)?;
+    records::refuse_in_zip(&layout)?;
     if !layout.is_torchscript() {
         return Err(Error::unsupported(
             format!(
@@ -841,7 +841,7 @@ pub fn torchscript_module_lists(
     for entry in &layout.entries {
         let module = (records::record_of(root, &entry.name))
             .and_then(|r| std::str::from_utf8(r).ok())
-            .and_then(records::torchscript::code_module);
+            .and_then(records::code_module);
         let Some(module) = module else { continue };
         let name = entry.name_lossy();
         records::check_method(entry)?;
@@ -850,7 +850,7 @@ pub fn torchscript_module_lists(
             Location::entry(&name)
         })?;
         let code = entry.read(data, Limit::PickleBytes, limits.max_pickle_bytes)?;
-        out.extend(records::torchscript::module_lists(&code, &module, &name)?);
+        out.extend(records::module_lists(&code, &module, &name)?);
     }
     Ok(out)
 }

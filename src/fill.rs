@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::{Checkpoint, StorageData};
 use crate::error::Error;
 use crate::parallel::run_by_size;
-use crate::torch::tensor::StorageId;
+use crate::torch::StorageId;
 
 /// Chunk size for splitting stored storages; a multiple of every swap unit.
 const CHUNK: usize = 8 << 20;

@@ -9,9 +9,9 @@ use crate::archive::source::Source;
 use crate::checkpoint::{Checkpoint, Format, LoadOptions, Trailing};
 use crate::error::{Error, Location};
 use crate::pickle::machine;
-use crate::torch::semantics::{Refusals, TorchHooks};
-use crate::torch::storages::IdFormat;
-use crate::torch::value::Arena;
+use crate::torch::{Refusals, TorchHooks};
+use crate::torch::IdFormat;
+use crate::torch::Arena;
 use crate::value::keys;
 
 /// Run the pickle in `data` (named `name` in errors) and validate what it built,

@@ -12,7 +12,7 @@ use tensorplay::archive::zip::{find_record, read_entries, read_index, FileBytes,
 use tensorplay::checkpoint::{self, LoadOptions, StorageData};
 use tensorplay::error::ErrorKind;
 use tensorplay::torch::records::{self, Record};
-use tensorplay::torch::value::{Node, Torch};
+use tensorplay::torch::{Node, Torch};
 use tensorplay::{Error, Limits};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch");
@@ -90,7 +90,7 @@ fn a_hand_written_checkpoint_opens_and_reads() {
     let data = [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat();
     let ckpt = open(zipw::checkpoint(TENSOR, &[("data/0", &data)])).unwrap();
     let mut out = vec![0u8; 8];
-    ckpt.read_storage(tensorplay::torch::tensor::StorageId(0), &mut out)
+    ckpt.read_storage(tensorplay::torch::StorageId(0), &mut out)
         .unwrap();
     assert_eq!(out, data);
 }

@@ -8,9 +8,9 @@ use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::scan::walker;
 use tensorplay::torch::policy::FoundGlobal;
 use tensorplay::torch::policy::UserGlobals;
-use tensorplay::torch::semantics::{Refusals, TorchHooks};
-use tensorplay::torch::storages::IdFormat;
-use tensorplay::torch::value::Arena;
+use tensorplay::torch::Arena;
+use tensorplay::torch::IdFormat;
+use tensorplay::torch::{Refusals, TorchHooks};
 use tensorplay::Limits;
 
 /// Pieces of pickle that can be strung together in any order: values, containers,

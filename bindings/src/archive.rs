@@ -79,9 +79,9 @@ pub fn archive_kind<'py>(
     let data = archive_source(py, source, &limits)?;
     let kind = py.detach(|| {
         let index = zip::read_index(data.bytes(), limits.max_zip_entries).ok()?;
-        records::foreign::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
+        records::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
     });
-    Ok(kind.map(records::foreign::ArchiveKind::name))
+    Ok(kind.map(records::ArchiveKind::name))
 }
 
 /// Whether entry `name` of a torch zip whose first entry is `first` holds a

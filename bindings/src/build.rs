@@ -19,8 +19,8 @@ use pyo3::types::{
 use crate::errors::wrap_build_error;
 use tensorplay::checkpoint::Checkpoint;
 use tensorplay::torch::policy::{Builtin, Global};
-use tensorplay::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
-use tensorplay::torch::value::{Arena, Node, TensorId, Torch};
+use tensorplay::torch::{Arena, Node, TensorId, Torch};
+use tensorplay::torch::{Layout, QParams, StorageId, TensorKind, TensorNode};
 use tensorplay::value::refs::MANY;
 use tensorplay::value::{Constructor, DictClass, Mutation, NodeId};
 

@@ -27,8 +27,8 @@ use tensorplay::archive::source::{HeldBytes, MapMode, Source};
 use tensorplay::checkpoint::{self, Checkpoint, Endianness, LoadOptions, StorageData};
 use tensorplay::error::{Error, Location};
 use tensorplay::parallel::run_by_size;
-use tensorplay::torch::tensor::{Dense, TensorKind};
-use tensorplay::torch::value::{Node, Torch};
+use tensorplay::torch::{Dense, TensorKind};
+use tensorplay::torch::{Node, Torch};
 
 /// Bytes of a span of another source, without a copy.
 struct SpanOf {

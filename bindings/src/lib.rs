@@ -56,7 +56,7 @@ fn default_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// numpy has no dtype) and `legacy_storage` the legacy storage class (`FloatStorage`).
 #[pyfunction]
 fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    use tensorplay::torch::dtype::{DType, NumpyDType};
+    use tensorplay::torch::{DType, NumpyDType};
     let d = PyDict::new(py);
     for dtype in DType::ALL {
         let (spec, ml) = match dtype.numpy() {
@@ -128,7 +128,7 @@ fn export_program_hazards(
 #[pyfunction]
 fn is_export_program(root: &str, name: &str) -> bool {
     let root = (!root.is_empty()).then_some(root.trim_end_matches('/').as_bytes());
-    tensorplay::torch::records::foreign::is_export_program(root, name.as_bytes())
+    tensorplay::torch::records::is_export_program(root, name.as_bytes())
 }
 
 /// Whether `module.name` is on the denylist of names that run code, touch the

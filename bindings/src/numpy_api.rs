@@ -12,7 +12,7 @@ use numpy::{PyArray1, PyArrayDescr, PyArrayMethods};
 use pyo3::prelude::*;
 
 use crate::heap_memory::HeapMemory;
-use tensorplay::torch::dtype::{DType, NumpyDType};
+use tensorplay::torch::{DType, NumpyDType};
 
 pub struct NumpyApi<'py> {
     py: Python<'py>,

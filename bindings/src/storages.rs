@@ -15,9 +15,9 @@ use crate::mapping::MappedFile;
 use crate::numpy_api::{Buffer, NumpyApi};
 use crate::torch_api::TorchApi;
 use tensorplay::checkpoint::{Checkpoint, StorageData};
-use tensorplay::torch::dtype::DType;
-use tensorplay::torch::tensor::{Dense, StorageId, TensorKind};
-use tensorplay::torch::value::TensorId;
+use tensorplay::torch::DType;
+use tensorplay::torch::TensorId;
+use tensorplay::torch::{Dense, StorageId, TensorKind};
 
 /// Where each storage's bytes are, as a Python object.
 pub enum StorageObject<'py> {

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use tensorplay::torch::dtype::DType;
 use tensorplay::torch::policy::Builtin;
-use tensorplay::torch::tensor::Layout;
+use tensorplay::torch::DType;
+use tensorplay::torch::Layout;
 
 pub struct TorchApi<'py> {
     pub torch: Bound<'py, PyModule>,

@@ -12,7 +12,7 @@ use crate::pickle::machine::StringEncoding;
 use crate::torch::legacy;
 use crate::torch::policy::{UnknownGlobals, UserGlobals};
 use crate::torch::records::{self, Layout, Record};
-use crate::torch::value::{Node, Torch};
+use crate::torch::{Node, Torch};
 
 use super::vm::{check_arena_ids, check_extent, dense_of};
 
@@ -227,7 +227,7 @@ fn check_checkpoint(ckpt: &Checkpoint, limits: &Limits) {
     }
     let mut total = 0u64;
     for (i, s) in ckpt.storages.iter().enumerate() {
-        let id = crate::torch::tensor::StorageId(i as u32);
+        let id = crate::torch::StorageId(i as u32);
         match s.data {
             StorageData::Stored { offset } => {
                 let end = offset.checked_add(s.decl.nbytes);

@@ -6,8 +6,8 @@ use crate::archive::source::Source;
 use crate::checkpoint::{self, Checkpoint, LoadOptions};
 use crate::pickle::opcodes::*;
 use crate::save::{self, zip_writer, StorageRecord};
-use crate::torch::tensor::TensorKind;
-use crate::torch::value::{Node, Torch};
+use crate::torch::TensorKind;
+use crate::torch::{Node, Torch};
 use crate::value::NodeId;
 
 /// A value a checkpoint can hold, as the round trip builds it.
@@ -425,7 +425,7 @@ pub fn round_trip_tree(tree: &Tree) {
     };
     assert_eq!(ckpt.storages.len(), storages.len(), "storage count differs");
     for (i, expected) in storages.iter().enumerate() {
-        let id = crate::torch::tensor::StorageId(i as u32);
+        let id = crate::torch::StorageId(i as u32);
         let mut buf = vec![0u8; expected.len()];
         if let Err(e) = ckpt.read_storage(id, &mut buf) {
             panic!("storage {i} cannot be read back: {e}");
@@ -479,13 +479,13 @@ fn compare(ckpt: &Checkpoint, id: NodeId, tree: &Tree, next_storage: &mut u32) {
                 mismatch()
             };
             let n = values.len() as u64;
-            let expected_storage = crate::torch::tensor::StorageId(*next_storage);
+            let expected_storage = crate::torch::StorageId(*next_storage);
             *next_storage += 1;
             let ok = !t.requires_grad
                 && !t.conj
                 && !t.neg
                 && dense.storage == expected_storage
-                && dense.dtype == crate::torch::dtype::DType::Float32
+                && dense.dtype == crate::torch::DType::Float32
                 && dense.offset == 0
                 && *dense.shape == [n]
                 && *dense.stride == [1];

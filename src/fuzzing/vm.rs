@@ -5,10 +5,10 @@ use crate::limits::Limits;
 use crate::pickle::machine::{self, StringEncoding};
 use crate::scan::{self, ScanOptions};
 use crate::torch::policy::UserGlobals;
-use crate::torch::semantics::{Refusals, TorchHooks};
-use crate::torch::storages::IdFormat;
-use crate::torch::tensor::{Dense, StorageDecl, TensorKind};
-use crate::torch::value::{Arena, Node, Torch};
+use crate::torch::IdFormat;
+use crate::torch::{Arena, Node, Torch};
+use crate::torch::{Dense, StorageDecl, TensorKind};
+use crate::torch::{Refusals, TorchHooks};
 use crate::value::keys;
 use crate::value::NodeId;
 

@@ -31,8 +31,8 @@ use crate::error::{code, Error, Location};
 use crate::limits::{Limit, Limits};
 use crate::pickle::opcodes;
 use crate::torch::policy::UserGlobals;
-use crate::torch::records::{self, foreign, Record};
-use crate::torch::storages::IdFormat;
+use crate::torch::records::{self, Record};
+use crate::torch::IdFormat;
 
 pub use budget::{Budget, Work, MAX_DEFLATE_RATIO, WORK_PER_FILE_BYTE};
 pub use kind::{is_tensordict_leaf, Kind};
@@ -302,10 +302,10 @@ impl<'o> Scan<'o> {
         };
         let named_model = name.is_some_and(|n| named_like_a_model(n.as_bytes()));
         match NotAPickle::of(data) {
-            _ if foreign::is_mobile_flatbuffer(data) => self.problem(
+            _ if records::is_mobile_flatbuffer(data) => self.problem(
                 location,
                 problem_kind::MOBILE_BYTECODE,
-                foreign::MOBILE_REASON,
+                records::MOBILE_REASON,
             ),
             // A clone of a model repository without its large files: what a
             // loader would read was never fetched, so it was not scanned either.
@@ -759,7 +759,7 @@ pub fn unsafe_globals(data: &[u8], options: &ScanOptions) -> Result<Vec<String>,
             if report.findings.is_empty() {
                 if let Err(e) = archive_zip::find_record(data, max, &Record(records::DATA_PKL)) {
                     let kind = (archive_zip::read_index(data, max).ok()).and_then(|index| {
-                        foreign::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
+                        records::ArchiveKind::of(index.entries.iter().map(|e| &e.name[..]))
                     });
                     if kind.is_none() {
                         return Err(e);

@@ -8,7 +8,7 @@
 use crate::archive::npy::{read_header, Outcome};
 use crate::error::code;
 use crate::scan::Scan;
-use crate::torch::storages::IdFormat;
+use crate::torch::IdFormat;
 
 impl Scan<'_> {
     pub(super) fn npy(&mut self, data: &[u8], location: &str, depth: u32) {

@@ -13,9 +13,9 @@ use crate::pickle::opcodes::{self, Arg};
 use crate::scan::walker;
 use crate::scan::{problem_kind, Finding, Report};
 use crate::torch::policy::{self, FoundGlobal, UserGlobals};
-use crate::torch::semantics::{Refusals, TorchHooks};
-use crate::torch::storages::IdFormat;
-use crate::torch::value::Arena;
+use crate::torch::{Refusals, TorchHooks};
+use crate::torch::IdFormat;
+use crate::torch::Arena;
 
 /// Pickles one stream may hold before the scanner stops trusting it.
 const MAX_PICKLES: usize = 64;

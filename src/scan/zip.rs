@@ -12,7 +12,7 @@ use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
 use crate::torch::policy;
 use crate::torch::records;
 use crate::torch::export_program;
-use crate::torch::records::foreign::{self, ArchiveKind, Names, NamesReading};
+use crate::torch::records::{ArchiveKind, Names, NamesReading};
 
 /// How a zip's index was read, and where the zip is.
 pub struct ZipReading<'l> {
@@ -178,18 +178,18 @@ impl Scan<'_> {
             self.problem(
                 location,
                 problem_kind::TORCH_PACKAGE,
-                foreign::PACKAGE_REASON,
+                records::PACKAGE_REASON,
             );
         }
         if layout.names.mobile {
             self.problem(
                 location,
                 problem_kind::MOBILE_BYTECODE,
-                foreign::MOBILE_REASON,
+                records::MOBILE_REASON,
             );
         }
         if layout.kind == Some(ArchiveKind::AotInductor) {
-            self.problem(location, problem_kind::AOTI_PACKAGE, foreign::AOTI_REASON);
+            self.problem(location, problem_kind::AOTI_PACKAGE, records::AOTI_REASON);
         }
         debug_assert_eq!(layout.unpickled.len(), index.entries.len());
         for (entry, &unpickled) in index.entries.iter().zip(&layout.unpickled) {
@@ -512,9 +512,9 @@ impl ZipLayout {
         }
     }
 
-    /// A torch.export program ([`foreign::is_export_program`]).
+    /// A torch.export program ([`records::is_export_program`]).
     fn is_export_program(&self, name: &[u8]) -> bool {
-        foreign::is_export_program(self.pt2_root.as_deref(), name)
+        records::is_export_program(self.pt2_root.as_deref(), name)
     }
 
     /// One of a TorchScript archive's own pickles ([`records::is_torchscript_pickle`]).

@@ -8,9 +8,9 @@ pub mod zipw;
 use tensorplay::error::ErrorKind;
 use tensorplay::pickle::machine::{self, StringEncoding};
 use tensorplay::torch::policy::UserGlobals;
-use tensorplay::torch::semantics::{Refusals, TorchHooks};
-use tensorplay::torch::storages::IdFormat;
-use tensorplay::torch::value::Arena;
+use tensorplay::torch::Arena;
+use tensorplay::torch::IdFormat;
+use tensorplay::torch::{Refusals, TorchHooks};
 use tensorplay::value::NodeId;
 use tensorplay::{Error, Limits};
 

@@ -1,8 +1,8 @@
 //! A Python-repr-like rendering of arena values, iterative so deep values render.
 
 use tensorplay::torch::policy::Global;
-use tensorplay::torch::tensor::TensorKind;
-use tensorplay::torch::value::{Arena, Node, Torch};
+use tensorplay::torch::TensorKind;
+use tensorplay::torch::{Arena, Node, Torch};
 use tensorplay::value::{DictClass, NodeId};
 
 enum Step {

@@ -6,8 +6,8 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::build::Builder;
 use crate::build::Tensors;
-use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
-use tensorplay::torch::value::{Node, TensorId, Torch};
+use tensorplay::torch::{Dense, Dims, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::{Node, TensorId, Torch};
 use tensorplay::value::NodeId;
 
 pub struct InspectTensors;

@@ -10,10 +10,10 @@ use crate::build::Builder;
 use crate::build::{tensor_children, Tensors};
 use crate::numpy_api::NumpyApi;
 use crate::storages::StorageObject;
-use tensorplay::torch::dtype::DType;
 use tensorplay::torch::policy::{Builtin, Global};
-use tensorplay::torch::tensor::{Dense, Dims, StorageId, TensorKind, TensorNode};
-use tensorplay::torch::value::{Node, TensorId, Torch};
+use tensorplay::torch::DType;
+use tensorplay::torch::{Dense, Dims, StorageId, TensorKind, TensorNode};
+use tensorplay::torch::{Node, TensorId, Torch};
 use tensorplay::value::NodeId;
 
 pub struct NumpyTensors<'py> {

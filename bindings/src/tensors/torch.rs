@@ -12,8 +12,8 @@ use crate::storages::{DimsTuples, StorageObject, TorchStorage};
 use crate::torch_api::TorchApi;
 use tensorplay::checkpoint::{Format, StorageData};
 use tensorplay::torch::policy::Builtin;
-use tensorplay::torch::tensor::{Layout, QParams, StorageId, TensorKind, TensorNode};
-use tensorplay::torch::value::TensorId;
+use tensorplay::torch::TensorId;
+use tensorplay::torch::{Layout, QParams, StorageId, TensorKind, TensorNode};
 
 pub struct TorchTensors<'a, 'py> {
     api: TorchApi<'py>,

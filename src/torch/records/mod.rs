@@ -3,9 +3,9 @@
 //! and the checks it makes of the layout on every load ([`Layout`]). Loads, scans
 //! and saves all take these from here.
 
-pub mod foreign;
+mod foreign;
 mod layout;
-pub mod torchscript;
+mod torchscript;
 
 use std::borrow::Cow;
 
@@ -13,7 +13,12 @@ use crate::archive::method::Method;
 use crate::archive::zip::{Entry, Wanted};
 use crate::error::{Error, Location};
 
+pub use foreign::{
+    is_export_program, is_mobile_flatbuffer, refuse_flatbuffer, refuse_in_zip, ArchiveKind, Names,
+    NamesReading, AOTI_REASON, MOBILE_REASON, PACKAGE_REASON,
+};
 pub use layout::{ByteOrder, Layout};
+pub use torchscript::{code_module, module_lists, ModuleLists};
 
 pub const DATA_PKL: &str = "data.pkl";
 pub const VERSION: &str = "version";
