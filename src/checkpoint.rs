@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::archive::inflate::{check_ratio, inflate_exact, inflate_prefix};
+use crate::archive::inflate::check_ratio;
 use crate::archive::method::Method;
 use crate::archive::source::Source;
 use crate::archive::tar::{self, Failure};
@@ -71,6 +71,19 @@ pub enum StorageData {
     Deflated { offset: u64, compressed: u64 },
     /// A slice of another storage (legacy sub-storages).
     View { root: StorageId, offset: u64 },
+}
+
+impl StorageData {
+    /// How the storage's bytes are read ([`zip::Payload`]); `None` for a view,
+    /// which is read through its root.
+    pub fn payload(&self, nbytes: u64) -> Option<zip::Payload> {
+        let (offset, stored_size, method) = match *self {
+            StorageData::Stored { offset } => (offset, nbytes, Method::Stored),
+            StorageData::Deflated { offset, compressed } => (offset, compressed, Method::Deflate),
+            StorageData::View { .. } => return None,
+        };
+        Some(zip::Payload { offset, stored_size, method, flags: 0 })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -248,27 +261,10 @@ impl<'d> StorageBytes<'d> for BoundBytes<'d, '_> {
             .filter(|end| *end <= s.decl.nbytes)
             .ok_or_else(|| fail("index tensor reaches outside its storage"))?;
         let to_usize = |v: u64| usize::try_from(v).map_err(|_| fail("storage too large"));
-        let (start, end) = (to_usize(start)?, to_usize(end)?);
-        let outside = || fail("storage data lies outside the file");
-        let bytes: Cow<'d, [u8]> = match s.data {
-            StorageData::Stored { offset } => {
-                let at = to_usize(offset)?;
-                let range = at.checked_add(start).zip(at.checked_add(end));
-                let slice = range.and_then(|(a, b)| self.data.get(a..b));
-                Cow::Borrowed(slice.ok_or_else(outside)?)
-            }
-            StorageData::Deflated { offset, compressed } => {
-                let at = to_usize(offset)?;
-                let compressed = (at.checked_add(to_usize(compressed)?))
-                    .and_then(|stop| self.data.get(at..stop))
-                    .ok_or_else(outside)?;
-                let mut prefix = vec![0u8; end];
-                inflate_prefix(compressed, &mut prefix, self.entry)?;
-                prefix.drain(..start);
-                Cow::Owned(prefix)
-            }
-            StorageData::View { .. } => return Err(fail("a view of a view storage")),
-        };
+        let payload = (s.data.payload(s.decl.nbytes)).ok_or_else(|| fail("a view of a view storage"))?;
+        let bytes = payload.range(self.data, to_usize(start)?, to_usize(end)?, || {
+            self.entry.to_owned()
+        })?;
         Ok(match s.swap {
             Some(unit) => {
                 let mut owned = bytes.into_owned();
@@ -743,35 +739,13 @@ impl Checkpoint {
                 Location::entry(&self.entry_of(s)),
             ));
         }
-        let data = self.source.bytes();
-        let slice = |offset: u64, len: u64| {
-            let start = usize::try_from(offset).ok()?;
-            data.get(start..start.checked_add(usize::try_from(len).ok()?)?)
-        };
-        let outside = || {
-            Error::archive(
-                "storage data lies outside the file",
+        let payload = s.data.payload(s.decl.nbytes).ok_or_else(|| {
+            Error::tensor(
+                "a view storage is read through its root",
                 Location::entry(&self.entry_of(s)),
             )
-        };
-        match s.data {
-            StorageData::Stored { offset } => self
-                .source
-                .read_into(offset, dst)
-                .ok_or_else(outside)?
-                .map_err(|e| Error::io(format!("cannot read {}", self.entry_of(s)), e))?,
-            StorageData::Deflated { offset, compressed } => inflate_exact(
-                slice(offset, compressed).ok_or_else(outside)?,
-                dst,
-                &self.entry_of(s),
-            )?,
-            StorageData::View { .. } => {
-                return Err(Error::tensor(
-                    "a view storage is read through its root",
-                    Location::entry(&self.entry_of(s)),
-                ))
-            }
-        }
+        })?;
+        payload.read_into(&*self.source, dst, || self.entry_of(s))?;
         if let Some(unit) = s.swap {
             byteswap(dst, unit as usize);
         }
@@ -789,23 +763,14 @@ impl Checkpoint {
         let s = self
             .storage(id)
             .ok_or_else(|| Error::tensor("unknown storage", Location::default()))?;
-        let StorageData::Stored { offset } = s.data else {
+        let Some(payload) = (s.data.payload(s.decl.nbytes)).filter(|p| p.method == Method::Stored)
+        else {
             return Err(Error::tensor(
                 "only stored storages can be read in chunks",
                 Location::entry(&self.entry_of(s)),
             ));
         };
-        let outside = || {
-            Error::archive(
-                "storage data lies outside the file",
-                Location::entry(&self.entry_of(s)),
-            )
-        };
-        offset
-            .checked_add(start as u64)
-            .and_then(|at| self.source.read_into(at, dst))
-            .ok_or_else(outside)?
-            .map_err(|e| Error::io(format!("cannot read {}", self.entry_of(s)), e))?;
+        payload.read_range_into(&*self.source, start as u64, dst, || self.entry_of(s))?;
         if let Some(unit) = s.swap {
             byteswap(dst, unit as usize);
         }

@@ -152,12 +152,14 @@ type Request = (u64, u64, u64, u16, u16, String);
 
 /// The raw payload of a request, checked to lie inside the archive.
 fn payload<'d>(data: &'d [u8], request: &Request) -> Result<&'d [u8], Error> {
-    let (offset, compressed, _, _, _, name) = request;
-    let range = usize::try_from(*offset).ok().and_then(|start| {
-        let end = start.checked_add(usize::try_from(*compressed).ok()?)?;
-        data.get(start..end)
-    });
-    range.ok_or_else(|| Error::archive("entry data lies outside the file", Location::entry(name)))
+    let (offset, stored_size, _, method, flags, name) = request;
+    let payload = zip::Payload {
+        offset: *offset,
+        stored_size: *stored_size,
+        method: Method::from_code(*method),
+        flags: *flags,
+    };
+    payload.stored(data, || name.clone())
 }
 
 /// Decode the given entries of the archive, on up to `threads` threads with the

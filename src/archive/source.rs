@@ -299,3 +299,22 @@ impl Source {
         Some(Ok(()))
     }
 }
+
+/// The source as a zip is read: `pread` copies where there is a file.
+impl crate::archive::zip::FileBytes for Source {
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        self.bytes().get(range)
+    }
+
+    fn whole(&self) -> Option<&[u8]> {
+        Some(self.bytes())
+    }
+
+    fn copy_into(&self, offset: u64, dst: &mut [u8]) -> Option<std::io::Result<()>> {
+        self.read_into(offset, dst)
+    }
+}

@@ -18,11 +18,13 @@ use crate::limits::Limit;
 
 mod by_reading;
 mod directory;
+mod payload;
 mod readings;
 
 pub use directory::{archive_sequence, first_archive_end, holds_end_record_signature};
 use directory::*;
 pub use by_reading::{END_RECORDS_LEN, TAIL_READ, check_signature, read_directory_by_reading, read_entries_by_reading, read_entry_into, read_local_header_into, read_record, unlisted_local_headers_by_reading};
+pub use payload::Payload;
 pub use readings::{other_end_records, unlisted_local_headers_near, Disagreement};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -90,18 +92,19 @@ impl Entry {
         self.data_offset.saturating_add(self.compressed_size)
     }
 
+    /// Where the payload lies and how it is stored: how its bytes are read.
+    pub fn payload(&self) -> Payload {
+        Payload {
+            offset: self.data_offset,
+            stored_size: self.compressed_size,
+            method: self.method,
+            flags: self.flags,
+        }
+    }
+
     /// The payload's raw (possibly compressed) bytes.
     pub fn raw<'d, D: FileBytes + ?Sized>(&self, data: &'d D) -> Result<&'d [u8], Error> {
-        let range = usize::try_from(self.data_offset)
-            .ok()
-            .zip(usize::try_from(self.data_end()).ok())
-            .and_then(|(start, end)| data.get(start..end));
-        range.ok_or_else(|| {
-            Error::archive(
-                "entry data lies outside the file",
-                Location::entry(&self.name_lossy()),
-            )
-        })
+        self.payload().stored(data, || self.name_lossy())
     }
 
     /// The payload, decoded: borrowed from `data` when stored (its compressed size
@@ -132,7 +135,7 @@ impl Entry {
         let len = usize::try_from(self.uncompressed_size)
             .map_err(|_| Error::limit(limit, cap, Location::entry(&name)))?;
         let mut out = vec![0u8; len];
-        decompress::decompress_exact(self.method, self.flags, raw, &mut out, &name)?;
+        self.payload().read_into(data, &mut out, || name.clone())?;
         Ok(Cow::Owned(out))
     }
 }
@@ -167,6 +170,14 @@ pub trait FileBytes {
     /// The whole file, when it is all in memory.
     fn whole(&self) -> Option<&[u8]> {
         None
+    }
+
+    /// Copy `dst.len()` bytes from `offset` into `dst`; `None` when the range
+    /// lies outside the file. A source with a file copies with `pread`.
+    fn copy_into(&self, offset: u64, dst: &mut [u8]) -> Option<std::io::Result<()>> {
+        let start = usize::try_from(offset).ok()?;
+        dst.copy_from_slice(self.get(start..start.checked_add(dst.len())?)?);
+        Some(Ok(()))
     }
 }
 
