@@ -235,6 +235,52 @@ def test_written_now_as_torch_reads_it(written, name, backend):
                 backend)
 
 
+OPCODE_LED = textwrap.dedent('''
+    import sys
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    net = Net()
+    with torch.no_grad():
+        # Raw bytes that read, from byte 0, as a pickle naming an extension code
+        # (EXT4): what random weights do about once in a hundred records.
+        weight = net.linear.weight.view(-1).view(torch.uint8)
+        weight[:6] = torch.tensor([0x84, 1, 2, 3, 4, 0x2E], dtype=torch.uint8)
+    torch.export.save(torch.export.export(net, (torch.randn(3, 4),)), sys.argv[1])
+''')
+
+
+def test_raw_weights_that_start_like_a_pickle_are_read_as_torch_reads_them(tmp_path):
+    """torch.export.load reads a weight its config lists with use_pickle false as
+    raw bytes, whatever they start with; so does the scan (as a checkpoint's
+    storages: a pickle from byte 0 only for the real globals it names), and so
+    every reader that asks the scan first (export_state_dict) loads the archive."""
+    path = tmp_path / "model.pt2"
+    done = subprocess.run([sys.executable, "-c", OPCODE_LED, str(path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    (reference,) = torch_reads(path)
+    assert "error" not in reference, reference
+    report = scanner.scan(path)
+    assert report.verdict == "clean", report.to_json()
+    assert scanner.scan(path, pickles_only=True).verdict == "clean"
+    assert_same(describe(tensorplay.export_state_dict(path), "torch"), reference["state_dict"], "torch")
+    # Listed as a pickle instead, torch.export.load would unpickle it: read as one.
+    with zipfile.ZipFile(path) as z:
+        config = json.loads(z.read(WEIGHTS_CONFIG))
+    for meta in config["config"].values():
+        meta["use_pickle"] = True
+    pickled = rewritten(tmp_path, {WEIGHTS_CONFIG: json.dumps(config).encode()}, source=path)
+    assert scanner.scan(pickled).verdict != "clean"
+
+
 # --- hostile archives ---------------------------------------------------------------
 
 FIXTURE = ROOT / "torch-2.13.0" / "model.pt2"

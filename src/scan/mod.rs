@@ -538,7 +538,7 @@ pub fn scan_file(
                 options.limits.max_zip_entries,
             );
             index.disagreements.extend(more);
-            let layout = ZipLayout::of(&index);
+            let layout = ZipLayout::of_file(&index, data, true, &options.limits);
             scan.zip_entries(data, index, &layout, &ZipReading::whole_file());
             if tar_archive::may_be_tar(data) {
                 scan.also_a_tar(data, "", 0);
@@ -685,7 +685,13 @@ pub fn scan_pickles_by_reading(
         max_entries,
         &mut |name| payloads.skip(name),
     )?;
-    let layout = ZipLayout::of(&index);
+    let mut layout = ZipLayout::of(&index);
+    // A torch.export archive's configs say which records torch reads raw.
+    let configs: Vec<&Entry> = layout.pt2_configs(&index).into_iter().map(|(entry, _)| entry).collect();
+    for entry in configs {
+        archive_zip::read_entry_into(&mut pieces, entry, read_at)?;
+    }
+    layout.mark_raw_pt2_records(&pieces, &index, false, &options.limits);
     let wanted: Vec<&Entry> = layout.pickles(&index).collect();
     let bytes = wanted
         .iter()

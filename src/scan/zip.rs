@@ -6,6 +6,7 @@ use crate::archive::inflate::{inflate_prefix, inflated_len};
 use crate::archive::method::Method;
 use crate::archive::zip::{self, Entry, FileBytes};
 use crate::error::code;
+use crate::limits::{Limit, Limits};
 use crate::pickle::opcodes;
 use crate::scan::kind::{is_tensordict_leaf, named_like_a_model, Kind};
 use crate::scan::{entry_data, nested, problem_kind, Format, Scan, Work};
@@ -89,7 +90,8 @@ impl Scan<'_> {
             },
         };
         let mut index = index;
-        let layout = ZipLayout::of(&index);
+        let located = !(strict && self.options.pickles_only);
+        let layout = ZipLayout::of_file(&index, data, located, &self.options.limits);
         if strict && self.options.pickles_only {
             // Entries only a streaming reader finds, near those a pickles-only
             // scan reads (the full scan located every entry and looked between all).
@@ -482,6 +484,74 @@ impl ZipLayout {
             kind,
             names,
         }
+    }
+
+    /// [`ZipLayout::of`], with what a torch.export archive's configs say of its
+    /// records, read from the file (`located`: the index has each entry's data
+    /// offset, else its local header is read).
+    pub fn of_file<D: FileBytes + ?Sized>(
+        index: &zip::Index,
+        data: &D,
+        located: bool,
+        limits: &Limits,
+    ) -> ZipLayout {
+        let mut layout = ZipLayout::of(index);
+        layout.mark_raw_pt2_records(data, index, located, limits);
+        layout
+    }
+
+    /// A torch.export archive's weight and constant records its configs list as
+    /// raw tensor bytes ([`records::pt2_config_records`]): payloads, read as a
+    /// checkpoint's storages are, since `torch.export.load` never unpickles them.
+    /// A config that cannot be read leaves every record to be read by content.
+    pub(super) fn mark_raw_pt2_records<D: FileBytes + ?Sized>(
+        &mut self,
+        data: &D,
+        index: &zip::Index,
+        located: bool,
+        limits: &Limits,
+    ) {
+        let Some(root) = self.pt2_root.clone() else {
+            return;
+        };
+        let mut raw: std::collections::HashMap<Vec<u8>, bool> = std::collections::HashMap::new();
+        for (entry, folder) in self.pt2_configs(index) {
+            let entry = if located {
+                entry.clone()
+            } else {
+                match zip::locate_entry(data, entry) {
+                    Ok(entry) => entry,
+                    Err(_) => continue,
+                }
+            };
+            let Ok(json) = entry.read(data, Limit::PickleBytes, limits.max_pickle_bytes) else {
+                continue;
+            };
+            for (name, is_raw) in records::pt2_config_records(folder, &json).into_iter().flatten() {
+                // Listed twice, once as a pickle: it is read as one.
+                *raw.entry([&root[..], b"/", name.as_bytes()].concat()).or_insert(true) &= is_raw;
+            }
+        }
+        for (unpickled, e) in self.unpickled.iter_mut().zip(&index.entries) {
+            if raw.get(&e.name[..]) == Some(&true) {
+                *unpickled = false;
+            }
+        }
+    }
+
+    /// A torch.export archive's weights and constants configs, each with its folder.
+    pub(super) fn pt2_configs<'i>(
+        &self,
+        index: &'i zip::Index,
+    ) -> Vec<(&'i Entry, &'static str)> {
+        let Some(root) = self.pt2_root.as_deref() else {
+            return Vec::new();
+        };
+        (index.entries.iter()).filter_map(|entry| {
+            let folder = records::record_of(root, &entry.name).and_then(records::pt2_config_folder)?;
+            Some((entry, folder))
+        })
+        .collect()
     }
 
     /// A torch.export archive's weight or constant record: tensor bytes unless
