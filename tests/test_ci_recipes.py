@@ -38,7 +38,12 @@ def test_the_pre_commit_hook_passes_clean_files_and_blocks_a_hostile_one(models,
     """`pre-commit try-repo` installs the hook from this checkout (its
     `language: python` environment builds tensorplay from source) and runs it
     on the staged files its pattern selects."""
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    # The hook's environment builds tensorplay from a copy of this checkout: an
+    # unoptimised build (what is tested is the hook, not the scanner's speed), in
+    # the checkout's own target folder, where what cargo test compiled is reused.
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+           "CARGO_TARGET_DIR": os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target")),
+           "MATURIN_PEP517_ARGS": "--profile dev"}
 
     def try_repo() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "tensorplay-scan",
