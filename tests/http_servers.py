@@ -17,10 +17,17 @@ import time
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free now (each socket held until all are chosen, so
+    the system cannot hand the same one out twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _wait_listening(port: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
@@ -54,11 +61,28 @@ class Nginx:
     def __init__(self, root: pathlib.Path, work: pathlib.Path):
         self.root, self.work = root, work
         work.mkdir(parents=True, exist_ok=True)
-        self.cafile, key = make_certificate(work)
-        self.port, self.tls_port = free_port(), free_port()
+        self.cafile, self.key = make_certificate(work)
         self.access_log = work / "access.log"
-        temp = work / "temp"
-        temp.mkdir(exist_ok=True)
+        (work / "temp").mkdir(exist_ok=True)
+        # A port chosen free may be taken before nginx binds it: another try, on others.
+        for attempt in range(5):
+            self.port, self.tls_port = free_ports(2)
+            self.process = self._start()
+            try:
+                _wait_listening(self.port, self.process)
+                _wait_listening(self.tls_port, self.process)
+                break
+            except RuntimeError as e:
+                self.process.kill()
+                self.process.wait()
+                if attempt == 4:
+                    log = work / "error.log"
+                    raise RuntimeError(f"nginx did not start: {log.read_text() if log.exists() else ''}") from e
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls_url = f"https://127.0.0.1:{self.tls_port}"
+
+    def _start(self) -> subprocess.Popen:
+        work, temp = self.work, self.work / "temp"
         config = work / "nginx.conf"
         config.write_text(f"""
 daemon off;
@@ -82,20 +106,16 @@ http {{
         listen 127.0.0.1:{self.port};
         listen 127.0.0.1:{self.tls_port} ssl;
         ssl_certificate {self.cafile};
-        ssl_certificate_key {key};
-        root {root};
+        ssl_certificate_key {self.key};
+        root {self.root};
         # A folder's index as JSON: how a remote folder (a URL prefix) is listed.
         autoindex on;
         autoindex_format json;
     }}
 }}
 """)
-        self.process = subprocess.Popen([NGINX, "-c", str(config), "-p", str(work)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _wait_listening(self.port, self.process)
-        _wait_listening(self.tls_port, self.process)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.tls_url = f"https://127.0.0.1:{self.tls_port}"
+        return subprocess.Popen([NGINX, "-c", str(config), "-p", str(work)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def requests(self) -> list[tuple[str, str, str, int, int, str]]:
         """The access log so far: (method, uri, range header, status, body
