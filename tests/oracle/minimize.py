@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
 
 from . import zipfmt
 from .cases import Case
@@ -67,7 +68,7 @@ def _members(data: bytes) -> list[tuple[bytes, bytes]] | None:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             return [(i.orig_filename.encode("utf-8" if i.flag_bits & 0x800 else "cp437"), z.read(i))
                     for i in z.infolist()]
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, zlib.error, RuntimeError):
         return None
 
 
