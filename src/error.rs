@@ -213,32 +213,163 @@ pub enum ErrorKind {
     },
 }
 
-/// The stable names of error kinds, for programs: an exception's `.kind`, and
-/// the kind of a scan's problem (which adds its own in `scan::report`).
-pub mod code {
-    pub const IO: &str = "io";
-    pub const MALFORMED_ARCHIVE: &str = "malformed_archive";
-    pub const MALFORMED_PICKLE: &str = "malformed_pickle";
-    pub const LIMIT: &str = "limit";
-    pub const TENSOR_BOUNDS: &str = "tensor_bounds";
+/// The family of exception an error kind is raised as: in Python, one class
+/// each (`Os` is Python's own `OSError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Reading the file failed: Python's `OSError`, with `errno` and `filename`.
+    Os,
+    /// The file asks for something weights-only loading forbids.
+    Unsafe,
+    /// The file is corrupt or crafted.
+    Malformed,
+    /// The file needs more of a resource than the limits allow.
+    Limit,
+    /// A well-formed file using something this build cannot load.
+    Unsupported,
+}
+
+impl ErrorClass {
+    /// Every class, in the order the table of kinds lists them.
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::Os,
+        ErrorClass::Unsafe,
+        ErrorClass::Malformed,
+        ErrorClass::Limit,
+        ErrorClass::Unsupported,
+    ];
+
+    /// The exception class's name in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Os => "OSError",
+            ErrorClass::Unsafe => "UnsafeCheckpointError",
+            ErrorClass::Malformed => "MalformedCheckpointError",
+            ErrorClass::Limit => "LimitExceededError",
+            ErrorClass::Unsupported => "UnsupportedCheckpointError",
+        }
+    }
+
+    /// What an error of the class means, as the exception's docstring says it.
+    pub fn doc(self) -> &'static str {
+        match self {
+            ErrorClass::Os => "Reading the file failed.",
+            ErrorClass::Unsafe => {
+                "The file asks for something weights-only loading forbids: a global outside the \
+                 allowlist, or a call, build or persistent id the rules refuse."
+            }
+            ErrorClass::Malformed => {
+                "The file is corrupt or crafted: a bad archive, a malformed pickle, or a tensor \
+                 that does not fit its storage."
+            }
+            ErrorClass::Limit => {
+                "The file needs more of a resource than the limits allow; raise the named limit \
+                 if the file is trusted."
+            }
+            ErrorClass::Unsupported => {
+                "A well-formed file using something tensorplay cannot load here (a compression \
+                 method, a version, a tensor kind the backend cannot hold)."
+            }
+        }
+    }
+}
+
+/// One kind of error, as programs see it: its stable code (an exception's
+/// `.kind`, a scan problem's `kind`), the class it is raised as, what it means,
+/// and how an error of it is made from a reason alone (the kinds the Python
+/// layer raises itself).
+#[derive(Debug, Clone, Copy)]
+pub struct KindSpec {
+    /// The stable code.
+    pub code: &'static str,
+    /// The class it is raised as.
+    pub class: ErrorClass,
+    /// What it means, in a sentence.
+    pub summary: &'static str,
+    /// An error of this kind with a reason and a location, when one makes sense.
+    pub from_reason: Option<fn(String, Location) -> Error>,
+}
+
+/// The table of error kinds, once: it makes the [`code`] constants and
+/// [`KINDS`]; the bindings, the `.pyi` types and the documentation's table are
+/// made from [`KINDS`].
+macro_rules! error_kinds {
+    ($($konst:ident = $code:literal, $class:ident, $from:expr, $summary:literal;)+) => {
+        /// The stable names of error kinds, for programs: an exception's `.kind`,
+        /// and the kind of a scan's problem (which adds its own in `scan::report`).
+        pub mod code {
+            $(#[doc = $summary] pub const $konst: &str = $code;)+
+        }
+
+        /// Each kind's row, by its code's name.
+        mod row {
+            use super::*;
+            $(pub(super) const $konst: KindSpec = KindSpec {
+                code: code::$konst,
+                class: ErrorClass::$class,
+                summary: $summary,
+                from_reason: $from,
+            };)+
+        }
+
+        /// Every error kind, in the table's order.
+        pub const KINDS: &[KindSpec] = &[$(row::$konst),+];
+    };
+}
+
+error_kinds! {
+    IO = "io", Os, None,
+        "Reading the file failed (a missing file, a permission, a folder where a file was expected).";
+    MALFORMED_ARCHIVE = "malformed_archive", Malformed, Some(Error::archive),
+        "The container (zip, tar, legacy stream, safetensors header) is corrupt or crafted.";
+    MALFORMED_PICKLE = "malformed_pickle", Malformed, Some(Error::pickle),
+        "The pickle stream is malformed: truncated, an unknown opcode, a stack underflow.";
+    TENSOR_BOUNDS = "tensor_bounds", Malformed, Some(Error::tensor),
+        "A tensor or storage description that does not fit its data.";
+    UNSAFE_GLOBAL = "unsafe_global", Unsafe, None,
+        "A global outside the allowlist.";
+    BLOCKED_GLOBAL = "blocked_global", Unsafe, None,
+        "A global that runs code or touches the system: refused whatever the allowlist says.";
+    EXTENSION_CODE = "extension_code", Unsafe, None,
+        "An EXT opcode: a global named through copyreg's registry, which is never consulted.";
+    FORBIDDEN = "forbidden", Unsafe, Some(Error::forbidden),
+        "A call, build or persistent id the weights-only rules never allow.";
+    UNSAFE_FILE = "unsafe_file", Unsafe, Some(|r, l| Error::refused(Refusal::UnsafeFile(r), l)),
+        "A file not opened for the loader's own safety: a link, a device, a name leaving its folder.";
+    LIMIT = "limit", Limit, None,
+        "A resource limit was reached; `.limit` and `.maximum` name it.";
+    UNSUPPORTED = "unsupported", Unsupported, Some(Error::unsupported),
+        "A well-formed file using something this build cannot load.";
 }
 
 impl ErrorKind {
+    /// The table's row for this kind.
+    pub fn spec(&self) -> &'static KindSpec {
+        match self {
+            ErrorKind::Io { .. } => &row::IO,
+            ErrorKind::Archive { .. } => &row::MALFORMED_ARCHIVE,
+            ErrorKind::Pickle { .. } => &row::MALFORMED_PICKLE,
+            ErrorKind::Unsafe(Refusal::UnsupportedGlobal { .. }) => &row::UNSAFE_GLOBAL,
+            ErrorKind::Unsafe(Refusal::BlockedGlobal { .. }) => &row::BLOCKED_GLOBAL,
+            ErrorKind::Unsafe(Refusal::ExtensionCode { .. }) => &row::EXTENSION_CODE,
+            ErrorKind::Unsafe(Refusal::Forbidden(_)) => &row::FORBIDDEN,
+            ErrorKind::Unsafe(Refusal::UnsafeFile(_)) => &row::UNSAFE_FILE,
+            ErrorKind::Limit { .. } => &row::LIMIT,
+            ErrorKind::Tensor { .. } => &row::TENSOR_BOUNDS,
+            ErrorKind::Unsupported { .. } => &row::UNSUPPORTED,
+        }
+    }
+
     /// A stable name of the kind, for programs (`malformed_archive`, `limit`...).
     pub fn code(&self) -> &'static str {
-        match self {
-            ErrorKind::Io { .. } => code::IO,
-            ErrorKind::Archive { .. } => code::MALFORMED_ARCHIVE,
-            ErrorKind::Pickle { .. } => code::MALFORMED_PICKLE,
-            ErrorKind::Unsafe(Refusal::UnsupportedGlobal { .. }) => "unsafe_global",
-            ErrorKind::Unsafe(Refusal::BlockedGlobal { .. }) => "blocked_global",
-            ErrorKind::Unsafe(Refusal::ExtensionCode { .. }) => "extension_code",
-            ErrorKind::Unsafe(Refusal::Forbidden(_)) => "forbidden",
-            ErrorKind::Unsafe(Refusal::UnsafeFile(_)) => "unsafe_file",
-            ErrorKind::Limit { .. } => code::LIMIT,
-            ErrorKind::Tensor { .. } => code::TENSOR_BOUNDS,
-            ErrorKind::Unsupported { .. } => "unsupported",
-        }
+        self.spec().code
+    }
+}
+
+impl KindSpec {
+    /// The row of the kind whose code is `code`.
+    pub fn of(code: &str) -> Option<&'static KindSpec> {
+        KINDS.iter().find(|k| k.code == code)
     }
 }
 
@@ -440,5 +571,39 @@ pub fn check_limit(
         Err(Error::limit(limit, max, location()))
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_code_is_one_row() {
+        for (i, kind) in KINDS.iter().enumerate() {
+            assert!(KINDS[..i].iter().all(|k| k.code != kind.code), "{}", kind.code);
+            assert_eq!(KindSpec::of(kind.code).map(|k| k.code), Some(kind.code));
+        }
+        assert!(KindSpec::of("no_such_kind").is_none());
+    }
+
+    #[test]
+    fn an_error_made_from_a_reason_is_of_its_row() {
+        for kind in KINDS {
+            if let Some(make) = kind.from_reason {
+                let err = make("why".into(), Location::at(3));
+                assert_eq!(err.kind().code(), kind.code);
+                assert_eq!(err.kind().spec().class, kind.class);
+                assert_eq!(err.location().and_then(|l| l.offset), Some(3));
+            }
+        }
+    }
+
+    #[test]
+    fn each_class_is_named_once() {
+        for (i, class) in ErrorClass::ALL.iter().enumerate() {
+            assert!(ErrorClass::ALL[..i].iter().all(|c| c.name() != class.name()));
+            assert!(KINDS.iter().any(|k| k.class == *class), "{class:?} has no kind");
+        }
     }
 }

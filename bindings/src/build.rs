@@ -18,6 +18,7 @@ use pyo3::types::{
 
 use crate::errors::wrap_build_error;
 use tensorplay::checkpoint::Checkpoint;
+use tensorplay::error::ErrorClass;
 use tensorplay::torch::policy::{Builtin, Global};
 use tensorplay::torch::{Arena, Node, TensorId, Torch};
 use tensorplay::torch::{Layout, QParams, StorageId, TensorKind, TensorNode};
@@ -218,7 +219,7 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
         let class = match crate::errors::classes(self.py) {
-            Ok(c) => c.malformed.bind(self.py).clone(),
+            Ok(c) => c.of(ErrorClass::Malformed).bind(self.py).clone(),
             Err(e) => return e,
         };
         PyErr::from_type(
@@ -251,7 +252,7 @@ impl<'a, 'py> Builder<'a, 'py> {
 
     pub(crate) fn unsupported(&self, reason: String) -> PyErr {
         let class = match crate::errors::classes(self.py) {
-            Ok(c) => c.unsupported.bind(self.py).clone(),
+            Ok(c) => c.of(ErrorClass::Unsupported).bind(self.py).clone(),
             Err(e) => return e,
         };
         PyErr::from_type(class, reason)

@@ -8,25 +8,31 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use tensorplay::error::{Error, ErrorKind, Location, Refusal};
+use tensorplay::error::{code, Error, ErrorClass, ErrorKind, KindSpec, Location, Refusal, KINDS};
 use tensorplay::limits::Limit;
 
+/// The exception class of each `ErrorClass` but `Os` (Python's own), and their base.
 pub struct Classes {
     pub base: Py<PyType>,
-    pub unsafe_: Py<PyType>,
-    pub malformed: Py<PyType>,
-    pub limit: Py<PyType>,
-    pub unsupported: Py<PyType>,
+    unsafe_: Py<PyType>,
+    malformed: Py<PyType>,
+    limit: Py<PyType>,
+    unsupported: Py<PyType>,
+}
+
+impl Classes {
+    /// The class an error of `class` is raised as; `OSError` is made apart.
+    pub fn of(&self, class: ErrorClass) -> &Py<PyType> {
+        match class {
+            ErrorClass::Unsafe => &self.unsafe_,
+            ErrorClass::Limit => &self.limit,
+            ErrorClass::Unsupported => &self.unsupported,
+            ErrorClass::Malformed | ErrorClass::Os => &self.malformed,
+        }
+    }
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
-
-const SPECS: [(&str, &str); 4] = [
-    ("UnsafeCheckpointError", "The file asks for something weights-only loading forbids: a global outside the allowlist, or a call, build or persistent id the rules refuse."),
-    ("MalformedCheckpointError", "The file is corrupt or crafted: a bad archive, a malformed pickle, or a tensor that does not fit its storage."),
-    ("LimitExceededError", "The file needs more of a resource than the limits allow; raise the named limit if the file is trusted."),
-    ("UnsupportedCheckpointError", "A well-formed file using something tensorplay cannot load here (a compression method, a version, a tensor kind the backend cannot hold)."),
-];
 
 fn new_class(
     py: Python<'_>,
@@ -56,39 +62,46 @@ pub fn classes(py: Python<'_>) -> PyResult<&Classes> {
             "A checkpoint tensorplay refuses to load: bad, unsafe or beyond the limits. Subclasses pickle.UnpicklingError.",
             &unpickling,
         )?;
-        let sub = |(name, doc): (&str, &str)| -> PyResult<Py<PyType>> {
-            new_class(py, name, doc, base.bind(py))
+        let sub = |class: ErrorClass| -> PyResult<Py<PyType>> {
+            new_class(py, class.name(), class.doc(), base.bind(py))
         };
         // torch raises RuntimeError for a broken archive or an unsupported file,
         // so code that catches that keeps working.
-        let runtime_too = |(name, doc): (&str, &str)| -> PyResult<Py<PyType>> {
+        let runtime_too = |class: ErrorClass| -> PyResult<Py<PyType>> {
             let attributes = pyo3::types::PyDict::new(py);
             attributes.set_item("__module__", "tensorplay._core")?;
-            attributes.set_item("__doc__", format!("{doc} Also a RuntimeError, as torch's error for it is."))?;
+            attributes.set_item(
+                "__doc__",
+                format!("{} Also a RuntimeError, as torch's error for it is.", class.doc()),
+            )?;
             let bases = (base.bind(py), py.get_type::<pyo3::exceptions::PyRuntimeError>());
-            Ok(py.get_type::<PyType>().call1((name, bases, attributes))?.cast_into::<PyType>()?.unbind())
+            Ok(py.get_type::<PyType>().call1((class.name(), bases, attributes))?.cast_into::<PyType>()?.unbind())
         };
-        let [unsafe_, malformed, limit, unsupported] = SPECS;
         Ok(Classes {
-            unsafe_: sub(unsafe_)?,
-            malformed: runtime_too(malformed)?,
-            limit: sub(limit)?,
-            unsupported: runtime_too(unsupported)?,
+            unsafe_: sub(ErrorClass::Unsafe)?,
+            malformed: runtime_too(ErrorClass::Malformed)?,
+            limit: sub(ErrorClass::Limit)?,
+            unsupported: runtime_too(ErrorClass::Unsupported)?,
             base,
         })
     })
 }
 
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    let c = classes(module.py())?;
-    module.add("CheckpointError", c.base.bind(module.py()))?;
-    module.add("UnsafeCheckpointError", c.unsafe_.bind(module.py()))?;
-    module.add("MalformedCheckpointError", c.malformed.bind(module.py()))?;
-    module.add("LimitExceededError", c.limit.bind(module.py()))?;
-    module.add(
-        "UnsupportedCheckpointError",
-        c.unsupported.bind(module.py()),
-    )?;
+    let py = module.py();
+    let c = classes(py)?;
+    module.add("CheckpointError", c.base.bind(py))?;
+    for class in ErrorClass::ALL {
+        if class != ErrorClass::Os {
+            module.add(class.name(), c.of(class).bind(py))?;
+        }
+    }
+    // The table of kinds, for the Python layer, the type stubs and the documentation.
+    let kinds: Vec<(&str, &str, &str, bool)> = KINDS
+        .iter()
+        .map(|k| (k.code, k.class.name(), k.summary, made_by_error(k)))
+        .collect();
+    module.add("ERROR_KINDS", kinds)?;
     Ok(())
 }
 
@@ -151,17 +164,16 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         Err(e) => return e,
     };
     let location = err.location().map(ToString::to_string).unwrap_or_default();
-    let (class, message) = match err.kind() {
+    let message = match err.kind() {
         ErrorKind::Io {
             message,
             source,
             path,
         } => return os_error(py, message, source, path.as_deref()),
-        ErrorKind::Unsafe(refusal) => (&classes.unsafe_, unsafe_message(refusal, &location)),
-        ErrorKind::Limit { .. } => (&classes.limit, err.to_string()),
-        ErrorKind::Unsupported { .. } => (&classes.unsupported, err.to_string()),
-        _ => (&classes.malformed, err.to_string()),
+        ErrorKind::Unsafe(refusal) => unsafe_message(refusal, &location),
+        _ => err.to_string(),
     };
+    let class = classes.of(err.kind().spec().class);
     let pyerr = PyErr::from_type(class.bind(py).clone(), message);
     match describe(py, &pyerr, &err) {
         Ok(()) => pyerr,
@@ -169,12 +181,15 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     }
 }
 
-/// Copy what the error says onto the exception, for programs: `kind`, `entry`,
+/// Copy what the error says onto the exception, for programs: `kind`, `reason`
+/// (what was wrong), `location` (where, as the message writes it), `entry`,
 /// `offset`, `opcode`, and for a limit `limit` and `maximum`; `None` where unknown.
 fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     let value = pyerr.value(py);
     let location = err.location().cloned().unwrap_or_default();
     value.setattr("kind", err.kind().code())?;
+    value.setattr("reason", err.reason())?;
+    value.setattr("location", location.to_string())?;
     value.setattr("entry", location.entry.clone())?;
     value.setattr("offset", location.offset)?;
     value.setattr("opcode", location.opcode.map(|o| o.name))?;
@@ -203,6 +218,11 @@ fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     Ok(())
 }
 
+/// Whether [`error`] makes an error of this kind: from a reason, or a limit from its name.
+fn made_by_error(kind: &KindSpec) -> bool {
+    kind.from_reason.is_some() || kind.code == code::LIMIT
+}
+
 /// The exception the core would raise for an error of kind `kind` (a code of
 /// `ErrorKind::code`): for the Python layer's own refusals, so that every
 /// refusal has one message shape and the same attributes.
@@ -222,23 +242,27 @@ pub fn error(
         offset,
         opcode: None,
     };
-    let err = match kind {
-        "malformed_archive" => Error::archive(reason, location),
-        "malformed_pickle" => Error::pickle(reason, location),
-        "tensor_bounds" => Error::tensor(reason, location),
-        "unsupported" => Error::unsupported(reason, location),
-        "forbidden" => Error::forbidden(reason, location),
-        "unsafe_file" => Error::refused(Refusal::UnsafeFile(reason), location),
-        "limit" => {
+    let err = match KindSpec::of(kind).filter(|k| made_by_error(k)) {
+        Some(spec) if spec.code == code::LIMIT => {
             let limit = limit
                 .and_then(Limit::from_name)
                 .ok_or_else(|| PyValueError::new_err(format!("unknown limit {limit:?}")))?;
             Error::limit(limit, maximum.unwrap_or_default(), location)
         }
-        other => {
+        Some(KindSpec {
+            from_reason: Some(make),
+            ..
+        }) => make(reason, location),
+        _ => {
+            let made: Vec<&str> = KINDS
+                .iter()
+                .filter(|k| made_by_error(k))
+                .map(|k| k.code)
+                .collect();
             return Err(PyValueError::new_err(format!(
-                "unknown error kind {other:?}"
-            )))
+                "error kind {kind:?} is not one `error` makes; it makes {}",
+                made.join(", ")
+            )));
         }
     };
     Ok(to_pyerr(py, err).into_value(py).into_any())
@@ -255,26 +279,38 @@ pub fn py_build_error(py: Python<'_>, what: &str, cause: Bound<'_, PyAny>) -> Py
 /// Wrap a Python exception raised while building objects: the file made us call
 /// something that failed, so the file is what the caller must hear about.
 pub fn wrap_build_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
+    let reason = format!("{what}: {cause}");
+    let message = format!("malformed checkpoint: {reason}");
     wrap(
         py,
         cause,
-        |c| &c.malformed,
-        &format!("malformed checkpoint: {what}"),
+        Error::pickle(reason, Location::default()),
+        message,
     )
 }
 
 /// Wrap torch's refusal to place a storage where the file says it was saved (a
 /// device this process lacks): the file is fine, the machine cannot hold it.
 pub fn wrap_placement_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
-    wrap(py, cause, |c| &c.unsupported, what)
+    let message = format!("{what}: {cause}");
+    wrap(
+        py,
+        cause,
+        Error::unsupported(message.clone(), Location::default()),
+        message,
+    )
 }
 
-fn wrap(py: Python<'_>, cause: PyErr, class: fn(&Classes) -> &Py<PyType>, what: &str) -> PyErr {
+/// An exception of `err`'s class and attributes, with `message`, caused by `cause`.
+fn wrap(py: Python<'_>, cause: PyErr, err: Error, message: String) -> PyErr {
     let class = match classes(py) {
-        Ok(c) => class(c).bind(py).clone(),
+        Ok(c) => c.of(err.kind().spec().class).bind(py).clone(),
         Err(e) => return e,
     };
-    let err = PyErr::from_type(class, format!("{what}: {cause}"));
-    err.set_cause(py, Some(cause));
-    err
+    let wrapped = PyErr::from_type(class, message);
+    if let Err(e) = describe(py, &wrapped, &err) {
+        return e;
+    }
+    wrapped.set_cause(py, Some(cause));
+    wrapped
 }

@@ -21,15 +21,12 @@ def _rust_consts(text: str) -> dict[str, str]:
 
 
 def error_kinds() -> list[str]:
-    """Every ``.kind`` an exception of the core carries: ``ErrorKind::code`` in src/error.rs."""
+    """Every ``.kind`` an exception of the core carries: the rows of the table
+    ``error_kinds!`` in src/error.rs."""
     text = (ROOT / "src" / "error.rs").read_text()
-    body = text[text.index("pub fn code(&self)"):]
-    body = body[:body.index("\n    }\n")]
-    consts = _rust_consts(text)
-    kinds = []
-    for literal, const in re.findall(r'=> (?:"([a-z_]+)"|code::([A-Z_]+))', body):
-        kinds.append(literal or consts[const])
-    return sorted(set(kinds))
+    table = text[text.index("error_kinds! {"):]
+    table = table[:table.index("\n}\n")]
+    return sorted(re.findall(r'^\s+[A-Z_]+ = "([a-z_]+)", ', table, flags=re.M))
 
 
 def _python_problem_kinds() -> set[str]:

@@ -57,6 +57,7 @@ __all__ = [
     "FIRST_TAIL",
     "FIRST_BLOCK",
     "RUNS_CODE_KINDS",
+    "ERROR_KINDS",
     "__version__",
 ]
 
@@ -66,6 +67,8 @@ FIRST_BLOCK: Final[int]
 # Scan problem kinds of a file whose reader runs code the file carries (``torchscript``,
 # ``torch_package``, ``mobile_bytecode``, ``aoti_package``).
 RUNS_CODE_KINDS: Final[list[str]]
+# The core's table of error kinds: ``(code, class name, summary, made by error())`` each.
+ERROR_KINDS: Final[list[tuple[str, str, str, bool]]]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or
 # the file's bytes (a bytes object, or another contiguous buffer such as a
@@ -79,9 +82,27 @@ _Limits: TypeAlias = dict[str, int] | None
 _Backend: TypeAlias = Literal["torch", "numpy"]
 _DataMode: TypeAlias = Literal["read", "skip", "meta"]
 _Endianness: TypeAlias = Literal["native", "little", "big"]
-# Kinds `error` makes, by the class each becomes (errors.rs `to_pyerr`); also "unsupported" and "limit".
+# <error-kinds>
+# Made from the core's table of error kinds (src/error.rs `error_kinds!`, by .ci/error_kinds.py): do not edit.
+_ErrorKind: TypeAlias = Literal[
+    "io",
+    "malformed_archive",
+    "malformed_pickle",
+    "tensor_bounds",
+    "unsafe_global",
+    "blocked_global",
+    "extension_code",
+    "forbidden",
+    "unsafe_file",
+    "limit",
+    "unsupported",
+]
+# The kinds `error` makes, by the class each becomes.
 _MalformedKind: TypeAlias = Literal["malformed_archive", "malformed_pickle", "tensor_bounds"]
 _UnsafeKind: TypeAlias = Literal["forbidden", "unsafe_file"]
+_UnsupportedKind: TypeAlias = Literal["unsupported"]
+_LimitKind: TypeAlias = Literal["limit"]
+# </error-kinds>
 
 # --- exceptions (errors.rs) -------------------------------------------------------------
 
@@ -89,10 +110,12 @@ class CheckpointError(pickle.UnpicklingError):
     """A checkpoint tensorplay refuses to load: bad, unsafe or beyond the limits."""
 
     # Set on every instance the core raises (errors.rs `describe`); None where unknown.
-    #: What went wrong, for programs: ``malformed_archive``, ``malformed_pickle``,
-    #: ``unsafe_global``, ``blocked_global``, ``extension_code``, ``forbidden``,
-    #: ``unsafe_file``, ``limit``, ``tensor_bounds`` or ``unsupported``.
-    kind: str
+    #: What went wrong, for programs: a code of ``ERROR_KINDS``.
+    kind: _ErrorKind
+    #: What was wrong, without where.
+    reason: str
+    #: Where, as the message writes it (`` [entry 'data.pkl', byte offset 2, opcode GLOBAL (0x63)]``), or "".
+    location: str
     #: The archive entry or file where it happened.
     entry: str | None
     #: The byte offset in that entry or file.
@@ -407,7 +430,7 @@ def error(
 ) -> UnsafeCheckpointError: ...
 @overload
 def error(
-    kind: Literal["unsupported"],
+    kind: _UnsupportedKind,
     reason: str,
     *,
     entry: str | None = None,
@@ -417,7 +440,7 @@ def error(
 ) -> UnsupportedCheckpointError: ...
 @overload
 def error(
-    kind: Literal["limit"],
+    kind: _LimitKind,
     reason: str,
     *,
     entry: str | None = None,

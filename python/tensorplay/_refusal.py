@@ -16,6 +16,8 @@ Api = Literal["tensorplay", "torch", "cli"]
 # The refusals of a global: outside the allowlist, or blocked whatever the allowlist says.
 GLOBAL_REFUSALS = ("unsafe_global", "blocked_global")
 GETATTR = "builtins.getattr"
+# What the core sets on every error it raises (bindings/src/errors.rs `describe`).
+ERROR_ATTRIBUTES = ("kind", "reason", "location", "entry", "offset", "opcode", "limit", "maximum")
 
 
 def complete(error: BaseException, source: Any, user_names: list[str], limits: dict[str, int],
@@ -36,20 +38,13 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
             # The scan reports getattr whatever the allowlist (it runs no call); this
             # load let it through in its one shape and refused for another global.
             found = tuple(f for f in found if f.name != GETATTR) or found
-    # Where the load stopped, as the core says it: "[entry 'x', byte offset 2, opcode GLOBAL (0x63)]".
-    where = getattr(error, "_stopped_at", None)
-    if where is None:
-        first = str(error).split("\n", 1)[0]
-        where = first[first.rindex(" ["):] if first.endswith("]") and " [" in first else ""
-        if not where:
-            last = str(error).rsplit("\n", 1)[-1]
-            where = last[last.rindex(" ["):] if last.endswith("]") and " [" in last else ""
-    first_line = getattr(error, "_first_line", None)
-    if first_line is None and error.kind == "blocked_global":  # type: ignore[attr-defined]
-        first_line = str(error).split("\n", 1)[0]  # torch's words for a blocked global, and where
+    where = error.location  # type: ignore[attr-defined]
+    first_line = None
+    if error.kind == "blocked_global":  # type: ignore[attr-defined]
+        first_line = f"Weights only load failed. {error.reason}{where}"  # type: ignore[attr-defined]
     refused = type(error)(_message(found, api, where, first_line))
-    refused._stopped_at, refused._first_line, refused._found = where, first_line, found  # type: ignore[attr-defined]
-    for name in ("kind", "entry", "offset", "opcode", "limit", "maximum"):
+    refused._found = found  # type: ignore[attr-defined]
+    for name in ERROR_ATTRIBUTES:
         setattr(refused, name, getattr(error, name, None))
     refused.globals = found  # type: ignore[attr-defined]
     return refused
@@ -71,11 +66,14 @@ def refuse_dangerous(source: Any, user_names: list[str], limits: dict[str, int],
     dangerous = [f for f in found or () if f.dangerous]
     if not dangerous:
         return
-    refused = _core.UnsafeCheckpointError(_message(tuple(found or ()), api, ""))
     first = dangerous[0]
-    for name, value in (("kind", "unsafe_global"), ("entry", first.location or None), ("offset", first.offset),
-                        ("opcode", None), ("limit", None), ("maximum", None), ("globals", tuple(found or ()))):
-        setattr(refused, name, value)
+    reason = _torchs_words(found[0].name, api, "")
+    refused = _core.UnsafeCheckpointError(_message(tuple(found or ()), api, "", reason))
+    where = {"kind": "unsafe_global", "reason": reason, "location": "", "entry": first.location or None,
+             "offset": first.offset}
+    for name in ERROR_ATTRIBUTES:
+        setattr(refused, name, where.get(name))
+    refused.globals = tuple(found or ())  # type: ignore[attr-defined]
     raise refused
 
 
