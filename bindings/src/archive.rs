@@ -93,6 +93,14 @@ pub fn is_storage_record(first: &[u8], name: &[u8]) -> bool {
         .is_some_and(records::is_storage_record)
 }
 
+/// How `torch.export.load` reads the record `path_name` that the config of a
+/// `.pt2`'s `folder` (`data/weights/` or `data/constants/`) lists with
+/// `use_pickle`: `"raw"`, `"pickled"`, `"opaque"`, `"torchbind"` or `"unknown"`.
+#[pyfunction]
+pub fn pt2_record_kind(folder: &str, path_name: &str, use_pickle: bool) -> &'static str {
+    records::Pt2Record::of(folder, path_name, Some(use_pickle)).name()
+}
+
 /// Every entry of the archive, validated as a load validates an archive (no
 /// duplicate names, overlaps, encryption, or local headers that disagree), as
 /// dicts: `name` (bytes), `method`, `flags`, `crc32`, `compressed_size`, `size`,

@@ -176,6 +176,7 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive::zip_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::is_storage_record, m)?)?;
     m.add_function(wrap_pyfunction!(archive::archive_kind, m)?)?;
+    m.add_function(wrap_pyfunction!(archive::pt2_record_kind, m)?)?;
     m.add_function(wrap_pyfunction!(archive::torchscript_module_lists, m)?)?;
     m.add_function(wrap_pyfunction!(archive::inflate_entries, m)?)?;
     m.add_function(wrap_pyfunction!(archive::decode_stream, m)?)?;

@@ -40,6 +40,7 @@ __all__ = [
     "zip_entries",
     "is_storage_record",
     "archive_kind",
+    "pt2_record_kind",
     "decode_stream",
     "dcp_chunks",
     "read_ranges",
@@ -340,6 +341,12 @@ def archive_kind(
     source: _Source, *, limits: _Limits = ...
 ) -> Literal["torchscript", "pt2", "pt2_zip", "aoti", "torch_package", "mobile_bytecode"] | None:
     """What the zip ``source`` is for by its entries' names; ``None`` for a checkpoint, another zip or no zip."""
+    ...
+def pt2_record_kind(
+    folder: str, path_name: str, use_pickle: bool
+) -> Literal["raw", "pickled", "opaque", "torchbind", "unknown"]:
+    """How ``torch.export.load`` reads the record ``path_name`` that the config of a
+    ``.pt2``'s ``folder`` (``data/weights/`` or ``data/constants/``) lists."""
     ...
 def is_storage_record(first: bytes, name: bytes) -> bool:
     """Whether entry ``name`` of a torch zip whose first entry is ``first`` holds a storage's bytes."""

@@ -228,8 +228,7 @@ class _Archive:
         if self.has(f"data/weights/{_MODEL}.pt"):  # the first pt2 layout: one torch.save'd dict
             return self.pickled_dict(f"data/weights/{_MODEL}.pt", backend, unknown)
         self.check_model()
-        return self.configured("data/weights/", f"data/weights/{_MODEL}_weights_config.json", backend, unknown,
-                               constants=False)
+        return self.configured("data/weights/", f"data/weights/{_MODEL}_weights_config.json", backend, unknown)
 
     def constants(self, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         self.check_loadable()
@@ -239,7 +238,7 @@ class _Archive:
             return self.pickled_dict(f"data/constants/{_MODEL}.pt", backend, unknown)
         self.check_model()
         return self.configured("data/constants/", f"data/constants/{_MODEL}_constants_config.json", backend,
-                               unknown, constants=True)
+                               unknown)
 
     def sample_inputs(self, backend: _Backend) -> Any:
         record = "serialized_example_inputs.pt" if self.kind == "zip" else f"data/sample_inputs/{_MODEL}.pt"
@@ -266,8 +265,7 @@ class _Archive:
 
     # --- raw records and their config ----------------------------------------------------
 
-    def configured(self, folder: str, config_record: str, backend: _Backend, unknown: _Unknown,
-                   constants: bool) -> dict[str, Any]:
+    def configured(self, folder: str, config_record: str, backend: _Backend, unknown: _Unknown) -> dict[str, Any]:
         where = self.root + config_record
         config = _config(self.read(config_record), where, self.bounds)
         storages: dict[str, Any] = {}
@@ -275,15 +273,16 @@ class _Archive:
         for fqn, meta in config.items():
             path_name = meta["path_name"]
             at = f"{where}: {fqn!r}"
-            if constants and path_name.startswith("custom_obj_"):
+            kind = _core.pt2_record_kind(folder, path_name, meta["use_pickle"])
+            if kind == "torchbind":
                 raise _core.error("unsupported", f"{at} is a TorchScript object (torchbind), which only its "
                                   "registered C++ class rebuilds", entry=self.root + folder + path_name)
-            if constants and path_name.startswith("opaque_obj_"):
+            if kind == "opaque":
                 out[fqn] = self.opaque(folder + path_name, backend, unknown)
                 continue
-            if constants and not path_name.startswith("tensor_"):
+            if kind == "unknown":
                 raise _malformed(where, f"{fqn!r}: path_name {path_name!r} names no kind of constant")
-            if meta["use_pickle"]:
+            if kind == "pickled":
                 value = self.nested(folder + path_name, backend, unknown)
                 if not _is_tensor(value, backend):
                     raise _malformed(self.root + folder + path_name, f"holds a {type(value).__name__}, not a tensor")

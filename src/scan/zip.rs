@@ -517,10 +517,10 @@ impl ZipLayout {
         let mut raw: std::collections::HashMap<Vec<u8>, bool> = std::collections::HashMap::new();
         for (entry, folder) in self.pt2_configs(index) {
             let entry = if located {
-                entry.clone()
+                std::borrow::Cow::Borrowed(entry)
             } else {
                 match zip::locate_entry(data, entry) {
-                    Ok(entry) => entry,
+                    Ok(entry) => std::borrow::Cow::Owned(entry),
                     Err(_) => continue,
                 }
             };

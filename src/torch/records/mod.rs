@@ -19,7 +19,7 @@ pub use foreign::{
     NamesReading, AOTI_REASON, MOBILE_REASON, PACKAGE_REASON,
 };
 pub use layout::{ByteOrder, Layout};
-pub use pt2::{pt2_config_folder, pt2_config_records};
+pub use pt2::{pt2_config_folder, pt2_config_records, Pt2Record};
 pub use torchscript::{code_module, module_lists, ModuleLists};
 
 pub const DATA_PKL: &str = "data.pkl";
