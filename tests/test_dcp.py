@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import warnings
@@ -21,18 +20,13 @@ import tensorplay.dcp
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from http_servers import free_ports
 from state_trees import assert_same_tree
 from torch.distributed.checkpoint.api import CheckpointException
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(fn, world: int, *args) -> None:
-    mp.spawn(fn, args=(world, _free_port(), *args), nprocs=world, join=True)
+    mp.spawn(fn, args=(world, free_ports(1)[0], *args), nprocs=world, join=True)
 
 
 def _single_process_state() -> dict:
