@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import io
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import griffe
@@ -152,6 +154,46 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode == 0, f"{page.relative_to(DOCS)}:\n{done.stdout}\n{done.stderr}"
+
+
+def _names_in_examples(page: Path) -> set[str]:
+    """The names the runnable blocks of a page use as code (not in a comment or a string)."""
+    code = "\n".join(m["code"] for m in _BLOCK.finditer(page.read_text()) if not m["skip"])
+    return {t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.NAME}
+
+
+def _has_an_example(module: str, name: str, api: Path) -> bool:
+    """Whether ``module.name`` is used in a runnable example of its module's API
+    page, or of the page of a public module that exports the same object under
+    that name (the error classes and the allowlist are ``tensorplay``'s and
+    ``tensorplay.serialization``'s)."""
+    obj = getattr(importlib.import_module(module), name)
+    pages = {_API_PAGES[other] for other, same in _public_names()
+             if same == name and getattr(importlib.import_module(other), same) is obj}
+    return any(name in _names_in_examples(api / page) for page in pages)
+
+
+@pytest.mark.parametrize(("module", "name"), _public_names(), ids=lambda v: v)
+def test_public_name_has_an_example(module: str, name: str) -> None:
+    assert _has_an_example(module, name, DOCS / "api"), \
+        f"{module}.{name} is used in no runnable example of docs/api/{_API_PAGES[module]}"
+
+
+def test_a_name_without_a_runnable_example_fails_the_check(tmp_path: Path) -> None:
+    for page in set(_API_PAGES.values()):
+        (tmp_path / page).write_text("#\n")
+    (tmp_path / "tensorplay.md").write_text(
+        "`inspect` in prose.\n\n"
+        "<!-- test: skip (tests/test_docs.py) -->\n```python\ntensorplay.inspect('model.pt')\n```\n\n"
+        "```python\ninspected = tensorplay.load('model.pt')  # inspect\nprint('inspect')\n```\n")
+    (tmp_path / "serialization.md").write_text("```python\nserialization.add_safe_globals([])\n```\n")
+    assert _has_an_example("tensorplay", "load", tmp_path)
+    # In prose, a skipped block, a comment, a string, or as part of a longer name: no example.
+    assert not _has_an_example("tensorplay", "inspect", tmp_path)
+    # A re-export may have its example on the page of the module it comes from...
+    assert _has_an_example("tensorplay", "add_safe_globals", tmp_path)
+    # ...but another object of the same name may not: tensorplay.pickle.load is not tensorplay.load.
+    assert not _has_an_example("tensorplay.pickle", "load", tmp_path)
 
 
 @pytest.mark.parametrize(("block", "reason"), _SKIPPED, ids=[b for b, _ in _SKIPPED])
