@@ -33,6 +33,7 @@ mod pickle;
 mod rust_heap;
 mod save;
 mod scan;
+mod scan_result;
 mod storages;
 mod tar_model;
 mod tensors;
@@ -153,6 +154,9 @@ fn tensorplay_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<mapping::MappedFile>()?;
     m.add_class::<heap_memory::HeapMemory>()?;
+    m.add_class::<scan_result::ScanResult>()?;
+    m.add_class::<scan_result::ScanFinding>()?;
+    m.add_class::<scan_result::ScanProblem>()?;
     m.add_function(wrap_pyfunction!(load::load, m)?)?;
     m.add_function(wrap_pyfunction!(default_limits, m)?)?;
     m.add_function(wrap_pyfunction!(huge_pages::huge_pages, m)?)?;

@@ -22,6 +22,9 @@ __all__ = [
     "UnsupportedCheckpointError",
     "MappedFile",
     "HeapMemory",
+    "ScanResult",
+    "ScanFinding",
+    "ScanProblem",
     "load",
     "allowed_in_file",
     "is_dangerous",
@@ -183,19 +186,57 @@ def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
 def denylist() -> list[tuple[str, str, str, list[str], list[str]]]:
     """The dangerous globals by family: ``(name, why, sources, modules, names)``."""
 
-# `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
-# location, offset, module, wrappers)` and each problem `(kind, location, reason)`:
-# the fields of scanner.ScanReport, scanner.GlobalFinding and scanner.Problem.
-_FoundTuple: TypeAlias = tuple[tuple[str, bool, str, int, str, tuple[str, ...]], ...]
-_ScanTuple: TypeAlias = tuple[
-    str,
-    str,
-    _FoundTuple,
-    tuple[tuple[str, str, str], ...],
-    int,
-    _FoundTuple | None,
-    str | None,
-]
+# --- what the scans return (scan_result.rs): the fields of scanner.ScanReport,
+# scanner.GlobalFinding and scanner.Problem, which the package makes from them --------------
+
+@final
+class ScanFinding:
+    """A global a pickle names. Only the scans make one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def dangerous(self) -> bool: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def wrappers(self) -> tuple[str, ...]: ...
+
+@final
+class ScanProblem:
+    """Why (part of) a file could not be read. Only the scans make one."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+@final
+class ScanResult:
+    """One file's scan. Only the scans make one."""
+
+    @property
+    def format(self) -> str: ...
+    @property
+    def verdict(self) -> Literal["clean", "unsafe", "unreadable", "skipped"]: ...
+    # The globals outside the allowlist.
+    @property
+    def findings(self) -> tuple[ScanFinding, ...]: ...
+    @property
+    def problems(self) -> tuple[ScanProblem, ...]: ...
+    @property
+    def pickles(self) -> int: ...
+    # The globals inside the allowlist when the scan listed them (`list_globals`), else None.
+    @property
+    def allowlisted(self) -> tuple[ScanFinding, ...] | None: ...
+    @property
+    def skipped_because(self) -> str | None: ...
 
 @overload
 def scan(
@@ -206,7 +247,7 @@ def scan(
     list_globals: bool = False,
     byte_zero_only: bool = False,
     name: str | None = None,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 @overload
 def scan(
     source: int,
@@ -217,7 +258,7 @@ def scan(
     list_globals: bool = False,
     byte_zero_only: bool = False,
     name: str | None = None,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 def scan_spans(
     source: _Path | bytes,
     spans: Sequence[tuple[int, int, str, Sequence[str]]],
@@ -225,7 +266,7 @@ def scan_spans(
     limits: _Limits = ...,
     pickles_only: bool = False,
     list_globals: bool = False,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 # A pickles-only scan by ranges of a file far away: the next wave of ranges to
 # fetch, the report once every byte read was held, or the whole file wanted.
 def scan_spans_waves(
@@ -236,7 +277,7 @@ def scan_spans_waves(
     limits: _Limits = ...,
     pickles_only: bool = True,
     list_globals: bool = False,
-) -> tuple[Literal["report"], _ScanTuple] | tuple[Literal["fetch"], list[tuple[int, int]]]: ...
+) -> tuple[Literal["report"], ScanResult] | tuple[Literal["fetch"], list[tuple[int, int]]]: ...
 
 def scan_waves(
     length: int,
@@ -246,7 +287,7 @@ def scan_waves(
     limits: _Limits = ...,
     list_globals: bool = False,
 ) -> (
-    tuple[Literal["report"], _ScanTuple]
+    tuple[Literal["report"], ScanResult]
     | tuple[Literal["fetch"], list[tuple[int, int]]]
     | tuple[Literal["whole"], None]
 ): ...
