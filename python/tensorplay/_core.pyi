@@ -8,7 +8,7 @@ any other string is a ``ValueError`` at run time.
 import os
 import pickle
 from collections.abc import Callable, Container, Sequence
-from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict, final, overload
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias, TypedDict, final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,11 @@ __all__ = [
     "LimitExceededError",
     "UnsupportedCheckpointError",
     "MappedFile",
+    "MapMode",
+    "DataMode",
+    "Restore",
+    "Placement",
+    "LoadOptions",
     "HeapMemory",
     "ScanResult",
     "ScanFinding",
@@ -80,7 +85,6 @@ _Source: TypeAlias = _Path | bytes | memoryview | int
 _Limits: TypeAlias = dict[str, int] | None
 
 _Backend: TypeAlias = Literal["torch", "numpy"]
-_DataMode: TypeAlias = Literal["read", "skip", "meta"]
 _Endianness: TypeAlias = Literal["native", "little", "big"]
 # Kinds `error` makes, by the class each becomes (errors.rs `to_pyerr`); also "unsupported" and "limit".
 _MalformedKind: TypeAlias = Literal["malformed_archive", "malformed_pickle", "tensor_bounds"]
@@ -132,6 +136,101 @@ class HeapMemory:
     ``load`` makes one."""
 
     def __len__(self) -> int: ...
+
+# --- a load's options (load_options.rs, storages.rs): checked where they are made, so
+# that `load` is never handed a combination it cannot do ------------------------------------
+
+@final
+class MapMode:
+    """How a load maps a file it opens by path: read-only (storages get copies),
+    a private writable mapping the storages are views of (``mmap=True``), or a
+    shared one whose writes reach the file."""
+
+    READ_ONLY: ClassVar[MapMode]
+    PRIVATE: ClassVar[MapMode]
+    SHARED: ClassVar[MapMode]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class DataMode:
+    """What storages get: their bytes read, memory left unread (torch's
+    ``skip_data``), or no memory at all (meta storages)."""
+
+    READ: ClassVar[DataMode]
+    SKIP: ClassVar[DataMode]
+    META: ClassVar[DataMode]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Restore:
+    """Which storages, all built on the CPU first, a ``restore_location`` moves:
+    none (``STAY``); torch's default for those saved elsewhere than the CPU
+    (``SAVED``), and the CPU ones too (``SAVED_AND_CPU``: a package registered
+    ahead of torch's CPU entry); or every storage, with the caller's mapping
+    (``MAPPED``)."""
+
+    STAY: ClassVar[Restore]
+    SAVED: ClassVar[Restore]
+    SAVED_AND_CPU: ClassVar[Restore]
+    MAPPED: ClassVar[Restore]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Placement:
+    """What storages get and where they go. ``restore_location(storage,
+    location)`` is torch's ``restore_location``, given with a ``restore`` other
+    than ``STAY`` and only then; ``fake(tensor)`` is called for each tensor, with
+    ``DataMode.META`` only, which takes ``Restore.STAY``. Anything else is a
+    ``ValueError``."""
+
+    def __new__(
+        cls,
+        data: DataMode = ...,
+        restore: Restore = ...,
+        restore_location: Callable[[Any, str], Any] | None = None,
+        fake: Callable[[Any], object] | None = None,
+    ) -> Placement: ...
+    @property
+    def data(self) -> DataMode: ...
+    @property
+    def restore(self) -> Restore: ...
+    @property
+    def restore_location(self) -> Callable[[Any, str], Any] | None: ...
+    @property
+    def fake(self) -> Callable[[Any], object] | None: ...
+
+@final
+class LoadOptions:
+    """Everything a load is asked besides its source. ``user_names`` and
+    ``user_objects`` have one item per entry of the user's allowlist; with
+    ``stub``, a global outside the allowlist (never a blocked one) becomes a
+    ``_build.stub`` instead of a refusal. A placement that calls torch needs
+    ``backend="torch"``; the default one leaves read storages on the CPU."""
+
+    def __new__(
+        cls,
+        *,
+        backend: _Backend,
+        map: MapMode = ...,
+        user_names: Sequence[str] = ...,
+        user_objects: Sequence[object] = ...,
+        limits: _Limits = ...,
+        encoding: str = ...,
+        endianness: _Endianness = ...,
+        threads: int | None = None,
+        stub: bool = False,
+        placement: Placement | None = None,
+    ) -> LoadOptions: ...
+    @property
+    def map(self) -> MapMode: ...
+    @property
+    def placement(self) -> Placement: ...
 
 # --- what the builder calls back (build.rs, tensors/) ---------------------------------------
 
@@ -192,30 +291,9 @@ class _BuildHelpers(Protocol):
 
 # --- functions ------------------------------------------------------------------------------
 
-def load(
-    source: _Source,
-    *,
-    backend: _Backend,
-    mmap: bool = False,
-    shared: bool = False,
-    user_names: Sequence[str] = ...,
-    user_objects: Sequence[object] = ...,
-    limits: _Limits = ...,
-    encoding: str = ...,
-    endianness: _Endianness = ...,
-    threads: int | None = None,
-    data: _DataMode = ...,
-    restore: Callable[[Any, str], Any] | None = None,
-    restore_all: bool = False,
-    restore_cpu: bool = False,
-    fake: Callable[[Any], object] | None = None,
-    stream: bool = False,
-    stub: bool = False,
-) -> Any:
-    """Load a checkpoint; ``user_names`` and ``user_objects`` have one item per entry
-    of the user's allowlist. ``restore(storage, location)`` is torch's restore_location.
-    With ``stream``, what follows the checkpoint is left alone and the result is
-    ``(object, bytes the checkpoint took)``."""
+def load(source: _Source, options: LoadOptions, *, stream: bool = False) -> Any:
+    """Load a checkpoint as ``options`` ask. With ``stream``, what follows the
+    checkpoint is left alone and the result is ``(object, bytes the checkpoint took)``."""
 
 def default_limits() -> dict[str, int]: ...
 
