@@ -340,6 +340,50 @@ def test_pickle_module_and_unknown_arguments_are_refused():
         tensorplay.load(SEED_VIEWS, errors="strict")
 
 
+def test_the_cores_load_options_are_typed_and_refuse_what_a_load_cannot_do():
+    """``_core.load`` takes its options as frozen, typed objects, checked where they
+    are made: a combination the load cannot do (a restore that calls nothing, a
+    call that nothing asks for) is never built, and a name where an enum is
+    wanted is a TypeError at the boundary."""
+    from tensorplay import _core
+    from tensorplay._core import DataMode, LoadOptions, MapMode, Placement, Restore
+
+    def restore(storage, location):
+        return storage
+
+    for contradictory in (dict(restore=Restore.SAVED), dict(restore=Restore.MAPPED),
+                          dict(restore=Restore.STAY, restore_location=restore),
+                          dict(data=DataMode.META, restore=Restore.MAPPED, restore_location=restore),
+                          dict(data=DataMode.SKIP, fake=print)):
+        with pytest.raises(ValueError):
+            Placement(**contradictory)
+    with pytest.raises(TypeError):
+        Placement("read")
+    with pytest.raises(TypeError):
+        LoadOptions(backend="numpy", map=True)
+    with pytest.raises(ValueError, match="unknown backend"):
+        LoadOptions(backend="jax")
+    with pytest.raises(ValueError, match="differ in length"):
+        LoadOptions(backend="numpy", user_names=["collections.OrderedDict"])
+    with pytest.raises(ValueError, match="torch backend"):
+        LoadOptions(backend="numpy", placement=Placement(DataMode.READ, Restore.MAPPED, restore))
+
+    options = LoadOptions(backend="numpy", map=MapMode.PRIVATE)
+    assert (options.map, options.placement.data, options.placement.restore) == (MapMode.PRIVATE, DataMode.READ,
+                                                                                Restore.STAY)
+    assert {MapMode.PRIVATE: "private"}[options.map] == "private"
+    with pytest.raises(AttributeError):
+        options.map = MapMode.SHARED
+    with pytest.raises(AttributeError):
+        options.placement.data = DataMode.SKIP
+    numbers, evens = _core.load(str(SEED_VIEWS), options)
+    assert views_the_mapped_file(numbers) and numbers.flags.writeable
+    expected = tensorplay.load(SEED_VIEWS, backend="numpy")
+    assert [numbers.tolist(), evens.tolist()] == [a.tolist() for a in expected]
+    copied, _ = _core.load(str(SEED_VIEWS), LoadOptions(backend="numpy"))
+    assert not views_the_mapped_file(copied) and copied.tolist() == numbers.tolist()
+
+
 def test_limits_can_be_raised_or_lowered_per_call():
     assert set(tensorplay.default_limits()) >= {"max_nodes", "max_pickle_bytes", "max_storages", "max_ndim"}
     with pytest.raises(tensorplay.LimitExceededError, match="max_nodes"):

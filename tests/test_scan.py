@@ -330,6 +330,36 @@ def test_the_typed_record_fields_are_the_runtime_ones():
     assert scanner.ScanReport("p", "zip", "clean") == ("p", "zip", "clean", (), (), 0, False, None, None, None, None)
 
 
+def test_the_core_hands_a_scan_over_as_read_only_records_read_by_name():
+    """``_core.scan`` returns typed records; the public report is made from their
+    fields by name, and nothing can change them on the way."""
+    import collections
+
+    from tensorplay import _core
+
+    data = pickle.dumps({"run": os.system, "order": collections.OrderedDict()}, protocol=2)
+    scanned = _core.scan(data, [], None, False, True)
+    assert (scanned.format, scanned.verdict, scanned.pickles, scanned.skipped_because) == ("pickle", "unsafe", 1, None)
+    (found,) = scanned.findings
+    (listed,) = scanned.allowlisted
+    assert (found.name, found.module, found.dangerous, found.location, found.wrappers) == (
+        f"{os.system.__module__}.system", os.system.__module__, True, "", ())
+    assert (listed.name, listed.dangerous) == ("collections.OrderedDict", False)
+    report = scanner.scan(data, list_globals=True)
+    assert report.findings == (scanner.GlobalFinding(found.name, True, "", found.offset, found.module),)
+    assert [f.offset for f in report.allowlisted] == [listed.offset]
+    for record, field in ((scanned, "verdict"), (found, "name"), (listed, "dangerous")):
+        with pytest.raises(AttributeError):
+            setattr(record, field, None)
+    with pytest.raises(TypeError):
+        _core.ScanResult()
+
+    broken = _core.scan(data[:-5], [], None)
+    (problem,) = broken.problems
+    assert problem.kind == "malformed_pickle" and problem.location == "" and "truncated" in problem.reason
+    assert scanner.scan(data[:-5]).problems == (scanner.Problem(problem.kind, problem.location, problem.reason),)
+
+
 def test_command_help_is_sized_to_columns_as_argparse_sizes_it():
     usage_lines = {}
     for columns in (50, 200):

@@ -15,14 +15,15 @@ use pyo3::types::{PyBytes, PyInt, PyString};
 use crate::build::Builder;
 use crate::errors::to_pyerr;
 use crate::huge_pages::HugePages;
+use crate::load_options::{LoadOptions, MapMode};
 use crate::mapping::MappedFile;
 use crate::numpy_api::NumpyApi;
-use crate::options::{load_options, unknown_globals, Backend, ByteOrder, Encoding, LimitOverrides};
-use crate::storages::{self, DataMode, Placement};
+use crate::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
+use crate::storages::{self, Restore};
 use crate::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::torch_api::TorchApi;
-use tensorplay::archive::source::{HeldBytes, MapMode, Source};
-use tensorplay::checkpoint::{self, Checkpoint, Endianness, Format, Trailing};
+use tensorplay::archive::source::{self as core_source, HeldBytes, Source};
+use tensorplay::checkpoint::{self, Checkpoint, Format, Trailing};
 use tensorplay::fill::{self, FillJob};
 
 /// The user's allowlist comes as names and the objects they name, in order.
@@ -82,7 +83,7 @@ impl HeldBytes for PythonBuffer {
 pub fn open_source(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
-    mode: MapMode,
+    mode: core_source::MapMode,
     max_stream_bytes: u64,
 ) -> PyResult<Source> {
     if let Ok(bytes) = source.cast::<PyBytes>() {
@@ -154,53 +155,41 @@ pub(crate) fn let_go_of(py: Python<'_>, checkpoint: Checkpoint) {
     }
 }
 
-/// Load a checkpoint. `data` is "read", "skip" (allocate, leave unread) or "meta";
-/// `restore(storage, location)` is torch's restore_location: the caller's mapping,
-/// called for every storage, when `restore_all`; else torch's default placement,
-/// called for the storages not saved on the CPU, and for those too when
-/// `restore_cpu` (a package registered ahead of torch's CPU entry). With `stream`,
+/// Load a checkpoint as `options` ask (a `LoadOptions`). With `stream`,
 /// `source` is a stream read from its current position: bytes after the
 /// checkpoint are left alone, and the result is `(object, bytes the checkpoint
 /// took)`, for the caller to put the stream's position right after it. With
-/// `stub`, a global outside the allowlist (never a blocked one) becomes
+/// `options.stub`, a global outside the allowlist (never a blocked one) becomes
 /// `_build.stub(module, name)` instead of a refusal.
 #[pyfunction]
-#[pyo3(signature = (source, *, backend, mmap=false, shared=false, user_names=Vec::new(), user_objects=Vec::new(), limits=LimitOverrides::default(), encoding=Encoding::default(), endianness=ByteOrder(Endianness::Little), threads=None, data=DataMode::Read, restore=None, restore_all=false, restore_cpu=false, fake=None, stream=false, stub=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (source, options, *, stream=false))]
 pub fn load<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
-    backend: Backend,
-    mmap: bool,
-    shared: bool,
-    user_names: Vec<String>,
-    user_objects: Vec<Bound<'py, PyAny>>,
-    limits: LimitOverrides,
-    encoding: Encoding,
-    endianness: ByteOrder,
-    threads: Option<usize>,
-    data: DataMode,
-    restore: Option<Bound<'py, PyAny>>,
-    restore_all: bool,
-    restore_cpu: bool,
-    fake: Option<Bound<'py, PyAny>>,
+    options: &Bound<'py, LoadOptions>,
     stream: bool,
-    stub: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    check_user_globals(&user_names, &user_objects)?;
-    let mode = data;
-    let mut options = load_options(user_names, limits, encoding, endianness.0);
-    options.unknown_globals = unknown_globals(stub);
+    let asked = options.get();
+    let placement = asked.placement.get();
+    let mode = placement.data;
+    let mut options = load_options(
+        asked.user_names.clone(),
+        LimitOverrides(asked.limits),
+        Encoding(asked.encoding),
+        asked.endianness,
+    );
+    options.unknown_globals = unknown_globals(asked.stub);
     if stream {
         options.trailing = Trailing::Left;
     }
-    let map_mode = match (mmap, shared) {
-        (false, _) => MapMode::ReadOnly,
-        (true, false) => MapMode::Private,
-        (true, true) => MapMode::Shared,
-    };
-    let raw = open_source(py, source, map_mode, options.limits.max_inflated_bytes)?;
-    let (mapped, source) = if mmap && raw.is_writable() {
+    let map_mode = asked.map;
+    let raw = open_source(
+        py,
+        source,
+        map_mode.into(),
+        options.limits.max_inflated_bytes,
+    )?;
+    let (mapped, source) = if map_mode != MapMode::ReadOnly && raw.is_writable() {
         let (file, arc) = MappedFile::new(raw);
         (Some(Bound::new(py, file)?), arc)
     } else {
@@ -219,15 +208,15 @@ pub fn load<'py>(
         Torch(TorchApi<'py>),
         Numpy(NumpyApi<'py>),
     }
-    let api = match backend {
+    let api = match asked.backend {
         Backend::Torch => Api::Torch(TorchApi::new(py)?),
         Backend::Numpy => Api::Numpy(NumpyApi::new(py)?),
     };
     let _paused = crate::gc::pause(py)?;
     // A storage made with its tensor must stay where it is made (the CPU), and
     // legacy files mark each storage they allocate: both need storages of their own.
-    let storages_stay = restore.is_none() || !(restore_all || restore_cpu);
-    let with_tensors = storages_stay && checkpoint.format != Format::Legacy;
+    let cpu_storages_stay = matches!(placement.restore, Restore::Stay | Restore::Saved);
+    let with_tensors = cpu_storages_stay && checkpoint.format != Format::Legacy;
     let storages::Prepared {
         mut objects,
         jobs,
@@ -240,12 +229,12 @@ pub fn load<'py>(
             api,
             mapped.as_ref(),
             mode,
-            fake.is_some(),
+            placement.fake.is_some(),
             with_tensors,
         )?,
         Api::Numpy(api) => storages::numpy_roots(&checkpoint, api, mapped.as_ref(), mode)?,
     };
-    let threads = threads.unwrap_or_else(tensorplay::limits::default_threads);
+    let threads = (asked.threads).unwrap_or_else(tensorplay::limits::default_threads);
     py.detach(|| {
         let jobs = jobs
             .into_iter()
@@ -260,20 +249,26 @@ pub fn load<'py>(
         fill::fill(&checkpoint, jobs, threads, &HugePages::for_load())
     })
     .map_err(|e| to_pyerr(py, e))?;
-    if let Some(restore) = restore.filter(|_| mode != DataMode::Meta) {
-        let placement = match (restore_all, restore_cpu) {
-            (true, _) => Placement::Mapped,
-            (false, true) => Placement::Saved { cpu_too: true },
-            (false, false) => Placement::Saved { cpu_too: false },
-        };
-        storages::relocate(&checkpoint, &mut objects, &restore, placement)?;
+    if let Some(restore) = &placement.restore_location {
+        storages::relocate(
+            &checkpoint,
+            &mut objects,
+            restore.bind(py),
+            placement.restore,
+        )?;
     }
     storages::resolve_views(py, &checkpoint, &mut objects)?;
     let tensors: Box<dyn Tensors> = match api {
-        Api::Torch(api) => Box::new(TorchTensors::new(api, objects, premade, tuples, fake)),
+        Api::Torch(api) => {
+            let fake = placement.fake.as_ref().map(|f| f.bind(py).clone());
+            Box::new(TorchTensors::new(api, objects, premade, tuples, fake))
+        }
         Api::Numpy(api) => Box::new(NumpyTensors::new(api, objects)),
     };
     let helpers = py.import("tensorplay._build")?;
+    let user_objects = (asked.user_objects.iter())
+        .map(|o| o.bind(py).clone())
+        .collect();
     let builder = Builder::new(&checkpoint, tensors, user_objects, helpers);
     let loaded = builder.build(checkpoint.root);
     let end = checkpoint.end;

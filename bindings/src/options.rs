@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::storages::DataMode;
 use tensorplay::checkpoint::{Endianness, LoadOptions, Trailing};
 use tensorplay::limits::{Limit, Limits};
 use tensorplay::pickle::machine::StringEncoding;
@@ -42,11 +41,6 @@ macro_rules! named {
 }
 
 named!(Backend, "backend", { "torch" => Backend::Torch, "numpy" => Backend::Numpy });
-named!(DataMode, "data mode", {
-    "read" => DataMode::Read,
-    "skip" => DataMode::Skip,
-    "meta" => DataMode::Meta,
-});
 /// The core's byte order, named from Python (the core knows no Python).
 #[derive(Debug, Clone, Copy)]
 pub struct ByteOrder(pub Endianness);

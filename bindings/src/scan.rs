@@ -9,13 +9,14 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::errors::to_pyerr;
 use crate::load::open_source;
 use crate::options::LimitOverrides;
+use crate::scan_result::{scan_result, ScanResult};
 use tensorplay::archive::source::{read_exact_at, MapMode};
 use tensorplay::archive::streams::Compression;
 use tensorplay::archive::zip::{read_entries_by_reading, Pieces, TAIL_READ};
 use tensorplay::scan::{
     scan_file, scan_pickles_by_reading, scan_pickles_in_waves, scan_spans as scan_spans_of,
     scan_spans_in_waves, unsafe_globals as find_unsafe_globals, unsafe_globals_by_reading,
-    unsafe_globals_in_waves, Finding, Report, ScanOptions, Span, Wave,
+    unsafe_globals_in_waves, Report, ScanOptions, Span, Wave,
 };
 use tensorplay::torch::policy::{allowed_in_file, UserGlobals};
 
@@ -48,7 +49,7 @@ fn file_name(path: Option<&Path>) -> Option<String> {
     Some(path?.file_name()?.to_string_lossy().into_owned())
 }
 
-/// Scan a path or a bytes object; returns the report as a tuple (see `report_tuple`).
+/// Scan a path or a bytes object; returns a `ScanResult`.
 /// `list_globals` lists the globals inside the allowlist too; `byte_zero_only`
 /// reads the file only as a pickle from byte 0 (see `ScanOptions`).
 #[pyfunction]
@@ -63,7 +64,7 @@ pub fn scan<'py>(
     list_globals: bool,
     byte_zero_only: bool,
     name: Option<String>,
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<Bound<'py, ScanResult>> {
     let path = path_of(source);
     // The bytes of a file far away are named by their URL's last part.
     let named = path.clone().or_else(|| name.map(PathBuf::from));
@@ -81,12 +82,12 @@ pub fn scan<'py>(
             options.limits.max_inflated_bytes,
         )?;
         let report = py.detach(|| scan_file(data.bytes(), None, &options, None));
-        return report_tuple(py, &report);
+        return scan_result(py, &report);
     }
     let mut held = None;
     if let Some(path) = path.as_deref().filter(|_| pickles_only) {
         match py.detach(|| scan_by_reading(path, &options)) {
-            Reading::Settled(report) => return report_tuple(py, &report),
+            Reading::Settled(report) => return scan_result(py, &report),
             Reading::Unsettled(file) => held = file,
         }
     }
@@ -124,13 +125,13 @@ pub fn scan<'py>(
             .flatten();
         scan_file(bytes, entries, &options, name)
     });
-    report_tuple(py, &report)
+    scan_result(py, &report)
 }
 
 /// Scan spans of one file, each `(offset, length, label, transforms)`, as files
 /// of their own (the bytes a DCP `.metadata` points `torch.load` at, once the
 /// compressions `transforms` names are undone), on all cores with the GIL
-/// released: one report (see `report_tuple`), each finding and problem placed
+/// released: one report (a `ScanResult`), each finding and problem placed
 /// under its span's label.
 #[pyfunction]
 #[pyo3(signature = (source, spans, user_names=Vec::new(), limits=LimitOverrides::default(), pickles_only=false, list_globals=false))]
@@ -142,7 +143,7 @@ pub fn scan_spans<'py>(
     limits: LimitOverrides,
     pickles_only: bool,
     list_globals: bool,
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<Bound<'py, ScanResult>> {
     let options = ScanOptions {
         pickles_only,
         list_allowlisted: list_globals,
@@ -157,13 +158,13 @@ pub fn scan_spans<'py>(
     )?;
     let threads = tensorplay::limits::default_threads();
     let report = py.detach(|| scan_spans_of(data.bytes(), &spans, &options, threads));
-    report_tuple(py, &report)
+    scan_result(py, &report)
 }
 
 /// One run of the pickles-only scan of a remote file of `length` bytes against
 /// the ranges fetched so far (`held`, `(offset, bytes)`), named `name` (the last
 /// part of its URL: a name allows what it allows a local file). Returns
-/// `("report", report)` (see `report_tuple`) once every byte the scan read was
+/// `("report", report)` (a `ScanResult`) once every byte the scan read was
 /// held, `("fetch", [(offset, length), ...])` for the next wave of ranges, or
 /// `("whole", None)` when it needs the whole file (then scanned as bytes, as
 /// the local scan maps the file).
@@ -185,7 +186,7 @@ pub fn scan_waves<'py>(
     };
     let pieces = held_pieces(length, held)?;
     match py.detach(|| scan_pickles_in_waves(length, &pieces, &options)) {
-        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
+        Wave::Settled(report) => ("report", scan_result(py, &report)?).into_pyobject(py),
         wave => unsettled(py, wave),
     }
 }
@@ -235,7 +236,7 @@ pub fn scan_spans_waves<'py>(
     let spans = parsed_spans(spans)?;
     let pieces = held_pieces(length, held)?;
     match py.detach(|| scan_spans_in_waves(length, &pieces, &spans, &options)) {
-        Wave::Settled(report) => ("report", report_tuple(py, &report)?).into_pyobject(py),
+        Wave::Settled(report) => ("report", scan_result(py, &report)?).into_pyobject(py),
         wave => unsettled(py, wave),
     }
 }
@@ -292,44 +293,6 @@ fn held_pieces(length: u64, held: Vec<(u64, Bound<'_, PyBytes>)>) -> PyResult<Pi
         }
     }
     Ok(pieces)
-}
-
-/// `(format, verdict, findings, problems, pickles, allowlisted, skipped_because)`, each finding
-/// (and each allowlisted global, listed only when asked: else None) a tuple
-/// `(name, dangerous, location, offset, module, wrappers)` and each problem
-/// `(kind, location, reason)`: the fields of `scanner.ScanReport`, `scanner.GlobalFinding` and
-/// `scanner.Problem` in order.
-fn report_tuple<'py>(py: Python<'py>, report: &Report) -> PyResult<Bound<'py, PyTuple>> {
-    let globals = |found: &[Finding]| -> PyResult<Bound<'py, PyTuple>> {
-        let tuples = found.iter().map(|f| {
-            let module = f.name.get(..f.module_len).unwrap_or(&f.name);
-            let wrappers = PyTuple::new(py, &f.wrappers)?;
-            (
-                &f.name,
-                f.dangerous,
-                &f.location,
-                f.offset,
-                module,
-                wrappers,
-            )
-                .into_pyobject(py)
-        });
-        PyTuple::new(py, tuples.collect::<PyResult<Vec<_>>>()?)
-    };
-    let allowlisted = report.allowlisted.as_deref().map(globals).transpose()?;
-    let problems = (report.problems.iter())
-        .map(|p| (p.kind, &p.location, &p.reason).into_pyobject(py))
-        .collect::<PyResult<Vec<_>>>()?;
-    (
-        report.format.name(),
-        report.verdict().name(),
-        globals(&report.findings)?,
-        PyTuple::new(py, problems)?,
-        report.pickles,
-        allowlisted,
-        report.skipped_because,
-    )
-        .into_pyobject(py)
 }
 
 /// The globals of a checkpoint's pickles that the allowlist does not cover.

@@ -62,13 +62,25 @@ pub struct Prepared<'a, 'py> {
 }
 
 /// What a load does with storage bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[pyclass(
+    eq,
+    eq_int,
+    hash,
+    frozen,
+    from_py_object,
+    module = "tensorplay._core",
+    name = "DataMode"
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DataMode {
     /// Read them.
+    #[pyo3(name = "READ")]
     Read,
     /// Allocate storages but leave them unread (torch's `skip_data`).
+    #[pyo3(name = "SKIP")]
     Skip,
     /// Meta storages: no memory, no reads (`map_location='meta'`, fake tensors).
+    #[pyo3(name = "META")]
     Meta,
 }
 
@@ -343,14 +355,33 @@ pub fn numpy_roots<'a, 'py>(
     })
 }
 
-/// Whose `restore_location` a load applies, and to which storages.
-#[derive(Clone, Copy)]
-pub enum Placement {
+/// Whose `restore_location` a load applies, and to which storages. Every
+/// storage is built on the CPU first, as in `torch.load`.
+#[pyclass(
+    eq,
+    eq_int,
+    hash,
+    frozen,
+    from_py_object,
+    module = "tensorplay._core",
+    name = "Restore"
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Restore {
+    /// None: storages stay where they are built.
+    #[pyo3(name = "STAY")]
+    Stay,
+    /// torch's default, to the device each storage was saved on, for the
+    /// storages not saved on the CPU.
+    #[pyo3(name = "SAVED")]
+    Saved,
+    /// torch's default for every storage, those saved on the CPU too: a
+    /// registered package runs ahead of torch's CPU entry.
+    #[pyo3(name = "SAVED_AND_CPU")]
+    SavedAndCpu,
     /// The caller's `map_location`: every storage, and its errors are the caller's.
+    #[pyo3(name = "MAPPED")]
     Mapped,
-    /// torch's default, to the device each storage was saved on; CPU storages
-    /// only when a registered package runs ahead of torch's CPU entry.
-    Saved { cpu_too: bool },
 }
 
 /// torch's `restore_location`, applied where it can change something.
@@ -358,8 +389,11 @@ pub fn relocate<'py>(
     checkpoint: &Checkpoint,
     objects: &mut [Option<StorageObject<'py>>],
     restore: &Bound<'py, PyAny>,
-    placement: Placement,
+    restore_as: Restore,
 ) -> PyResult<()> {
+    if restore_as == Restore::Stay {
+        return Ok(());
+    }
     for (i, slot) in objects.iter_mut().enumerate() {
         let Some(StorageObject::Torch { storage, device }) = slot else {
             continue;
@@ -367,14 +401,14 @@ pub fn relocate<'py>(
         let decl = checkpoint.storage(StorageId(i as u32)).map(|s| &s.decl);
         let location = decl.map_or("cpu", |d| &*d.location);
         let key = decl.map_or("?".into(), |d| d.key.to_string());
-        if matches!(placement, Placement::Saved { cpu_too: false }) && location == "cpu" {
+        if restore_as == Restore::Saved && location == "cpu" {
             continue;
         }
         let moved = restore
             .call1((storage.clone(), location))
-            .map_err(|e| match placement {
-                Placement::Mapped => e,
-                Placement::Saved { .. } => wrap_placement_error(
+            .map_err(|e| match restore_as {
+                Restore::Stay | Restore::Mapped => e,
+                Restore::Saved | Restore::SavedAndCpu => wrap_placement_error(
                     restore.py(),
                     e,
                     &format!("storage '{key}' was saved on {location:?}, which cannot be restored here (pass map_location)"),

@@ -8,7 +8,7 @@ any other string is a ``ValueError`` at run time.
 import os
 import pickle
 from collections.abc import Callable, Container, Sequence
-from typing import Any, Final, Literal, TypeAlias, TypedDict, final, overload
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias, TypedDict, final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,15 @@ __all__ = [
     "LimitExceededError",
     "UnsupportedCheckpointError",
     "MappedFile",
+    "MapMode",
+    "DataMode",
+    "Restore",
+    "Placement",
+    "LoadOptions",
     "HeapMemory",
+    "ScanResult",
+    "ScanFinding",
+    "ScanProblem",
     "load",
     "allowed_in_file",
     "is_dangerous",
@@ -81,7 +89,6 @@ _Source: TypeAlias = _Path | bytes | memoryview | int
 _Limits: TypeAlias = dict[str, int] | None
 
 _Backend: TypeAlias = Literal["torch", "numpy"]
-_DataMode: TypeAlias = Literal["read", "skip", "meta"]
 _Endianness: TypeAlias = Literal["native", "little", "big"]
 # <error-kinds>
 # Made from the core's table of error kinds (src/error.rs `error_kinds!`, by .ci/error_kinds.py): do not edit.
@@ -154,32 +161,163 @@ class HeapMemory:
 
     def __len__(self) -> int: ...
 
+# --- a load's options (load_options.rs, storages.rs): checked where they are made, so
+# that `load` is never handed a combination it cannot do ------------------------------------
+
+@final
+class MapMode:
+    """How a load maps a file it opens by path: read-only (storages get copies),
+    a private writable mapping the storages are views of (``mmap=True``), or a
+    shared one whose writes reach the file."""
+
+    READ_ONLY: ClassVar[MapMode]
+    PRIVATE: ClassVar[MapMode]
+    SHARED: ClassVar[MapMode]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class DataMode:
+    """What storages get: their bytes read, memory left unread (torch's
+    ``skip_data``), or no memory at all (meta storages)."""
+
+    READ: ClassVar[DataMode]
+    SKIP: ClassVar[DataMode]
+    META: ClassVar[DataMode]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Restore:
+    """Which storages, all built on the CPU first, a ``restore_location`` moves:
+    none (``STAY``); torch's default for those saved elsewhere than the CPU
+    (``SAVED``), and the CPU ones too (``SAVED_AND_CPU``: a package registered
+    ahead of torch's CPU entry); or every storage, with the caller's mapping
+    (``MAPPED``)."""
+
+    STAY: ClassVar[Restore]
+    SAVED: ClassVar[Restore]
+    SAVED_AND_CPU: ClassVar[Restore]
+    MAPPED: ClassVar[Restore]
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Placement:
+    """What storages get and where they go. ``restore_location(storage,
+    location)`` is torch's ``restore_location``, given with a ``restore`` other
+    than ``STAY`` and only then; ``fake(tensor)`` is called for each tensor, with
+    ``DataMode.META`` only, which takes ``Restore.STAY``. Anything else is a
+    ``ValueError``."""
+
+    def __new__(
+        cls,
+        data: DataMode = ...,
+        restore: Restore = ...,
+        restore_location: Callable[[Any, str], Any] | None = None,
+        fake: Callable[[Any], object] | None = None,
+    ) -> Placement: ...
+    @property
+    def data(self) -> DataMode: ...
+    @property
+    def restore(self) -> Restore: ...
+    @property
+    def restore_location(self) -> Callable[[Any, str], Any] | None: ...
+    @property
+    def fake(self) -> Callable[[Any], object] | None: ...
+
+@final
+class LoadOptions:
+    """Everything a load is asked besides its source. ``user_names`` and
+    ``user_objects`` have one item per entry of the user's allowlist; with
+    ``stub``, a global outside the allowlist (never a blocked one) becomes a
+    ``_build.stub`` instead of a refusal. A placement that calls torch needs
+    ``backend="torch"``; the default one leaves read storages on the CPU."""
+
+    def __new__(
+        cls,
+        *,
+        backend: _Backend,
+        map: MapMode = ...,
+        user_names: Sequence[str] = ...,
+        user_objects: Sequence[object] = ...,
+        limits: _Limits = ...,
+        encoding: str = ...,
+        endianness: _Endianness = ...,
+        threads: int | None = None,
+        stub: bool = False,
+        placement: Placement | None = None,
+    ) -> LoadOptions: ...
+    @property
+    def map(self) -> MapMode: ...
+    @property
+    def placement(self) -> Placement: ...
+
+# --- what the builder calls back (build.rs, tensors/) ---------------------------------------
+
+class _BuildHelpers(Protocol):
+    """The contract of ``tensorplay._build``: the functions the builder calls by
+    name, positionally, for the rare kinds of value (``load``, ``loads`` and
+    ``inspect`` import the module; the core holds nothing else of Python's).
+    Every argument is an object already built, or a value the core computed;
+    the ``Any`` results become objects of the loaded tree. tests/typing/
+    build_contract.py checks that the module provides each one."""
+
+    # --- stub mode: globals outside the allowlist, recorded and never called
+    # The stand-in's class: called as ``stub(module, name)`` for each such global,
+    # and what a user's entry is checked to be an instance of.
+    @property
+    def stub(self) -> type[Any]: ...
+    # Every ``module.name`` the load stood in for, once before anything is built.
+    def stubbed(self, names: list[str], /) -> None: ...
+    # REDUCE on a stand-in.
+    def stub_call(self, stand_in: Any, args: Any, /) -> Any: ...
+
+    # --- objects of the user's allowlist (torch's weights-only semantics); `allowlisted`
+    # is the allowlist's objects.
+    def allowlisted_getattr(self, args: Any, allowlisted: tuple[object, ...], /) -> Any: ...
+    def call_allowlisted(self, func: Any, args: Any, allowlisted: tuple[object, ...], /) -> Any: ...
+    def new_allowlisted(self, cls: Any, args: Any, kwargs: Any, allowlisted: tuple[object, ...], /) -> Any: ...
+    # NEWOBJ / NEWOBJ_EX of a class the core does not make itself.
+    def new_object(self, cls: Any, args: Any, kwargs: Any, /) -> Any: ...
+    # BUILD, APPENDS and SETITEMS on an object that is no plain dict or list.
+    def build(self, inst: Any, state: Any, /) -> object: ...
+    def append(self, obj: Any, item: Any, /) -> object: ...
+    def setitem(self, obj: Any, key: Any, value: Any, /) -> object: ...
+
+    # --- torch's values (the torch backend)
+    def typed_storage(self, untyped: Any, dtype: Any, /) -> Any: ...
+    # ``{"conj": True, "neg": True}``, the flags a tensor was saved with.
+    def set_tensor_metadata(self, tensor: Any, metadata: dict[str, bool], /) -> object: ...
+    def meta_tensor(self, dtype: Any, size: Any, stride: Any, /) -> Any: ...
+    def qtensor(
+        self, untyped: Any, dtype: Any, offset: int, size: Any, stride: Any, qparams: tuple[Any, ...], /
+    ) -> Any: ...
+    def sparse_tensor(self, layout: Any, parts: tuple[Any, ...], size: Any, coalesced: bool, /) -> Any: ...
+    def nested_tensor(self, buffer: Any, sizes: Any, strides: Any, offsets: Any, /) -> Any: ...
+    def parameter(self, data: Any, requires_grad: bool, state: Any, /) -> Any: ...
+    def from_type(self, tensor: Any, cls: Any, state: Any, /) -> Any: ...
+    # A torch._utils rebuild function named ``torch._utils._rebuild_...``, with its arguments.
+    def torch_call(self, name: str, args: Any, /) -> Any: ...
+
+    # --- numpy's values (the numpy backend; numpy objects inside a checkpoint, either)
+    def apply_conj_neg(self, array: Any, conj: bool, neg: bool, /) -> Any: ...
+    def meta_spec(self, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...], /) -> Any: ...
+    def numpy_array(self, descr: str, shape: tuple[int, ...], fortran: bool, data: bytes, /) -> Any: ...
+    def numpy_dtype(self, descr: str, /) -> Any: ...
+    def numpy_scalar(self, descr: str, data: bytes, /) -> Any: ...
+
+    # --- inspect: a tensor's description (``TensorInfo``'s fields, by keyword)
+    def tensor_info(self, **fields: Any) -> Any: ...
+
 # --- functions ------------------------------------------------------------------------------
 
-def load(
-    source: _Source,
-    *,
-    backend: _Backend,
-    mmap: bool = False,
-    shared: bool = False,
-    user_names: Sequence[str] = ...,
-    user_objects: Sequence[object] = ...,
-    limits: _Limits = ...,
-    encoding: str = ...,
-    endianness: _Endianness = ...,
-    threads: int | None = None,
-    data: _DataMode = ...,
-    restore: Callable[[Any, str], Any] | None = None,
-    restore_all: bool = False,
-    restore_cpu: bool = False,
-    fake: Callable[[Any], object] | None = None,
-    stream: bool = False,
-    stub: bool = False,
-) -> Any:
-    """Load a checkpoint; ``user_names`` and ``user_objects`` have one item per entry
-    of the user's allowlist. ``restore(storage, location)`` is torch's restore_location.
-    With ``stream``, what follows the checkpoint is left alone and the result is
-    ``(object, bytes the checkpoint took)``."""
+def load(source: _Source, options: LoadOptions, *, stream: bool = False) -> Any:
+    """Load a checkpoint as ``options`` ask. With ``stream``, what follows the
+    checkpoint is left alone and the result is ``(object, bytes the checkpoint took)``."""
 
 def default_limits() -> dict[str, int]: ...
 
@@ -207,19 +345,57 @@ def dtypes() -> dict[str, tuple[int, str | None, bool, str | None]]:
 def denylist() -> list[tuple[str, str, str, list[str], list[str]]]:
     """The dangerous globals by family: ``(name, why, sources, modules, names)``."""
 
-# `(format, verdict, findings, problems, pickles)`, each finding `(name, dangerous,
-# location, offset, module, wrappers)` and each problem `(kind, location, reason)`:
-# the fields of scanner.ScanReport, scanner.GlobalFinding and scanner.Problem.
-_FoundTuple: TypeAlias = tuple[tuple[str, bool, str, int, str, tuple[str, ...]], ...]
-_ScanTuple: TypeAlias = tuple[
-    str,
-    str,
-    _FoundTuple,
-    tuple[tuple[str, str, str], ...],
-    int,
-    _FoundTuple | None,
-    str | None,
-]
+# --- what the scans return (scan_result.rs): the fields of scanner.ScanReport,
+# scanner.GlobalFinding and scanner.Problem, which the package makes from them --------------
+
+@final
+class ScanFinding:
+    """A global a pickle names. Only the scans make one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def dangerous(self) -> bool: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def wrappers(self) -> tuple[str, ...]: ...
+
+@final
+class ScanProblem:
+    """Why (part of) a file could not be read. Only the scans make one."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+@final
+class ScanResult:
+    """One file's scan. Only the scans make one."""
+
+    @property
+    def format(self) -> str: ...
+    @property
+    def verdict(self) -> Literal["clean", "unsafe", "unreadable", "skipped"]: ...
+    # The globals outside the allowlist.
+    @property
+    def findings(self) -> tuple[ScanFinding, ...]: ...
+    @property
+    def problems(self) -> tuple[ScanProblem, ...]: ...
+    @property
+    def pickles(self) -> int: ...
+    # The globals inside the allowlist when the scan listed them (`list_globals`), else None.
+    @property
+    def allowlisted(self) -> tuple[ScanFinding, ...] | None: ...
+    @property
+    def skipped_because(self) -> str | None: ...
 
 @overload
 def scan(
@@ -230,7 +406,7 @@ def scan(
     list_globals: bool = False,
     byte_zero_only: bool = False,
     name: str | None = None,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 @overload
 def scan(
     source: int,
@@ -241,7 +417,7 @@ def scan(
     list_globals: bool = False,
     byte_zero_only: bool = False,
     name: str | None = None,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 def scan_spans(
     source: _Path | bytes,
     spans: Sequence[tuple[int, int, str, Sequence[str]]],
@@ -249,7 +425,7 @@ def scan_spans(
     limits: _Limits = ...,
     pickles_only: bool = False,
     list_globals: bool = False,
-) -> _ScanTuple: ...
+) -> ScanResult: ...
 # A pickles-only scan by ranges of a file far away: the next wave of ranges to
 # fetch, the report once every byte read was held, or the whole file wanted.
 def scan_spans_waves(
@@ -260,7 +436,7 @@ def scan_spans_waves(
     limits: _Limits = ...,
     pickles_only: bool = True,
     list_globals: bool = False,
-) -> tuple[Literal["report"], _ScanTuple] | tuple[Literal["fetch"], list[tuple[int, int]]]: ...
+) -> tuple[Literal["report"], ScanResult] | tuple[Literal["fetch"], list[tuple[int, int]]]: ...
 
 def scan_waves(
     length: int,
@@ -270,7 +446,7 @@ def scan_waves(
     limits: _Limits = ...,
     list_globals: bool = False,
 ) -> (
-    tuple[Literal["report"], _ScanTuple]
+    tuple[Literal["report"], ScanResult]
     | tuple[Literal["fetch"], list[tuple[int, int]]]
     | tuple[Literal["whole"], None]
 ): ...

@@ -60,6 +60,13 @@ class GlobalFinding(_FindingFields):
 
     __slots__ = ()
 
+    @classmethod
+    def of(cls, found: _core.ScanFinding) -> GlobalFinding:
+        """The finding the core's scan reported."""
+        # tuple.__new__, not the generated __new__: a report can hold thousands.
+        return tuple.__new__(cls, (found.name, found.dangerous, found.location, found.offset, found.module,
+                                   found.wrappers))
+
     @property
     def qualname(self) -> str:
         return self.name[len(self.module) + 1:] if self.module and self.module != self.name else ""

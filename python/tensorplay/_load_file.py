@@ -105,10 +105,11 @@ def _whole_file_descriptor(f: Any) -> int | None:
     return fd
 
 
-def _placement(map_location: Any, backend: Backend) -> dict[str, Any]:
-    """How ``map_location`` turns into the core's arguments. Storages are always
-    built on the CPU first; torch's ``restore_location`` then moves those that
-    must move, exactly as ``torch.load`` does."""
+def _placement(map_location: Any, backend: Backend, data: _core.DataMode) -> _core.Placement:
+    """Where ``map_location`` puts the storages, read as ``data`` says (meta
+    storages are never read). Storages are always built on the CPU first;
+    torch's ``restore_location`` then moves those that must move, exactly as
+    ``torch.load`` does."""
     if map_location is None or (isinstance(map_location, str) and map_location == "cpu"):
         cpu = True
     else:
@@ -117,17 +118,18 @@ def _placement(map_location: Any, backend: Backend) -> dict[str, Any]:
         if not cpu:
             raise ValueError(f"the numpy backend loads onto the CPU only; map_location={map_location!r} needs "
                              "backend='torch'")
-        return {}
+        return _core.Placement(data)
     import torch
 
     restores_cpu_in_place = _cpu_storages_stay(torch)
     if map_location is None:
-        return {"restore": torch.serialization.default_restore_location, "restore_cpu": not restores_cpu_in_place}
+        restore = _core.Restore.SAVED if restores_cpu_in_place else _core.Restore.SAVED_AND_CPU
+        return _core.Placement(data, restore, torch.serialization.default_restore_location)
     if cpu and restores_cpu_in_place:
-        return {}
+        return _core.Placement(data)
     if str(map_location) == "meta" and isinstance(map_location, (str, torch.device)):
-        return {"data": "meta"}
-    return {"restore": torch.serialization._get_restore_location(map_location), "restore_all": True}
+        return _core.Placement(_core.DataMode.META)
+    return _core.Placement(data, _core.Restore.MAPPED, torch.serialization._get_restore_location(map_location))
 
 
 def _cpu_storages_stay(torch: Any) -> bool:
@@ -140,7 +142,7 @@ def _cpu_storages_stay(torch: Any) -> bool:
     return not registry or cpu_entry is None or registry[0][2] is cpu_entry
 
 
-def _fake_placement(map_location: Any) -> dict[str, Any]:
+def _fake_placement(map_location: Any) -> _core.Placement:
     """Under a FakeTensorMode, as in torch: meta storages tagged with their file
     offset and saved device, and tensors whose fake device is that device mapped."""
     import torch
@@ -149,7 +151,7 @@ def _fake_placement(map_location: Any) -> dict[str, Any]:
         location = tensor.untyped_storage()._fake_device
         tensor.fake_device = torch.device(_mapped_location(map_location, location))
 
-    return {"data": "meta", "fake": fake_device}
+    return _core.Placement(_core.DataMode.META, fake=fake_device)
 
 
 def _mapped_location(map_location: Any, location: str) -> str:
@@ -170,27 +172,20 @@ def load_source(f: Any, read_from: str | int | bytes | memoryview, start: int | 
     if backend == "torch" and _settings.fake_mode_active():
         placement = _fake_placement(map_location)
     else:
-        placement = _placement(map_location, backend)
-        if _settings.skipping() is not None and placement.get("data") != "meta":
-            placement["data"] = "skip"
+        skipping = _settings.skipping() is not None
+        placement = _placement(map_location, backend, _core.DataMode.SKIP if skipping else _core.DataMode.READ)
+        if placement.data == _core.DataMode.SKIP:
             mmap = False
+    if not mmap:
+        map_mode = _core.MapMode.READ_ONLY
+    else:
+        map_mode = _core.MapMode.SHARED if shared else _core.MapMode.PRIVATE
     names, objects = _allowlist.resolved()
+    options = _core.LoadOptions(backend=backend, map=map_mode, user_names=names, user_objects=objects,
+                                limits=_limits.merged(limits), encoding=encoding, endianness=endianness,
+                                threads=_settings.copy_threads(), stub=stub, placement=placement)
     try:
-        loaded = _core.load(
-            read_from,
-            backend=backend,
-            mmap=mmap,
-            shared=mmap and shared,
-            user_names=names,
-            user_objects=objects,
-            limits=_limits.merged(limits),
-            encoding=encoding,
-            endianness=endianness,
-            threads=_settings.copy_threads(),
-            stream=start is not None,
-            stub=stub,
-            **placement,
-        )
+        loaded = _core.load(read_from, options, stream=start is not None)
     except _core.UnsafeCheckpointError as refused:
         raise _refusal.complete(refused, read_from, names, _limits.merged(limits), api) from None
     if stub:

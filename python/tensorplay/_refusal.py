@@ -86,10 +86,10 @@ def _findings(source: Any, user_names: list[str], limits: dict[str, int]) -> tup
         return None
     try:
         findings = _core.scan(os.fspath(source) if isinstance(source, os.PathLike) else source,
-                              user_names, limits, True)[2]
+                              user_names, limits, True).findings
     except (OSError, _core.CheckpointError):
         return None
-    return tuple(GlobalFinding(*f) for f in findings)
+    return tuple(map(GlobalFinding.of, findings))
 
 
 def _message(found: tuple[Any, ...], api: Api, stopped_at: str, first_line: str | None = None) -> str:

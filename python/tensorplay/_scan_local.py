@@ -173,25 +173,26 @@ def check_shard_index(report: ScanReport) -> ScanReport:
     return report._replace(verdict=verdict, problems=(*report.problems, problem))
 
 
-def report_of(path: str, scanning: Callable[..., tuple], args: tuple, pickles_only: bool,
+def report_of(path: str, scanning: Callable[..., _core.ScanResult], args: tuple, pickles_only: bool,
               reached_from: Pointer | None = None) -> ScanReport:
-    """A report from one of the core's scan tuples, or of why it could not be made."""
+    """A report from one of the core's scan results, or of why it could not be made."""
     try:
-        kind, verdict, found, problems, pickles, listed, skipped_because = scanning(*args)
+        scanned = scanning(*args)
     except OSError as e:
         return ScanReport(path, "unknown", "unreadable", problems=(io_problem(e),), pickles_only=pickles_only,
                           reached_from=reached_from)
-    findings = tuple(map(GlobalFinding._make, found)) if found else ()
-    if problems:
-        problems = tuple(Problem(*p) for p in problems)
+    findings = tuple(map(GlobalFinding.of, scanned.findings))
+    problems = tuple(Problem(p.kind, p.location, p.reason) for p in scanned.problems)
+    listed = scanned.allowlisted
     if listed is not None:
-        listed = tuple(map(GlobalFinding._make, listed))
-    if verdict == "skipped" and skipped_because is None:
-        skipped_because = "an empty file" if kind == "empty" else "no pickle"
+        listed = tuple(map(GlobalFinding.of, listed))
+    skipped_because = scanned.skipped_because
+    if scanned.verdict == "skipped" and skipped_because is None:
+        skipped_because = "an empty file" if scanned.format == "empty" else "no pickle"
     # What ScanReport(...) does, without its generated __new__: a first call of
     # that Python function was a fortieth of a pickles-only scan.
-    return _new_tuple(ScanReport, (path, kind, verdict, findings, problems, pickles, pickles_only, listed,
-                                   skipped_because, reached_from, None))
+    return _new_tuple(ScanReport, (path, scanned.format, scanned.verdict, findings, problems, scanned.pickles,
+                                   pickles_only, listed, skipped_because, reached_from, None))
 
 
 def scan_reading(reading: _pointers.Reading, allow: list[str], pickles_only: bool,
