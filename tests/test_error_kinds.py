@@ -4,11 +4,13 @@ it (the `.pyi` types, the documentation's tables and pages) matches it."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import io
 import pickle
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -123,13 +125,53 @@ def test_an_exception_raised_while_building_carries_its_kind():
     assert error.location == "" and error.entry is None
 
 
-def test_a_refusal_completed_with_every_global_keeps_the_attributes():
-    # A blocked global after one outside the allowlist: the message lists both, and
-    # names the place from the attributes, not from the message's text.
-    data = _zip_with_pickle(b"\x80\x02cargparse\nNamespace\nq\x00cos\nsystem\nq\x01.")
+@pytest.mark.parametrize("blocked_first", [False, True])
+def test_a_refusal_completed_with_every_global_keeps_the_attributes(blocked_first):
+    # Two globals, one blocked: the message lists both, and names where the load
+    # stopped from the attributes, not from the message's text.
+    namespace, system = b"cargparse\nNamespace\nq\x00", b"cos\nsystem\nq\x01"
+    data = _zip_with_pickle(b"\x80\x02" + (system + namespace if blocked_first else namespace + system) + b".")
     error = _raised(data)
-    assert error.kind in ("unsafe_global", "blocked_global")
     assert {g.name for g in error.globals} >= {"argparse.Namespace", "os.system"}
-    assert error.location and error.location in str(error)
+    assert error.location == " [entry 'archive/data.pkl', byte offset 2, opcode GLOBAL (0x63)]"
+    first_line = str(error).split("\n", 1)[0]
+    if blocked_first:
+        assert error.kind == "blocked_global"
+        assert first_line == f"Weights only load failed. {error.reason}{error.location}"
+        assert "GLOBAL os.system whose module os is blocked" in error.reason
+    else:
+        assert error.kind == "unsafe_global"
+        assert first_line.startswith("Weights only load failed. Unsupported global: GLOBAL argparse.Namespace ")
+        assert first_line.endswith(error.location)
     again = tensorplay._refusal.complete(error, data, [], _core.default_limits())
-    assert (again.kind, again.reason, again.location) == (error.kind, error.reason, error.location)
+    assert (again.kind, again.reason, again.location, str(again)) == (error.kind, error.reason, error.location,
+                                                                       str(error))
+
+
+def test_errors_of_the_builder_and_the_backends_carry_the_attributes():
+    # The numpy backend's refusal of what it cannot hold.
+    saved = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch deprecates quantized tensors
+        torch.save(torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), saved)
+    error = _raised(saved.getvalue())
+    assert type(error).__name__ == KINDS["unsupported"][0] and error.kind == "unsupported"
+    assert "quantized" in error.reason and error.entry.endswith("data.pkl")
+    assert error.location == f" [entry '{error.entry}']" and str(error).endswith(error.location)
+    # An allowlisted class whose constructor raises on the file's arguments.
+    data = _zip_with_pickle(b"\x80\x02cdatetime\ndatetime\nq\x00C\x02abq\x01\x85q\x02Rq\x03.")
+    with tensorplay.serialization.safe_globals([datetime.datetime]):
+        error = _raised(data)
+    assert type(error).__name__ == KINDS["malformed_pickle"][0] and error.kind == "malformed_pickle"
+    assert "(value #" in error.reason and isinstance(error.__cause__, TypeError)
+    assert error.location == " [entry 'archive/data.pkl']" and str(error).endswith(error.location)
+
+
+def test_a_payload_refused_from_the_scan_is_a_blocked_global():
+    # A .pt2 reader refuses a file whose other parts carry a dangerous global.
+    data = _zip_with_pickle(b"\x80\x02cargparse\nNamespace\nq\x00cos\nsystem\nq\x01.")
+    with pytest.raises(_core.UnsafeCheckpointError) as refused:
+        tensorplay._refusal.refuse_dangerous(data, [], _core.default_limits())
+    error = refused.value
+    assert (error.kind, error.entry, error.offset, error.location) == ("blocked_global", "archive/data.pkl", 24, "")
+    assert "os.system" in error.reason and str(error).startswith(f"Weights only load failed. {error.reason}")

@@ -16,9 +16,9 @@ use pyo3::types::{
     PyByteArray, PyBytes, PyComplex, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple, PyType,
 };
 
-use crate::errors::wrap_build_error;
+use crate::errors::{location_of, raise_as, wrap_build_error};
 use tensorplay::checkpoint::Checkpoint;
-use tensorplay::error::ErrorClass;
+use tensorplay::error::{Error, Location};
 use tensorplay::torch::policy::{Builtin, Global};
 use tensorplay::torch::{Arena, Node, TensorId, Torch};
 use tensorplay::torch::{Layout, QParams, StorageId, TensorKind, TensorNode};
@@ -202,13 +202,8 @@ impl<'a, 'py> Builder<'a, 'py> {
             if own {
                 return e;
             }
-            let at = format!(
-                "{} (value #{} of {})",
-                what(),
-                id.index(),
-                self.checkpoint.pickle_entry
-            );
-            wrap_build_error(py, e, &at)
+            let at = format!("{} (value #{})", what(), id.index());
+            wrap_build_error(py, e, &at, self.location())
         })
     }
 
@@ -217,19 +212,19 @@ impl<'a, 'py> Builder<'a, 'py> {
         Ok(func.is(&self.py.import("builtins")?.getattr("getattr")?))
     }
 
+    /// The file's pickle, where every value the builder makes comes from.
+    pub(crate) fn location(&self) -> Location {
+        Location::entry(&self.checkpoint.pickle_entry)
+    }
+
     pub(crate) fn fail(&self, id: NodeId, reason: &str) -> PyErr {
-        let class = match crate::errors::classes(self.py) {
-            Ok(c) => c.of(ErrorClass::Malformed).bind(self.py).clone(),
-            Err(e) => return e,
-        };
-        PyErr::from_type(
-            class,
-            format!(
-                "malformed checkpoint: {reason} (value #{} of {})",
-                id.index(),
-                self.checkpoint.pickle_entry
-            ),
-        )
+        let err = Error::pickle(format!("{reason} (value #{})", id.index()), self.location());
+        let message = format!(
+            "malformed checkpoint: {}{}",
+            err.reason(),
+            location_of(&err)
+        );
+        raise_as(self.py, &err, message)
     }
 
     /// A key Python could not hash. torch's tensors hash by identity, numpy's
@@ -247,15 +242,11 @@ impl<'a, 'py> Builder<'a, 'py> {
                 _ => {}
             }
         }
-        wrap_build_error(self.py, cause, what)
+        wrap_build_error(self.py, cause, what, self.location())
     }
 
     pub(crate) fn unsupported(&self, reason: String) -> PyErr {
-        let class = match crate::errors::classes(self.py) {
-            Ok(c) => c.of(ErrorClass::Unsupported).bind(self.py).clone(),
-            Err(e) => return e,
-        };
-        PyErr::from_type(class, reason)
+        crate::errors::to_pyerr(self.py, Error::unsupported(reason, self.location()))
     }
 
     /// The built value of `id` for one of the values that refer to it, let go
@@ -545,14 +536,14 @@ impl<'a, 'py> Builder<'a, 'py> {
             Node::DecimalInt(text) => py
                 .get_type::<pyo3::types::PyInt>()
                 .call1((text.as_ref(), 0))
-                .map_err(|e| wrap_build_error(py, e, "invalid int literal"))?,
+                .map_err(|e| wrap_build_error(py, e, "invalid int literal", self.location()))?,
             Node::Float(f) => f.into_pyobject(py)?.into_any(),
             Node::Complex(c) => PyComplex::from_doubles(py, c.0, c.1).into_any(),
             Node::Str(bytes) => match std::str::from_utf8(self.arena().payload(*bytes)) {
                 Ok(s) => PyString::new(py, s).into_any(),
                 Err(_) => PyBytes::new(py, self.arena().payload(*bytes))
                     .call_method1("decode", ("utf-8", "surrogatepass"))
-                    .map_err(|e| wrap_build_error(py, e, "invalid string"))?,
+                    .map_err(|e| wrap_build_error(py, e, "invalid string", self.location()))?,
             },
             Node::Bytes(b) => PyBytes::new(py, self.arena().payload(*b)).into_any(),
             Node::ByteArray(b) => PyByteArray::new(py, self.arena().payload(*b)).into_any(),
@@ -574,7 +565,9 @@ impl<'a, 'py> Builder<'a, 'py> {
                     objs.push(self.take(*item)?);
                 }
                 PyFrozenSet::new(py, objs)
-                    .map_err(|e| wrap_build_error(py, e, "cannot build a frozenset"))?
+                    .map_err(|e| {
+                        wrap_build_error(py, e, "cannot build a frozenset", self.location())
+                    })?
                     .into_any()
             }
             Node::Domain(Torch::Global(Global::User(i))) => self

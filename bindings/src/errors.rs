@@ -21,13 +21,14 @@ pub struct Classes {
 }
 
 impl Classes {
-    /// The class an error of `class` is raised as; `OSError` is made apart.
-    pub fn of(&self, class: ErrorClass) -> &Py<PyType> {
+    /// The class an error of `class` is raised as; None for Python's own `OSError`.
+    pub fn of(&self, class: ErrorClass) -> Option<&Py<PyType>> {
         match class {
-            ErrorClass::Unsafe => &self.unsafe_,
-            ErrorClass::Limit => &self.limit,
-            ErrorClass::Unsupported => &self.unsupported,
-            ErrorClass::Malformed | ErrorClass::Os => &self.malformed,
+            ErrorClass::Unsafe => Some(&self.unsafe_),
+            ErrorClass::Malformed => Some(&self.malformed),
+            ErrorClass::Limit => Some(&self.limit),
+            ErrorClass::Unsupported => Some(&self.unsupported),
+            ErrorClass::Os => None,
         }
     }
 }
@@ -92,8 +93,8 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let c = classes(py)?;
     module.add("CheckpointError", c.base.bind(py))?;
     for class in ErrorClass::ALL {
-        if class != ErrorClass::Os {
-            module.add(class.name(), c.of(class).bind(py))?;
+        if let Some(made) = c.of(class) {
+            module.add(class.name(), made.bind(py))?;
         }
     }
     // The table of kinds, for the Python layer, the type stubs and the documentation.
@@ -159,26 +160,16 @@ fn os_error(
 }
 
 pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
-    let classes = match classes(py) {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
-    let location = err.location().map(ToString::to_string).unwrap_or_default();
     let message = match err.kind() {
         ErrorKind::Io {
             message,
             source,
             path,
         } => return os_error(py, message, source, path.as_deref()),
-        ErrorKind::Unsafe(refusal) => unsafe_message(refusal, &location),
+        ErrorKind::Unsafe(refusal) => unsafe_message(refusal, &location_of(&err)),
         _ => err.to_string(),
     };
-    let class = classes.of(err.kind().spec().class);
-    let pyerr = PyErr::from_type(class.bind(py).clone(), message);
-    match describe(py, &pyerr, &err) {
-        Ok(()) => pyerr,
-        Err(e) => e,
-    }
+    raise_as(py, &err, message)
 }
 
 /// Copy what the error says onto the exception, for programs: `kind`, `reason`
@@ -273,44 +264,54 @@ pub fn error(
 #[pyo3(name = "build_error")]
 pub fn py_build_error(py: Python<'_>, what: &str, cause: Bound<'_, PyAny>) -> Py<PyAny> {
     let cause = PyErr::from_value(cause);
-    wrap_build_error(py, cause, what).into_value(py).into_any()
+    wrap_build_error(py, cause, what, Location::default())
+        .into_value(py)
+        .into_any()
 }
 
 /// Wrap a Python exception raised while building objects: the file made us call
 /// something that failed, so the file is what the caller must hear about.
-pub fn wrap_build_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
-    let reason = format!("{what}: {cause}");
-    let message = format!("malformed checkpoint: {reason}");
-    wrap(
-        py,
-        cause,
-        Error::pickle(reason, Location::default()),
-        message,
-    )
+pub fn wrap_build_error(py: Python<'_>, cause: PyErr, what: &str, location: Location) -> PyErr {
+    let err = Error::pickle(format!("{what}: {cause}"), location);
+    let message = format!(
+        "malformed checkpoint: {}{}",
+        err.reason(),
+        location_of(&err)
+    );
+    with_cause(py, raise_as(py, &err, message), cause)
 }
 
 /// Wrap torch's refusal to place a storage where the file says it was saved (a
 /// device this process lacks): the file is fine, the machine cannot hold it.
 pub fn wrap_placement_error(py: Python<'_>, cause: PyErr, what: &str) -> PyErr {
     let message = format!("{what}: {cause}");
-    wrap(
-        py,
-        cause,
-        Error::unsupported(message.clone(), Location::default()),
-        message,
-    )
+    let err = Error::unsupported(message.clone(), Location::default());
+    with_cause(py, raise_as(py, &err, message), cause)
 }
 
-/// An exception of `err`'s class and attributes, with `message`, caused by `cause`.
-fn wrap(py: Python<'_>, cause: PyErr, err: Error, message: String) -> PyErr {
+/// The exception of `err`'s class, with its attributes, saying `message`: for
+/// errors whose message is not the core's `Display` of them.
+pub fn raise_as(py: Python<'_>, err: &Error, message: String) -> PyErr {
     let class = match classes(py) {
-        Ok(c) => c.of(err.kind().spec().class).bind(py).clone(),
+        Ok(c) => c.of(err.kind().spec().class),
         Err(e) => return e,
     };
-    let wrapped = PyErr::from_type(class, message);
-    if let Err(e) = describe(py, &wrapped, &err) {
-        return e;
+    let Some(class) = class else {
+        return PyOSError::new_err(message);
+    };
+    let raised = PyErr::from_type(class.bind(py).clone(), message);
+    match describe(py, &raised, err) {
+        Ok(()) => raised,
+        Err(e) => e,
     }
-    wrapped.set_cause(py, Some(cause));
-    wrapped
+}
+
+/// Where `err` happened, as a message writes it (` [entry 'data.pkl', byte offset 2]`), or "".
+pub fn location_of(err: &Error) -> String {
+    err.location().map(ToString::to_string).unwrap_or_default()
+}
+
+fn with_cause(py: Python<'_>, err: PyErr, cause: PyErr) -> PyErr {
+    err.set_cause(py, Some(cause));
+    err
 }

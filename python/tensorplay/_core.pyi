@@ -122,7 +122,8 @@ class CheckpointError(pickle.UnpicklingError):
     kind: _ErrorKind
     #: What was wrong, without where.
     reason: str
-    #: Where, as the message writes it (`` [entry 'data.pkl', byte offset 2, opcode GLOBAL (0x63)]``), or "".
+    #: Where, as the message writes it (`` [entry 'data.pkl', byte offset 2, opcode GLOBAL (0x63)]``); ""
+    #: when unknown, or when the message lists several places (every global of a refused file).
     location: str
     #: The archive entry or file where it happened.
     entry: str | None
@@ -630,7 +631,8 @@ def error(
     offset: int | None = None,
     limit: str,
     maximum: int | None = None,
-) -> LimitExceededError: ...
+) -> LimitExceededError:
+    """For ``"limit"`` the limit's name and value say what was exceeded: ``reason`` is not kept."""
 def build_error(what: str, cause: BaseException) -> MalformedCheckpointError:
     """A MalformedCheckpointError for an exception raised while building an object."""
 def _npy_header_model(data: bytes) -> tuple[Literal["object", "plain", "refused", "unsure"], int | None]:

@@ -143,7 +143,7 @@ def _load_safetensors(path: str, map_location: Any, backend: Backend) -> dict[st
 
         return safetensors.numpy.load_file(path)
     except safetensors.SafetensorError as e:
-        raise _core.MalformedCheckpointError(f"malformed safetensors file {path}: {e}") from e
+        raise _core.error("malformed_archive", f"malformed safetensors file {path}: {e}") from e
     except (KeyError, TypeError, AttributeError) as e:  # safetensors' numpy reader has no float8
-        raise _core.UnsupportedCheckpointError(f"safetensors' numpy reader cannot hold this file's tensors ({e}); "
-                                               "load with backend='torch'") from None
+        raise _core.error("unsupported", f"safetensors' numpy reader cannot hold this file's tensors ({e}); "
+                          "load with backend='torch'") from None

@@ -67,12 +67,13 @@ def refuse_dangerous(source: Any, user_names: list[str], limits: dict[str, int],
     if not dangerous:
         return
     first = dangerous[0]
-    reason = _torchs_words(found[0].name, api, "")
-    refused = _core.UnsafeCheckpointError(_message(tuple(found or ()), api, "", reason))
-    where = {"kind": "unsafe_global", "reason": reason, "location": "", "entry": first.location or None,
-             "offset": first.offset}
+    reason = f"Trying to load unsupported GLOBAL {first.name}, which runs code or touches the system"
+    refused = _core.UnsafeCheckpointError(_message(tuple(found or ()), api, "", f"Weights only load failed. {reason}"))
+    # The place of each global is in the message's list, not in one location.
+    said = {"kind": "blocked_global", "reason": reason, "location": "", "entry": first.location or None,
+            "offset": first.offset}
     for name in ERROR_ATTRIBUTES:
-        setattr(refused, name, where.get(name))
+        setattr(refused, name, said.get(name))
     refused.globals = tuple(found or ())  # type: ignore[attr-defined]
     raise refused
 

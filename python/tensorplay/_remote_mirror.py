@@ -101,8 +101,8 @@ def _fill(url: str, readers: _remote.Readers, path: str, storages: bool, max_fil
         for e in entries:
             header = fixed.get(e.header_offset, b"")
             if len(header) < _LOCAL_HEADER or header[:4] != _LOCAL_SIGNATURE:
-                raise _core.MalformedCheckpointError(f"{url}: entry {e.filename!r} has no local header at byte "
-                                                     f"{e.header_offset}")
+                raise _core.error("malformed_archive", f"{url}: entry {e.filename!r} has no local header",
+                                  offset=e.header_offset)
             name_len, extra_len = struct.unpack_from("<HH", header, 26)
             lengths.append(name_len + extra_len)
         fetch([(e.header_offset + _LOCAL_HEADER, n) for e, n in zip(entries, lengths)])

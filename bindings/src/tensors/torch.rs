@@ -75,7 +75,8 @@ impl<'a, 'py> Tensors<'a, 'py> for TorchTensors<'a, 'py> {
     }
 
     fn device(&self, b: &Builder<'a, 'py>, device: &str) -> PyResult<Bound<'py, PyAny>> {
-        (self.api.device.call1((device,))).map_err(|e| wrap_build_error(b.py, e, "invalid device"))
+        (self.api.device.call1((device,)))
+            .map_err(|e| wrap_build_error(b.py, e, "invalid device", b.location()))
     }
 
     fn layout(&self, _: &Builder<'a, 'py>, layout: Layout) -> PyResult<Bound<'py, PyAny>> {
