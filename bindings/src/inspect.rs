@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 
 use crate::build::Builder;
 use crate::errors::to_pyerr;
-use crate::load::{check_user_globals, open_source};
+use crate::load::open_source;
+use crate::options::check_user_globals;
 use crate::options::{load_options, unknown_globals, Encoding, LimitOverrides};
 use crate::tensors::InspectTensors;
 use tensorplay::archive::source::MapMode;

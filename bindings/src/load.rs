@@ -26,17 +26,6 @@ use tensorplay::archive::source::{self as core_source, HeldBytes, Source};
 use tensorplay::checkpoint::{self, Checkpoint, Format, Trailing};
 use tensorplay::fill::{self, FillJob};
 
-/// The user's allowlist comes as names and the objects they name, in order.
-pub fn check_user_globals(names: &[String], objects: &[Bound<'_, PyAny>]) -> PyResult<()> {
-    if names.len() == objects.len() {
-        Ok(())
-    } else {
-        Err(PyValueError::new_err(
-            "user_names and user_objects differ in length",
-        ))
-    }
-}
-
 /// A Python bytes object, read in place: its contents are immutable and live as
 /// long as the reference held here.
 struct PythonBytes {

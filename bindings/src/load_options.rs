@@ -8,7 +8,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::options::{Backend, ByteOrder, Encoding, LimitOverrides};
+use crate::options::{check_user_globals, Backend, ByteOrder, Encoding, LimitOverrides};
 use crate::storages::{DataMode, Restore};
 use tensorplay::archive::source;
 use tensorplay::checkpoint::Endianness;
@@ -150,11 +150,7 @@ impl LoadOptions {
         stub: bool,
         placement: Option<Py<Placement>>,
     ) -> PyResult<Self> {
-        if user_names.len() != user_objects.len() {
-            return Err(PyValueError::new_err(
-                "user_names and user_objects differ in length",
-            ));
-        }
+        check_user_globals(&user_names, &user_objects)?;
         let placement = match placement {
             Some(p) => p,
             None => Placement::cpu(py)?,

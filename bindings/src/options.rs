@@ -123,3 +123,14 @@ pub fn load_options(
         unknown_globals: UnknownGlobals::Refuse,
     }
 }
+
+/// The user's allowlist comes as names and the objects they name, in order.
+pub fn check_user_globals<T>(names: &[String], objects: &[T]) -> PyResult<()> {
+    if names.len() == objects.len() {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(
+            "user_names and user_objects differ in length",
+        ))
+    }
+}

@@ -6,11 +6,11 @@ use pyo3::prelude::*;
 
 use crate::build::Builder;
 use crate::errors::to_pyerr;
-use crate::load::{
-    check_user_globals, let_go_of, open_source, return_freed_memory, worth_returning,
-};
+use crate::load::{let_go_of, open_source, return_freed_memory, worth_returning};
 use crate::numpy_api::NumpyApi;
-use crate::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
+use crate::options::{
+    check_user_globals, load_options, unknown_globals, Backend, Encoding, LimitOverrides,
+};
 use crate::storages::DimsTuples;
 use crate::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::torch_api::TorchApi;
