@@ -327,6 +327,7 @@ MALFORMED = {
     "more sizes than strides": (["lin.bias", "tensor_meta", "sizes"], [{"as_int": 2}, {"as_int": 2}]),
     "missing record": (["lin.bias", "path_name"], "weight_99"),
     "path outside the folder": (["lin.bias", "path_name"], "../model.json"),
+    "path name not UTF-8": (["lin.bias", "path_name"], "weight_\ud800"),
     "dtype as a string": (["lin.bias", "tensor_meta", "dtype"], "7"),
     "dtype as a bool": (["lin.bias", "tensor_meta", "dtype"], True),
     "unknown dtype": (["lin.bias", "tensor_meta", "dtype"], 99),

@@ -404,6 +404,8 @@ def _config(data: Any, where: str, limits: dict[str, int]) -> dict[str, dict]:
         path_name = _field(meta, "path_name", str, at)
         if not path_name or "/" in path_name or "\\" in path_name or path_name in (".", ".."):
             raise _malformed(at, f"path_name {path_name!r} is not a record name")
+        if not path_name.isascii() and not _encodes(path_name):
+            raise _malformed(at, f"path_name {path_name!r} names no record (it is not UTF-8)")
         tensor_meta = meta.get("tensor_meta")
         out[fqn] = {
             "path_name": path_name,
@@ -412,6 +414,15 @@ def _config(data: Any, where: str, limits: dict[str, int]) -> dict[str, dict]:
             "tensor_meta": None if tensor_meta is None else _tensor_meta(tensor_meta, at, limits),
         }
     return out
+
+
+def _encodes(text: str) -> bool:
+    """Whether ``text`` is UTF-8 (JSON lets a lone surrogate through, which no record name holds)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _tensor_meta(meta: Any, at: str, limits: dict[str, int]) -> dict:
