@@ -156,21 +156,32 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{page.relative_to(DOCS)}:\n{done.stdout}\n{done.stderr}"
 
 
-def _names_in_examples(page: Path) -> set[str]:
-    """The names the runnable blocks of a page use as code (not in a comment or a string)."""
+def _names_in_examples(page: Path) -> set[tuple[str | None, str]]:
+    """The names the runnable blocks of a page use as code (not in a comment or a
+    string): ``(None, name)`` for a bare name (imported with ``from ... import``),
+    ``(owner, name)`` for ``owner.name``."""
     code = "\n".join(m["code"] for m in _BLOCK.finditer(page.read_text()) if not m["skip"])
-    return {t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.NAME}
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline)
+              if t.type in (tokenize.NAME, tokenize.OP)]
+    used = set()
+    for i, token in enumerate(tokens):
+        if token.type != tokenize.NAME:
+            continue
+        dotted = i >= 2 and tokens[i - 1].string == "." and tokens[i - 2].type == tokenize.NAME
+        used.add((tokens[i - 2].string if dotted else None, token.string))
+    return used
 
 
 def _has_an_example(module: str, name: str, api: Path) -> bool:
     """Whether ``module.name`` is used in a runnable example of its module's API
-    page, or of the page of a public module that exports the same object under
-    that name (the error classes and the allowlist are ``tensorplay``'s and
-    ``tensorplay.serialization``'s)."""
+    page (bare, or as an attribute of the module: ``serialization.load``, not
+    ``json.load``), or of the page of a public module that exports the same
+    object under that name (the error classes and the allowlist are
+    ``tensorplay``'s and ``tensorplay.serialization``'s)."""
     obj = getattr(importlib.import_module(module), name)
-    pages = {_API_PAGES[other] for other, same in _public_names()
+    homes = {(_API_PAGES[other], other.rsplit(".", 1)[-1]) for other, same in _public_names()
              if same == name and getattr(importlib.import_module(other), same) is obj}
-    return any(name in _names_in_examples(api / page) for page in pages)
+    return any({(None, name), (owner, name)} & _names_in_examples(api / page) for page, owner in homes)
 
 
 @pytest.mark.parametrize(("module", "name"), _public_names(), ids=lambda v: v)
@@ -187,12 +198,14 @@ def test_a_name_without_a_runnable_example_fails_the_check(tmp_path: Path) -> No
         "<!-- test: skip (tests/test_docs.py) -->\n```python\ntensorplay.inspect('model.pt')\n```\n\n"
         "```python\ninspected = tensorplay.load('model.pt')  # inspect\nprint('inspect')\n```\n")
     (tmp_path / "serialization.md").write_text("```python\nserialization.add_safe_globals([])\n```\n")
+    (tmp_path / "pickle.md").write_text("```python\nimport json\njson.load(open('x.json'))\n```\n")
     assert _has_an_example("tensorplay", "load", tmp_path)
     # In prose, a skipped block, a comment, a string, or as part of a longer name: no example.
     assert not _has_an_example("tensorplay", "inspect", tmp_path)
     # A re-export may have its example on the page of the module it comes from...
     assert _has_an_example("tensorplay", "add_safe_globals", tmp_path)
-    # ...but another object of the same name may not: tensorplay.pickle.load is not tensorplay.load.
+    # ...but another object of the same name may not: tensorplay.pickle.load is not
+    # tensorplay.load, nor is json.load.
     assert not _has_an_example("tensorplay.pickle", "load", tmp_path)
 
 
