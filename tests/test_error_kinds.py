@@ -97,6 +97,7 @@ def test_each_error_raised_is_of_its_row(kind, tmp_path):
         assert isinstance(error, OSError) and not isinstance(error, _core.CheckpointError)
         return
     assert type(error).__name__ == cls, repr(error)
+    assert set(_core.ERROR_ATTRIBUTES) <= set(vars(error)), vars(error)
     assert error.kind == kind
     assert error.reason and error.reason in str(error)
     assert error.location in str(error)

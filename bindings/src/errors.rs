@@ -103,6 +103,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|k| (k.code, k.class.name(), k.summary, made_by_error(k)))
         .collect();
     module.add("ERROR_KINDS", kinds)?;
+    module.add("ERROR_ATTRIBUTES", ERROR_ATTRIBUTES.to_vec())?;
     Ok(())
 }
 
@@ -172,24 +173,35 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     raise_as(py, &err, message)
 }
 
+/// The attributes [`describe`] sets on every exception of the core, in the order
+/// it makes their values; `_core.ERROR_ATTRIBUTES` for the package's own errors.
+pub const ERROR_ATTRIBUTES: [&str; 8] = [
+    "kind", "reason", "location", "entry", "offset", "opcode", "limit", "maximum",
+];
+
 /// Copy what the error says onto the exception, for programs: `kind`, `reason`
 /// (what was wrong), `location` (where, as the message writes it), `entry`,
 /// `offset`, `opcode`, and for a limit `limit` and `maximum`; `None` where unknown.
 fn describe(py: Python<'_>, pyerr: &PyErr, err: &Error) -> PyResult<()> {
     let value = pyerr.value(py);
     let location = err.location().cloned().unwrap_or_default();
-    value.setattr("kind", err.kind().code())?;
-    value.setattr("reason", err.reason())?;
-    value.setattr("location", location.to_string())?;
-    value.setattr("entry", location.entry.clone())?;
-    value.setattr("offset", location.offset)?;
-    value.setattr("opcode", location.opcode.map(|o| o.name))?;
     let (limit, maximum) = match err.kind() {
         ErrorKind::Limit { limit, max } => (Some(limit.name()), Some(*max)),
         _ => (None, None),
     };
-    value.setattr("limit", limit)?;
-    value.setattr("maximum", maximum)?;
+    let values = [
+        err.kind().code().into_pyobject(py)?.into_any(),
+        err.reason().into_pyobject(py)?.into_any(),
+        location.to_string().into_pyobject(py)?.into_any(),
+        location.entry.clone().into_pyobject(py)?,
+        location.offset.into_pyobject(py)?,
+        location.opcode.map(|o| o.name).into_pyobject(py)?,
+        limit.into_pyobject(py)?,
+        maximum.into_pyobject(py)?,
+    ];
+    for (name, value_of) in ERROR_ATTRIBUTES.iter().zip(values) {
+        value.setattr(*name, value_of)?;
+    }
     // The global the load stopped on, as a scan's finding would give it
     // (`scanner.GlobalFinding`'s fields); `_refusal.complete` adds the file's others.
     if let ErrorKind::Unsafe(

@@ -67,6 +67,7 @@ __all__ = [
     "FIRST_BLOCK",
     "RUNS_CODE_KINDS",
     "ERROR_KINDS",
+    "ERROR_ATTRIBUTES",
     "__version__",
 ]
 
@@ -78,6 +79,8 @@ FIRST_BLOCK: Final[int]
 RUNS_CODE_KINDS: Final[list[str]]
 # The core's table of error kinds: ``(code, class name, summary, made by error())`` each.
 ERROR_KINDS: Final[list[tuple[str, str, str, bool]]]
+# The attributes the core sets on every error it raises (``kind``, ``reason``, ``location``...).
+ERROR_ATTRIBUTES: Final[list[str]]
 
 # A path, mapped; the descriptor of an open regular file, mapped read-only; or
 # the file's bytes (a bytes object, or another contiguous buffer such as a

@@ -16,8 +16,6 @@ Api = Literal["tensorplay", "torch", "cli"]
 # The refusals of a global: outside the allowlist, or blocked whatever the allowlist says.
 GLOBAL_REFUSALS = ("unsafe_global", "blocked_global")
 GETATTR = "builtins.getattr"
-# What the core sets on every error it raises (bindings/src/errors.rs `describe`).
-ERROR_ATTRIBUTES = ("kind", "reason", "location", "entry", "offset", "opcode", "limit", "maximum")
 
 
 def complete(error: BaseException, source: Any, user_names: list[str], limits: dict[str, int],
@@ -44,7 +42,7 @@ def complete(error: BaseException, source: Any, user_names: list[str], limits: d
         first_line = f"Weights only load failed. {error.reason}{where}"  # type: ignore[attr-defined]
     refused = type(error)(_message(found, api, where, first_line))
     refused._found = found  # type: ignore[attr-defined]
-    for name in ERROR_ATTRIBUTES:
+    for name in _core.ERROR_ATTRIBUTES:
         setattr(refused, name, getattr(error, name, None))
     refused.globals = found  # type: ignore[attr-defined]
     return refused
@@ -72,7 +70,7 @@ def refuse_dangerous(source: Any, user_names: list[str], limits: dict[str, int],
     # The place of each global is in the message's list, not in one location.
     said = {"kind": "blocked_global", "reason": reason, "location": "", "entry": first.location or None,
             "offset": first.offset}
-    for name in ERROR_ATTRIBUTES:
+    for name in _core.ERROR_ATTRIBUTES:
         setattr(refused, name, said.get(name))
     refused.globals = tuple(found or ())  # type: ignore[attr-defined]
     raise refused
