@@ -18,7 +18,7 @@ use crate::huge_pages::HugePages;
 use crate::load_options::{LoadOptions, MapMode};
 use crate::mapping::MappedFile;
 use crate::numpy_api::NumpyApi;
-use crate::options::{load_options, unknown_globals, Backend, Encoding, LimitOverrides};
+use crate::options::Backend;
 use crate::storages::{self, Restore};
 use crate::tensors::{NumpyTensors, Tensors, TorchTensors};
 use crate::torch_api::TorchApi;
@@ -161,13 +161,7 @@ pub fn load<'py>(
     let asked = options.get();
     let placement = asked.placement.get();
     let mode = placement.data;
-    let mut options = load_options(
-        asked.user_names.clone(),
-        LimitOverrides(asked.limits),
-        Encoding(asked.encoding),
-        asked.endianness,
-    );
-    options.unknown_globals = unknown_globals(asked.stub);
+    let mut options = asked.core.clone();
     if stream {
         options.trailing = Trailing::Left;
     }

@@ -8,12 +8,12 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::options::{check_user_globals, Backend, ByteOrder, Encoding, LimitOverrides};
+use crate::options::{
+    check_user_globals, load_options, unknown_globals, Backend, ByteOrder, Encoding, LimitOverrides,
+};
 use crate::storages::{DataMode, Restore};
 use tensorplay::archive::source;
-use tensorplay::checkpoint::Endianness;
-use tensorplay::limits::Limits;
-use tensorplay::pickle::machine::StringEncoding;
+use tensorplay::checkpoint::{self, Endianness};
 
 /// How a load maps a file it opens by path.
 #[pyclass(
@@ -121,13 +121,12 @@ pub struct LoadOptions {
     pub backend: Backend,
     #[pyo3(get)]
     pub map: MapMode,
-    pub user_names: Vec<String>,
+    /// The objects the allowlist's names name, in the order of its names.
     pub user_objects: Vec<Py<PyAny>>,
-    pub limits: Limits,
-    pub encoding: StringEncoding,
-    pub endianness: Endianness,
+    /// What the core is asked: the allowlist's names, the limits, how strings and
+    /// numbers read, and what a global outside the allowlist becomes.
+    pub core: checkpoint::LoadOptions,
     pub threads: Option<usize>,
-    pub stub: bool,
     #[pyo3(get)]
     pub placement: Py<Placement>,
 }
@@ -160,16 +159,14 @@ impl LoadOptions {
                 "a placement that calls restore_location or fake needs the torch backend",
             ));
         }
+        let mut core = load_options(user_names, limits, encoding, endianness.0);
+        core.unknown_globals = unknown_globals(stub);
         Ok(LoadOptions {
             backend,
             map,
-            user_names,
             user_objects,
-            limits: limits.0,
-            encoding: encoding.0,
-            endianness: endianness.0,
+            core,
             threads,
-            stub,
             placement,
         })
     }
